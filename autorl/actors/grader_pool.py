@@ -1,0 +1,104 @@
+"""GraderPool: the supervisor of the sweep's Grader actors (Ray's tree-of-actors pattern).
+
+It routes each scoring request to the least-loaded grader, replaces a grader that died and
+retries its request (an infrastructure failure, never the agent's), caches baselines and
+submission scores in the record store, and reports its queue depth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import asdict
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+from autorl.actors.grader import Grader
+from autorl.errors import AutorlError
+from autorl.grading.scoring import EvalTarget, ScoreOutcome
+
+logger = logging.getLogger(__name__)
+_MAX_ATTEMPTS = 3
+
+
+class BaselineError(AutorlError):
+    """The base model could not be scored; a cell must not start with a made-up baseline."""
+
+
+class GraderPool:
+    """Async supervisor actor; wrapped with ``ray.remote`` by the scheduler."""
+
+    def __init__(self, grader_cfg: dict[str, Any], cache_dir: str, recorder: Any) -> None:
+        """Start ``grader_cfg['replicas']`` graders with the configured resources."""
+        self.cfg = grader_cfg
+        self.cache_dir = cache_dir
+        self.recorder = recorder
+        self.graders = [self._start_grader() for _ in range(int(grader_cfg["replicas"]))]
+        self.in_flight = [0] * len(self.graders)
+        self.key_locks: dict[str, asyncio.Lock] = {}
+
+    def _start_grader(self) -> Any:
+        options: dict[str, Any] = {"num_cpus": self.cfg["cpus"], "max_restarts": 2}
+        if self.cfg["gpus"]:
+            options["num_gpus"] = self.cfg["gpus"]
+        threads = max(1, int(self.cfg["cpus"]))
+        return ray.remote(Grader).options(**options).remote(self.cache_dir, int(self.cfg["batch_size"]), threads)
+
+    async def _run_on_grader(self, target: EvalTarget, model_dir: str) -> ScoreOutcome:
+        for attempt in range(1, _MAX_ATTEMPTS + 1):
+            index = min(range(len(self.graders)), key=self.in_flight.__getitem__)
+            self.in_flight[index] += 1
+            try:
+                return await self.graders[index].score.remote(target, model_dir)  # type: ignore[no-any-return]
+            except (ActorDiedError, ActorUnavailableError) as error:
+                logger.warning("grader %d died (attempt %d): %s; replacing it", index, attempt, error)
+                self.graders[index] = self._start_grader()
+            finally:
+                self.in_flight[index] -= 1
+        raise AutorlError(f"grading failed {_MAX_ATTEMPTS} times because graders kept dying")
+
+    async def baseline(self, target: EvalTarget, model_dir: str, weights_hash: str) -> float:
+        """The base model's score on ``target``, computed once per key and cached in the store.
+
+        Raises:
+            BaselineError: if the base model cannot be scored (never recorded as 0).
+        """
+        key = "baseline:" + target.cache_key(weights_hash)
+        async with self.key_locks.setdefault(key, asyncio.Lock()):
+            cached = await self.recorder.get_baseline.remote(key)
+            if cached is not None:
+                return float(cached)
+            outcome = await self._run_on_grader(target, model_dir)
+            if outcome.error is not None or outcome.score is None:
+                raise BaselineError(f"baseline of {model_dir} on {target.task_id} failed: {outcome.error}")
+            await self.recorder.put_baseline.remote(key, outcome.score, json.dumps(asdict(outcome)))
+            return outcome.score
+
+    async def score(self, target: EvalTarget, model_dir: str, weights_hash: str) -> tuple[ScoreOutcome, bool]:
+        """Score a submission; identical weights (from any cell) return the cached score.
+
+        Returns:
+            The outcome and whether it came from the cache (a duplicate).
+        """
+        key = target.cache_key(weights_hash)
+        async with self.key_locks.setdefault(key, asyncio.Lock()):
+            cached = await self.recorder.get_cached_score.remote(key)
+            if cached is not None:
+                score, details_json = cached
+                details = json.loads(details_json)
+                return ScoreOutcome(score, int(details.get("num_examples", 0)), details.get("details", {}), None, 0.0), True
+            outcome = await self._run_on_grader(target, model_dir)
+            if outcome.error is None and outcome.score is not None:
+                await self.recorder.put_cached_score.remote(key, outcome.score, json.dumps(asdict(outcome)))
+            return outcome, False
+
+    def queue_depth(self) -> int:
+        """Requests being scored or waiting for a grader right now."""
+        return sum(self.in_flight)
+
+    def ping(self) -> bool:
+        """Liveness check."""
+        return True

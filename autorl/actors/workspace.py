@@ -1,0 +1,157 @@
+"""Workspace actor: one per cell. Builds the workspace, serves the grading API, runs the agent.
+
+It runs inside the cell's placement-group bundle, so the CPUs/GPUs it reserved are the agent's.
+Records go to the Recorder actor, scoring to the GraderPool; the cell folder on this node holds
+only the workspace, the agent log and the code-revision repository.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from autorl.agents.base import LaunchContext, load_adapter
+from autorl.config import CellSpec, resolve_cache_dir
+from autorl.grading.api import GradingServer, create_app
+from autorl.grading.model_checks import check_loadable_model, weights_hash
+from autorl.grading.scoring import ScoreOutcome, target_from_config
+from autorl.grading.service import CellGradingContext, SubmissionService
+from autorl.models.resolve import resolve_model
+from autorl.records.store import CodeRevision, SubmissionRecord
+from autorl.tasks import build_task_data, get_task
+from autorl.workspace.layout import build_workspace, write_instructions
+from autorl.workspace.process import run_agent
+from autorl.workspace.revisions import CodeRevisions
+from autorl.workspace.run_meta import RunMeta
+
+logger = logging.getLogger(__name__)
+_REVISION_INTERVAL_S = 60.0
+_DRAIN_TIMEOUT_S = 900.0
+
+
+class _RecorderSink:
+    """Sends submission records to the Recorder actor (blocking until stored)."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+
+    def record_submission(self, record: SubmissionRecord) -> None:
+        ray.get(self.recorder.record_submission.remote(record))
+
+
+class Workspace:
+    """Threaded actor (``max_concurrency`` > 1) so that :meth:`cancel` runs while :meth:`run` does."""
+
+    def __init__(self, cell: CellSpec, cell_dir: str, recorder: Any, grader_pool: Any) -> None:
+        """Remember the cell; nothing is built until :meth:`run`."""
+        self.cell = cell
+        self.cell_dir = Path(cell_dir)
+        self.recorder = recorder
+        self.pool = grader_pool
+        self.cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop the agent (exit class ``killed``); :meth:`run` then finishes the cell."""
+        self.cancelled.set()
+
+    def run(self) -> dict[str, Any]:
+        """Run the cell from workspace to final records; returns the cell's final fields."""
+        cfg = self.cell.config
+        started = time.time()
+        cache_dir = resolve_cache_dir(cfg["cache_dir"])
+        self.cell_dir.mkdir(parents=True, exist_ok=True)
+
+        spec = get_task(self.cell.task)
+        target = target_from_config(cfg, spec.version)
+        data = build_task_data(spec, target.source, cache_dir / "tasks", seed=target.seed, options=target.build_options)
+        base_dir = resolve_model(cfg["model"], cache_dir)
+        base_hash = weights_hash(check_loadable_model(base_dir))
+        baseline = float(ray.get(self.pool.baseline.remote(target, str(base_dir), base_hash)))
+        ray.get(self.recorder.set_cell_status.remote(self.cell.cell_id, "running", {"baseline": baseline, "task_source": target.source}))
+
+        paths = build_workspace(
+            self.cell_dir, public_dir=data.public_dir, description_md=spec.description_md,
+            base_model_dir=base_dir, model_name=self.cell.model,
+        )
+        write_instructions(paths, budget_s=self.cell.budget_s, baseline=baseline, model_name=self.cell.model,
+                           eval_settings={"source": target.source, **target.eval_options})
+        run_meta = RunMeta(paths.run_meta, self.cell.budget_s)
+        revisions = CodeRevisions(self.cell_dir / "code_history.git", paths.code, self.cell.cell_id, self._record_revision)
+
+        def scorer(model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
+            outcome, cached = ray.get(self.pool.score.remote(target, str(model_dir), digest))
+            return outcome, bool(cached)
+
+        ctx = CellGradingContext(self.cell.cell_id, paths.root, base_hash, baseline, int(cfg["grader"]["max_queued_per_cell"]))
+        service = SubmissionService(ctx, scorer, _RecorderSink(self.recorder), run_meta, revisions.snapshot)
+        token = secrets.token_urlsafe(32)
+        app = create_app(
+            service, run_meta, token=token, task_id=self.cell.task, max_body_bytes=int(cfg["grading_api"]["max_body_bytes"]),
+            submit_timeout_s=lambda: (run_meta.remaining() or 0.0) + _DRAIN_TIMEOUT_S,
+            health_extra=lambda: {"gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "grader_queue": ray.get(self.pool.queue_depth.remote())},
+        )
+        server = GradingServer(app, host=str(cfg["grading_api"]["host"]))
+        server.start()
+        try:
+            agent_exit = self._run_agent(paths.root, server.url, token, run_meta, revisions)
+            service.drain(_DRAIN_TIMEOUT_S)
+        finally:
+            server.stop()
+            service.close()
+        revisions.snapshot("end of run")
+        run_meta.update(end_time=time.time())
+        duration = time.time() - started
+        return {
+            "exit_class": agent_exit.exit_class,
+            "exit_code": agent_exit.exit_code,
+            "duration_s": duration,
+            "working_time_s": max(0.0, agent_exit.duration_s - service.queue_wait_s()),
+            "baseline": baseline,
+        }
+
+    def _run_agent(self, workspace: Path, url: str, token: str, run_meta: RunMeta, revisions: CodeRevisions) -> Any:
+        cfg = self.cell.config
+        home = self.cell_dir / "home"
+        home.mkdir(exist_ok=True)
+        # The agent gets the node's environment minus Ray's own variables, a HOME of its own (no
+        # shared credentials or caches between cells) and the benchmark's variables.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {
+            "HOME": str(home),
+            "TASK": self.cell.task,
+            "BASE_MODEL": self.cell.model,
+            "WORKSPACE": str(workspace),
+            "MODEL_PATH": str(workspace / "models" / self.cell.model),
+            "DATA_PATH": str(workspace / "data"),
+            "OUTPUT_DIR": str(workspace / "output"),
+            "GRADING_SERVER_URL": url,
+            "GRADING_TOKEN": token,
+            "OMP_NUM_THREADS": str(max(1, int(cfg["cell"]["cpus"]))),
+            "PYTHONUNBUFFERED": "1",
+        }
+        launch = load_adapter(cfg["agent"]).launch(LaunchContext(workspace, cfg["agent"], cfg["driver"], env))
+        stop_periodic = threading.Event()
+
+        def periodic() -> None:
+            while not stop_periodic.wait(_REVISION_INTERVAL_S):
+                revisions.snapshot("periodic")
+
+        ticker = threading.Thread(target=periodic, name="code-revisions", daemon=True)
+        ticker.start()
+        try:
+            return run_agent(
+                launch.command, cwd=workspace, env=launch.env, log_path=self.cell_dir / "agent.log",
+                budget_s=self.cell.budget_s, grace_s=float(cfg["budget"]["kill_grace_s"]), cancel=self.cancelled,
+                on_start=lambda: run_meta.update(start_time=time.time()),
+            )
+        finally:
+            stop_periodic.set()
+
+    def _record_revision(self, revision: CodeRevision) -> None:
+        ray.get(self.recorder.add_code_revision.remote(revision))

@@ -1,0 +1,29 @@
+"""The built-in scripted agent: a fixed SFT → GRPO recipe, run as a separate process.
+
+The adapter (:class:`ScriptedAgent`) only builds the command line; the agent itself
+(``python -m autorl.agents.scripted``) knows nothing but its environment variables and the
+grading API, like any CLI agent.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from autorl.agents.base import AgentLaunch, LaunchContext
+
+
+class ScriptedAgent:
+    """Adapter for the scripted agent."""
+
+    def launch(self, ctx: LaunchContext) -> AgentLaunch:
+        """Run the recipe with the SFT and GRPO settings of the agent config."""
+        sft, grpo = ctx.agent_cfg["sft"], ctx.agent_cfg["grpo"]
+        command = [
+            sys.executable, "-m", "autorl.agents.scripted",
+            "--sft-steps", str(sft["steps"]), "--sft-batch-size", str(sft["batch_size"]),
+            "--sft-lr", str(sft["learning_rate"]), "--sft-max-length", str(sft["max_length"]),
+            "--grpo-steps", str(grpo["steps"]), "--grpo-batch-size", str(grpo["batch_size"]),
+            "--grpo-generations", str(grpo["num_generations"]), "--grpo-lr", str(grpo["learning_rate"]),
+            "--grpo-max-completion", str(grpo["max_completion_length"]),
+        ]
+        return AgentLaunch(command, dict(ctx.env))

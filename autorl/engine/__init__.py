@@ -1,0 +1,1 @@
+"""Inference engines used by the grader (HF transformers here; vLLM on GPU hosts)."""

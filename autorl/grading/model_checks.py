@@ -1,0 +1,582 @@
+"""Checks a submitted model before it is queued for grading (SPEC §5, "Input rules").
+
+Pure functions on the file system: no Ray, no HTTP. The grading API calls them in this order:
+
+1. :func:`resolve_submission_path` turns the agent's ``model_path`` into a directory inside the
+   workspace's ``output/`` (400 otherwise).
+2. :func:`normalize_tokenizer_config` copies that directory into the grader's private folder and
+   fixes known tokenizer quirks there.
+3. :func:`check_loadable_model` and :func:`weights_hash` run on the private copy, so the weights that
+   are hashed are the weights that get scored even if the agent rewrites ``output/`` meanwhile.
+
+Every rejection is a :class:`SubmissionRejected` whose message says what is wrong and how to fix it.
+torch, safetensors and transformers are imported inside the functions that need them, so importing
+this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autorl.errors import AutorlError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "CorruptWeightsError",
+    "ModelFiles",
+    "SubmissionRejected",
+    "check_loadable_model",
+    "normalize_tokenizer_config",
+    "resolve_submission_path",
+    "weights_hash",
+]
+
+SAFE_INDEX = "model.safetensors.index.json"
+BIN_INDEX = "pytorch_model.bin.index.json"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+# Files that, next to tokenizer_config.json, hold a tokenizer's vocabulary when tokenizer.json is absent.
+VOCAB_FILES = (
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab.txt",
+    "tiktoken.model",
+    "qwen.tiktoken",
+)
+SAVE_HINT = "save the model with model.save_pretrained(path) and tokenizer.save_pretrained(path)"
+# Bumped whenever the byte stream fed to the hash changes, so old and new hashes never collide.
+_HASH_DOMAIN = b"autorl-weights-v1\0"
+
+
+class SubmissionRejected(AutorlError):
+    """A submission that is refused before it is queued; nothing is recorded as scored.
+
+    Attributes:
+        status_code: HTTP status the API answers with: 400 for a bad ``model_path``, 422 for a
+            directory that is not a loadable model.
+        message: What is wrong and how to fix it, ready to show to the agent.
+    """
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+
+
+class CorruptWeightsError(AutorlError):
+    """A weight file cannot be read; the submission is recorded as ``invalid`` with this message."""
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """The weight files of a model directory that passed :func:`check_loadable_model`.
+
+    Attributes:
+        weight_files: The files that hold the tensors, in a stable (sorted) order.
+        is_adapter: True for a LoRA adapter directory, which is scored on its base model.
+    """
+
+    weight_files: tuple[Path, ...]
+    is_adapter: bool
+
+
+def resolve_submission_path(workspace: Path, model_path: object) -> Path:
+    """Resolves a submitted ``model_path`` to a model directory inside ``workspace/output``.
+
+    Relative paths are taken relative to ``workspace``; absolute paths are accepted only if they
+    resolve inside ``output/``. Symlinks are followed, so a link inside ``output/`` that points
+    elsewhere (e.g. at the base model under ``models/``) is refused like any other escape.
+
+    Args:
+        workspace: The cell's workspace root.
+        model_path: The ``model_path`` field of the request, as decoded from JSON.
+
+    Returns:
+        The resolved (absolute, symlink-free) directory.
+
+    Raises:
+        SubmissionRejected: 400 if ``model_path`` is not a non-empty string, contains a NUL byte,
+            resolves outside ``output/``, does not exist, or is not a directory.
+    """
+    example = "submit the folder you saved the model to, e.g. {\"model_path\": \"output/v1\"}"
+    if not isinstance(model_path, str):
+        raise SubmissionRejected(
+            400, f"model_path must be a string, got {type(model_path).__name__}: {example}"
+        )
+    if not model_path.strip():
+        raise SubmissionRejected(400, f"model_path is empty: {example}")
+    if "\0" in model_path:
+        raise SubmissionRejected(
+            400, f"model_path {model_path!r} contains a NUL byte: remove it; {example}"
+        )
+
+    output = (workspace / "output").resolve(strict=False)
+    requested = workspace / model_path  # an absolute model_path replaces workspace here
+    try:
+        resolved = requested.resolve(strict=False)
+    except (OSError, RuntimeError) as exc:  # RuntimeError: symlink loop (Python 3.11)
+        raise SubmissionRejected(
+            400, f"model_path {model_path!r} cannot be resolved ({exc}): {example}"
+        ) from exc
+
+    if not resolved.is_relative_to(output):
+        lexical = Path(os.path.normpath(workspace.absolute() / model_path))
+        if lexical.is_relative_to(workspace.absolute() / "output"):
+            raise SubmissionRejected(
+                400,
+                f"model_path {model_path!r} is or goes through a symlink that points outside "
+                f"output/ (to {resolved}): copy the model files into a real folder under output/ "
+                "(e.g. output/v1) instead of linking to them, and submit that folder",
+            )
+        raise SubmissionRejected(
+            400,
+            f"model_path {model_path!r} resolves outside output/: save the model under output/ "
+            "(e.g. output/v1) and submit that path",
+        )
+    if not resolved.exists():
+        raise SubmissionRejected(
+            400,
+            f"model_path {model_path!r} does not exist: save the model there first "
+            f"({SAVE_HINT}), then submit the same path",
+        )
+    if not resolved.is_dir():
+        raise SubmissionRejected(
+            400,
+            f"model_path {model_path!r} is a file, not a directory: submit the folder that "
+            "holds config.json, the weights and the tokenizer files, e.g. output/v1",
+        )
+    return resolved
+
+
+def check_loadable_model(model_dir: Path) -> ModelFiles:
+    """Checks that a directory holds everything needed to load the model, without loading it.
+
+    A full model needs ``config.json``, weight files (``*.safetensors``, ``pytorch_model*.bin``, or
+    a sharded index with all its shards) and a tokenizer. A LoRA adapter directory
+    (``adapter_config.json`` with ``adapter_model.safetensors`` or ``adapter_model.bin``) needs no
+    ``config.json``. Weights are not read here: corrupt weights surface later, in
+    :func:`weights_hash` or in the grader, and are recorded as an invalid submission.
+
+    Args:
+        model_dir: The model directory, normally from :func:`resolve_submission_path`.
+
+    Returns:
+        The weight files and whether the directory is an adapter.
+
+    Raises:
+        SubmissionRejected: 422 naming the missing or malformed piece; 400 if a needed file is a
+            symlink that points outside the directory.
+    """
+    root = model_dir.resolve()
+
+    config = _present(root, "config.json")
+    if config is not None:
+        _load_json_object(config, "config.json")
+    adapter_config = _present(root, ADAPTER_CONFIG)
+    full_weights = _full_model_weights(root)
+
+    if config is not None and full_weights:
+        files, is_adapter = full_weights, False
+    elif adapter_config is not None:
+        _load_json_object(adapter_config, ADAPTER_CONFIG)
+        adapter_weights = [p for n in ADAPTER_WEIGHTS if (p := _present(root, n)) is not None]
+        if not adapter_weights:
+            raise SubmissionRejected(
+                422,
+                f"adapter weights missing: the folder has {ADAPTER_CONFIG} but neither "
+                f"{' nor '.join(ADAPTER_WEIGHTS)}: save the adapter with "
+                "peft_model.save_pretrained(path) (or merge it with merge_and_unload() and save "
+                "the full model)",
+            )
+        # transformers/peft load the safetensors file when both exist, so only that one is scored.
+        files, is_adapter = adapter_weights[:1], True
+    elif config is None:
+        raise SubmissionRejected(
+            422,
+            "config.json missing from the model folder (and it is not a LoRA adapter folder with "
+            f"{ADAPTER_CONFIG}): {SAVE_HINT}",
+        )
+    else:
+        raise SubmissionRejected(
+            422,
+            "model weights missing: no *.safetensors, pytorch_model*.bin or "
+            f"{SAFE_INDEX} in the model folder: {SAVE_HINT}",
+        )
+
+    _check_tokenizer(root)
+    return ModelFiles(weight_files=tuple(files), is_adapter=is_adapter)
+
+
+def weights_hash(files: ModelFiles) -> str:
+    """Hashes the tensors of a model, independent of file names, sharding and file metadata.
+
+    The hash covers, for every tensor in name order, its name, dtype, shape and raw bytes, so two
+    saves of the same weights (sharded or not, safetensors or ``.bin``) hash the same and any
+    changed weight changes the hash. Tensors are read one at a time to keep memory bounded.
+
+    Args:
+        files: The weight files from :func:`check_loadable_model`.
+
+    Returns:
+        The sha256 hex digest.
+
+    Raises:
+        CorruptWeightsError: A weight file cannot be read (the message names the file and carries
+            the library's error), two files hold a tensor of the same name, or there are no tensors.
+    """
+    where: dict[str, Path] = {}
+    for path in files.weight_files:
+        for name in _tensor_names(path):
+            if name in where:
+                raise CorruptWeightsError(
+                    f"tensor {name!r} is stored in both {where[name].name} and {path.name}: "
+                    "save the model again into an empty folder"
+                )
+            where[name] = path
+    if not where:
+        names = ", ".join(p.name for p in files.weight_files)
+        raise CorruptWeightsError(f"the weight files ({names}) hold no tensors")
+
+    digest = hashlib.sha256(_HASH_DOMAIN)
+    with _TensorReaders() as readers:
+        for name in sorted(where):
+            tensor = readers.get(where[name], name)
+            _update_with_tensor(digest, name, tensor)
+            del tensor
+    return digest.hexdigest()
+
+
+def normalize_tokenizer_config(model_dir: Path, dest: Path) -> Path:
+    """Copies a submitted model into the grader's folder and fixes known tokenizer quirks there.
+
+    Only the top-level files are copied: loaders read nothing else, and sub-folders such as
+    trainer ``checkpoint-*/`` directories can be many gigabytes. Symlinks are followed only when
+    they resolve inside ``model_dir``; others are skipped, so a link cannot pull files from
+    elsewhere on the machine into grading.
+
+    The quirk fixed: a list-form ``extra_special_tokens`` in ``tokenizer_config.json`` (written by
+    TRL and transformers 5) breaks loading with transformers 4 and vLLM, which expect a mapping.
+    The copy drops it and merges its tokens into ``additional_special_tokens``, which every version
+    loads. The submitted folder is never modified.
+
+    Args:
+        model_dir: The submitted model directory.
+        dest: The grader's private copy; created if missing, files in it are overwritten.
+
+    Returns:
+        ``dest``.
+
+    Raises:
+        ValueError: ``dest`` is ``model_dir`` or inside it.
+        SubmissionRejected: 422 if ``tokenizer_config.json`` is not a JSON object.
+    """
+    root = model_dir.resolve()
+    if dest.resolve().is_relative_to(root):
+        raise ValueError(f"dest {dest} must be outside the submitted folder {model_dir}")
+    dest.mkdir(parents=True, exist_ok=True)
+
+    for entry in sorted(root.iterdir()):
+        source = entry.resolve()
+        if not source.is_relative_to(root) or not source.is_file():
+            continue
+        shutil.copyfile(source, dest / entry.name)
+
+    tokenizer_config = dest / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        data = _load_json_object(tokenizer_config, "tokenizer_config.json")
+        if _merge_list_extra_special_tokens(data):
+            tokenizer_config.write_text(
+                json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
+    return dest
+
+
+def _merge_list_extra_special_tokens(data: dict[str, Any]) -> bool:
+    """Moves a list-form ``extra_special_tokens`` into ``additional_special_tokens``.
+
+    Args:
+        data: A parsed ``tokenizer_config.json``, changed in place.
+
+    Returns:
+        True if ``data`` was changed.
+    """
+    extra = data.get("extra_special_tokens")
+    if not isinstance(extra, list):
+        return False
+    del data["extra_special_tokens"]
+    additional = data.get("additional_special_tokens")
+    merged: list[Any] = list(additional) if isinstance(additional, list) else []
+    seen = {_token_content(t) for t in merged}
+    for token in extra:
+        if _token_content(token) not in seen:
+            merged.append(token)
+            seen.add(_token_content(token))
+    if merged:
+        data["additional_special_tokens"] = merged
+    return True
+
+
+def _token_content(token: Any) -> str:
+    """Returns the text of a special token saved as a string or as a serialised AddedToken."""
+    if isinstance(token, dict):
+        return str(token.get("content", ""))
+    return str(token)
+
+
+def _present(root: Path, name: str) -> Path | None:
+    """Returns ``root/name`` if it is a regular file that resolves inside ``root``.
+
+    Raises:
+        SubmissionRejected: 400 if it is a symlink that points outside ``root``: the grader copies
+            only what is inside the folder, so the model would not load there.
+    """
+    path = root / name
+    if not path.is_file():
+        return None
+    if not path.resolve().is_relative_to(root):
+        raise SubmissionRejected(
+            400,
+            f"{name} is a symlink that points outside the model folder (to {path.resolve()}): "
+            "copy the file into the folder instead of linking to it",
+        )
+    return path
+
+
+def _load_json_object(path: Path, name: str) -> dict[str, Any]:
+    """Parses a JSON file that must hold an object.
+
+    Raises:
+        SubmissionRejected: 422 if it cannot be read, is not valid JSON, or is not an object.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SubmissionRejected(
+            422, f"{name} is not valid JSON ({exc}): {SAVE_HINT} instead of writing it by hand"
+        ) from exc
+    if not isinstance(data, dict):
+        raise SubmissionRejected(
+            422,
+            f"{name} must hold a JSON object, got {type(data).__name__}: {SAVE_HINT} instead of "
+            "writing it by hand",
+        )
+    return data
+
+
+def _full_model_weights(root: Path) -> list[Path]:
+    """Finds the weight files of a full (non-adapter) model, the way vLLM picks them.
+
+    A sharded index wins over loose files; safetensors win over ``.bin``. Adapter weights are
+    never counted as full-model weights.
+
+    Returns:
+        The weight files, sorted; empty if there are none.
+
+    Raises:
+        SubmissionRejected: 422 if an index is malformed or names shards that are missing.
+    """
+    for index_name, pattern in ((SAFE_INDEX, "*.safetensors"), (BIN_INDEX, "pytorch_model*.bin")):
+        index = _present(root, index_name)
+        if index is not None:
+            return _shards_from_index(root, index, index_name)
+        loose = sorted(
+            path
+            for path in root.glob(pattern)
+            if path.name not in ADAPTER_WEIGHTS and _present(root, path.name) is not None
+        )
+        if loose:
+            return loose
+    return []
+
+
+def _shards_from_index(root: Path, index: Path, index_name: str) -> list[Path]:
+    """Returns the shard files a sharded-checkpoint index points to, all of which must exist.
+
+    Raises:
+        SubmissionRejected: 422 if the index has no usable ``weight_map`` or a shard is missing.
+    """
+    weight_map = _load_json_object(index, index_name).get("weight_map")
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(v, str) for v in weight_map.values())
+    ):
+        raise SubmissionRejected(
+            422,
+            f"{index_name} has no valid \"weight_map\" (tensor name -> shard file): {SAVE_HINT} "
+            "into an empty folder",
+        )
+    shard_names = sorted(set(weight_map.values()))
+    missing: list[str] = []
+    shards: list[Path] = []
+    for shard_name in shard_names:
+        if Path(shard_name).name != shard_name:
+            raise SubmissionRejected(
+                422,
+                f"{index_name} names shard {shard_name!r}, which is not a file in the model "
+                f"folder: {SAVE_HINT} into an empty folder",
+            )
+        shard = _present(root, shard_name)
+        if shard is None:
+            missing.append(shard_name)
+        else:
+            shards.append(shard)
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise SubmissionRejected(
+            422,
+            f"weight shards listed in {index_name} are missing: {shown}: copy every shard, or "
+            f"{SAVE_HINT} into an empty folder",
+        )
+    return shards
+
+
+def _check_tokenizer(root: Path) -> None:
+    """Checks that a tokenizer can be found in the folder.
+
+    Raises:
+        SubmissionRejected: 422 naming the missing tokenizer files or the unreadable one.
+    """
+    hint = "save it with tokenizer.save_pretrained(path) into the same folder as the model"
+    tokenizer_config = _present(root, "tokenizer_config.json")
+    if tokenizer_config is not None:
+        _load_json_object(tokenizer_config, "tokenizer_config.json")
+    tokenizer_json = _present(root, "tokenizer.json")
+    if tokenizer_json is not None:
+        _load_json_object(tokenizer_json, "tokenizer.json")
+        return
+    if tokenizer_config is None:
+        raise SubmissionRejected(
+            422,
+            "tokenizer files missing: neither tokenizer.json nor tokenizer_config.json is in the "
+            f"model folder: {hint}",
+        )
+    if not any(_present(root, name) is not None for name in VOCAB_FILES):
+        raise SubmissionRejected(
+            422,
+            "tokenizer files missing: tokenizer_config.json is there but no vocabulary file "
+            f"(tokenizer.json, {', '.join(VOCAB_FILES)}): {hint}",
+        )
+
+
+def _tensor_names(path: Path) -> list[str]:
+    """Lists the tensor names in one weight file.
+
+    Raises:
+        CorruptWeightsError: The file cannot be opened or parsed.
+    """
+    if path.suffix == ".safetensors":
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                return list(handle.keys())
+        except MemoryError:
+            raise
+        except Exception as exc:  # any failure of the reader means the file is unusable
+            raise _corrupt(path, exc) from exc
+    return list(_load_bin(path))
+
+
+def _load_bin(path: Path) -> dict[str, torch.Tensor]:
+    """Loads a ``.bin`` state dict safely (no pickle code), memory-mapped where the format allows.
+
+    Raises:
+        CorruptWeightsError: The file cannot be loaded or does not hold a state dict.
+    """
+    import torch
+
+    try:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            # Files in torch's legacy (pre-zip) format cannot be memory-mapped.
+            if "mmap" not in str(exc):
+                raise
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except MemoryError:
+        raise
+    except Exception as exc:  # any failure of the reader means the file is unusable
+        raise _corrupt(path, exc) from exc
+    if not isinstance(state, dict):
+        raise CorruptWeightsError(
+            f"weight file {path.name} holds a {type(state).__name__}, not a state dict of tensors: "
+            f"{SAVE_HINT}"
+        )
+    return {k: v for k, v in state.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
+
+
+def _corrupt(path: Path, exc: BaseException) -> CorruptWeightsError:
+    return CorruptWeightsError(
+        f"weight file {path.name} cannot be read ({type(exc).__name__}: {exc}): save the model "
+        "again with model.save_pretrained(path) and submit it again"
+    )
+
+
+class _TensorReaders:
+    """Reads tensors by name from several weight files, keeping each file open once."""
+
+    def __init__(self) -> None:
+        self._handles: dict[Path, Any] = {}
+
+    def __enter__(self) -> _TensorReaders:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for handle in self._handles.values():
+            close = getattr(handle, "__exit__", None)
+            if close is not None:
+                close(None, None, None)
+        self._handles.clear()
+
+    def get(self, path: Path, name: str) -> torch.Tensor:
+        """Returns tensor ``name`` of ``path``.
+
+        Raises:
+            CorruptWeightsError: The tensor's data cannot be read.
+        """
+        try:
+            handle = self._handles.get(path)
+            if handle is None:
+                handle = self._open(path)
+                self._handles[path] = handle
+            if isinstance(handle, dict):
+                return handle[name]
+            return handle.get_tensor(name)
+        except CorruptWeightsError:
+            raise
+        except MemoryError:
+            raise
+        except Exception as exc:  # any failure of the reader means the file is unusable
+            raise _corrupt(path, exc) from exc
+
+    @staticmethod
+    def _open(path: Path) -> Any:
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            return safe_open(str(path), framework="pt").__enter__()
+        return _load_bin(path)
+
+
+def _update_with_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
+    """Feeds one tensor into the hash: length-prefixed name, dtype and shape, then its bytes."""
+    import torch
+
+    header = json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode("utf-8")
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    data = flat.view(torch.uint8).numpy() if flat.numel() else b""
+    digest.update(len(header).to_bytes(8, "little"))
+    digest.update(header)
+    digest.update(int(flat.numel() * flat.element_size()).to_bytes(8, "little"))
+    digest.update(memoryview(data))

@@ -1,0 +1,96 @@
+"""Scoring one model on one task's private eval split (what a grader does, without Ray)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvalTarget:
+    """What a model is scored on: a task version, its data source and its eval options."""
+
+    task_id: str
+    task_version: int
+    source: str
+    seed: int
+    build_options: dict[str, Any] = field(default_factory=dict, hash=False)
+    eval_options: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def eval_digest(self) -> str:
+        """Digest of everything besides the model that decides a score."""
+        payload = {"build": self.build_options, "eval": self.eval_options, "source": self.source, "seed": self.seed}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+    def cache_key(self, weights_hash: str) -> str:
+        """Key of a score (baseline or submission) of the model with ``weights_hash`` on this target.
+
+        >>> EvalTarget("gsm8k", 1, "fixture", 0).cache_key("abc")[:19]
+        'gsm8k:v1:fixture:44'
+        """
+        return f"{self.task_id}:v{self.task_version}:{self.source}:{self.eval_digest}:{weights_hash}"
+
+
+@dataclass(frozen=True)
+class ScoreOutcome:
+    """The result of scoring one model: a score, or the error that made the model invalid."""
+
+    score: float | None
+    num_examples: int
+    details: dict[str, Any]
+    error: str | None
+    elapsed_s: float
+
+
+def target_from_config(config: dict[str, Any], task_version: int) -> EvalTarget:
+    """The eval target of a composed cell config."""
+    task = config["task"]
+    source = task["source"]
+    return EvalTarget(
+        task_id=task["name"],
+        task_version=task_version,
+        source=source,
+        seed=0,  # the eval split is the same for every seed of a cell, so scores are comparable
+        build_options=dict(task["build"].get(source) or {}),
+        eval_options=dict(task["eval"].get(source) or {}),
+    )
+
+
+def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_size: int) -> ScoreOutcome:
+    """Load ``model_dir`` and evaluate it on ``target``'s private split.
+
+    A model that cannot be loaded or generated with is an agent outcome: it comes back as an
+    outcome with ``error`` set, never as an exception. Errors of the task itself (its data cannot
+    be built) are infrastructure failures and raise.
+    """
+    from autorl.engine.hf import HFEngine
+    from autorl.grading.model_checks import normalize_tokenizer_config
+    from autorl.tasks import build_task_data, get_task, load_evaluator
+
+    spec = get_task(target.task_id)
+    data = build_task_data(spec, target.source, cache_root / "tasks", seed=target.seed, options=target.build_options)
+    evaluate = load_evaluator(spec)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="autorl-grader-") as scratch:
+        try:
+            # The grader works on its own copy, so quirks are fixed without touching the agent's files.
+            local = normalize_tokenizer_config(model_dir, Path(scratch) / "model")
+            engine = HFEngine(local, batch_size=batch_size)
+        except Exception as error:  # noqa: BLE001 - any load failure makes the submission invalid
+            logger.info("model %s failed to load: %s", model_dir, error)
+            return ScoreOutcome(None, 0, {}, f"model failed to load: {type(error).__name__}: {error}", 0.0)
+        try:
+            result = evaluate(engine, data.private_dir, options=target.eval_options)
+        except Exception as error:  # noqa: BLE001 - e.g. generation with broken weights
+            logger.info("evaluation of %s failed: %s", model_dir, error)
+            return ScoreOutcome(None, 0, {}, f"evaluation failed: {type(error).__name__}: {error}", time.monotonic() - started)
+    return ScoreOutcome(float(result.score), result.num_examples, dict(result.details), None, time.monotonic() - started)

@@ -1,0 +1,243 @@
+"""One cell's submission queue: validate, record, score one at a time, answer the agent.
+
+The HTTP layer (``autorl.grading.api``) is a thin shell over this class. Scoring goes through an
+injected ``scorer`` (the GraderPool in a sweep; an in-process grader in unit tests) and every
+record through an injected ``sink`` (the Recorder actor in a sweep), so this module needs no Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from autorl.grading.model_checks import (
+    CorruptWeightsError,
+    ModelFiles,
+    SubmissionRejected,
+    check_loadable_model,
+    resolve_submission_path,
+    weights_hash,
+)
+from autorl.grading.scoring import ScoreOutcome
+from autorl.records.store import SubmissionRecord, summarize_submissions
+from autorl.workspace.run_meta import RunMeta
+
+logger = logging.getLogger(__name__)
+
+Scorer = Callable[[Path, str], tuple[ScoreOutcome, bool]]
+"""(model_dir, weights_hash) -> (outcome, came_from_cache)."""
+
+
+class RecordSink(Protocol):
+    """Where submission records go (the Recorder actor, or a store in tests)."""
+
+    def record_submission(self, record: SubmissionRecord) -> None:
+        """Store or replace one submission record."""
+        ...
+
+
+class QueueFull(Exception):
+    """Too many of this cell's submissions are waiting to be scored (HTTP 429)."""
+
+
+@dataclass(frozen=True)
+class CellGradingContext:
+    """What the submission queue knows about its cell."""
+
+    cell_id: str
+    workspace: Path
+    base_weights_hash: str
+    baseline: float
+    max_queued: int
+
+
+@dataclass
+class _Pending:
+    record: SubmissionRecord
+    files: ModelFiles
+    model_dir: Path
+    done: threading.Event
+
+
+class SubmissionService:
+    """Validates and scores one cell's submissions in arrival order on a worker thread."""
+
+    def __init__(
+        self,
+        ctx: CellGradingContext,
+        scorer: Scorer,
+        sink: RecordSink,
+        run_meta: RunMeta,
+        snapshot_code: Callable[[str], str | None] = lambda reason: None,
+    ) -> None:
+        """Start the worker thread."""
+        self.ctx = ctx
+        self.scorer = scorer
+        self.sink = sink
+        self.run_meta = run_meta
+        self.snapshot_code = snapshot_code
+        self._lock = threading.Lock()
+        self._records: dict[int, SubmissionRecord] = {}
+        self._events: dict[int, threading.Event] = {}
+        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._queued = 0
+        self._scored_hashes: dict[str, SubmissionRecord] = {}
+        self._worker = threading.Thread(target=self._work, name=f"grading-{ctx.cell_id}", daemon=True)
+        self._worker.start()
+
+    # ---- called by the HTTP layer -------------------------------------------------------------
+
+    def submit(self, model_path: object) -> int:
+        """Validate ``model_path``, record the submission as queued and return its id.
+
+        Raises:
+            SubmissionRejected: 400/422 with a message saying what to fix (nothing is recorded).
+            QueueFull: when ``max_queued`` submissions of this cell already wait.
+        """
+        model_dir = resolve_submission_path(self.ctx.workspace, model_path)
+        files = check_loadable_model(model_dir)
+        with self._lock:
+            if self._queued >= self.ctx.max_queued:
+                raise QueueFull(
+                    f"{self._queued} submissions of this cell are already waiting to be scored; "
+                    "wait for a result (GET /submissions) before submitting more"
+                )
+            submission_id = len(self._records) + 1
+            self._queued += 1
+            record = SubmissionRecord(
+                cell_id=self.ctx.cell_id,
+                submission_id=submission_id,
+                model_path=str(model_path),
+                status="queued",
+                baseline_score=self.ctx.baseline,
+                code_revision=self.snapshot_code(f"submission {submission_id}"),
+                submitted_at=time.time(),
+            )
+            self._records[submission_id] = record
+            done = threading.Event()
+            self._events[submission_id] = done
+        self.sink.record_submission(record)
+        self.run_meta.update(last_submit_time=record.submitted_at)
+        self._queue.put(_Pending(record, files, model_dir, done))
+        return submission_id
+
+    def wait(self, submission_id: int, timeout: float | None) -> bool:
+        """Block until the submission is final; False on timeout."""
+        return self._events[submission_id].wait(timeout)
+
+    def response(self, submission_id: int) -> dict[str, Any] | None:
+        """The agent-facing view of one submission (SPEC §5), or None if unknown."""
+        with self._lock:
+            record = self._records.get(submission_id)
+            if record is None:
+                return None
+            summary = summarize_submissions(list(self._records.values()), self.ctx.baseline)
+            total = len(self._records)
+        body: dict[str, Any] = {
+            "submission_id": record.submission_id,
+            "status": record.status,
+            "model_path": record.model_path,
+            "score": record.score,
+            "baseline_score": self.ctx.baseline,
+            "improvement": record.improvement,
+            "best": {"submission_id": summary["best_submission_id"], "score": summary["best_score"]},
+            "total_submissions": total,
+        }
+        if record.error:
+            body["error"] = record.error
+        details = json.loads(record.details_json)
+        if details:
+            body["details"] = details
+        return body
+
+    def responses(self) -> list[dict[str, Any]]:
+        """Every submission of this cell, in order."""
+        with self._lock:
+            ids = sorted(self._records)
+        return [r for r in (self.response(i) for i in ids) if r is not None]
+
+    def queued(self) -> int:
+        """Submissions of this cell waiting or being scored."""
+        with self._lock:
+            return self._queued
+
+    def queue_wait_s(self) -> float:
+        """Total time this cell's submissions waited before a grader took them."""
+        with self._lock:
+            return sum(r.queue_wait_s or 0.0 for r in self._records.values())
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every queued submission is final; True if the queue emptied in time."""
+        deadline = time.monotonic() + timeout
+        while self.queued() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return not self.queued()
+
+    def close(self) -> None:
+        """Stop the worker thread after the submissions already queued."""
+        self._queue.put(None)
+
+    # ---- worker -------------------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while (pending := self._queue.get()) is not None:
+            try:
+                final = self._score(pending)
+            except Exception as error:  # noqa: BLE001 - never lose a submission to a grader crash
+                logger.exception("scoring submission %s failed", pending.record.submission_id)
+                final = replace(pending.record, status="invalid", error=f"grading failed: {error}", finished_at=time.time())
+            self._finish(final)
+            pending.done.set()
+
+    def _score(self, pending: _Pending) -> SubmissionRecord:
+        started = time.time()
+        record = replace(pending.record, status="scoring", started_at=started, queue_wait_s=started - pending.record.submitted_at)
+        self._store(record)
+        try:
+            digest = weights_hash(pending.files)
+        except CorruptWeightsError as error:
+            return replace(record, status="invalid", error=str(error), finished_at=time.time())
+        record = replace(record, weights_hash=digest)
+        if digest == self.ctx.base_weights_hash:
+            return self._scored(record, self.ctx.baseline, "copy_of_base", {"flag": "copy_of_base"})
+        earlier = self._scored_hashes.get(digest)
+        if earlier is not None and earlier.score is not None:
+            flags = {"flag": "duplicate", "duplicate_of": earlier.submission_id}
+            return self._scored(record, earlier.score, "duplicate", flags)
+        outcome, cached = self.scorer(pending.model_dir, digest)
+        if outcome.error is not None or outcome.score is None:
+            return replace(record, status="invalid", error=outcome.error, finished_at=time.time())
+        details = {"num_examples": outcome.num_examples, **outcome.details}
+        if cached:
+            details["flag"] = "duplicate"
+        return self._scored(record, outcome.score, "duplicate" if cached else "scored", details)
+
+    def _scored(self, record: SubmissionRecord, score: float, status: str, details: dict[str, Any]) -> SubmissionRecord:
+        return replace(
+            record,
+            status=status,
+            score=score,
+            improvement=round(score - self.ctx.baseline, 6),
+            details_json=json.dumps(details),
+            finished_at=time.time(),
+        )
+
+    def _store(self, record: SubmissionRecord) -> None:
+        with self._lock:
+            self._records[record.submission_id] = record
+        self.sink.record_submission(record)
+
+    def _finish(self, record: SubmissionRecord) -> None:
+        self._store(record)
+        with self._lock:
+            # Only after the final record is stored, so drain() never ends with it unrecorded.
+            self._queued -= 1
+            if record.weights_hash and record.score is not None and record.weights_hash not in self._scored_hashes:
+                self._scored_hashes[record.weights_hash] = record

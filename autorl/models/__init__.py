@@ -1,0 +1,1 @@
+"""Base models: the offline ``tiny`` model and hub models, resolved to a local folder."""

@@ -1,0 +1,147 @@
+"""The `tiny` base model: a small Qwen3-style causal LM built offline and deterministically.
+
+It exists so that the embedded default and the tests run on a CPU with no model hub: a byte-level
+BPE tokenizer trained on a generated corpus, a ChatML chat template and a randomly initialised
+Qwen3 model (a Qwen2 config would make `AutoTokenizer` swap in Qwen2Tokenizer and change ids; see
+stack-notes.md §3). head_dim is 64 so that the same model also loads in vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+# Bump when anything below changes the built files: it is part of the cache path.
+TINY_BUILD_VERSION = 1
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+_WORDS = (
+    "the a an and of to in is are was were has have had he she it they them his her their how many much "
+    "more less left now each total altogether after before buys gives gets eats loses finds sells makes "
+    "apples pencils books marbles stickers cookies coins cards toys balls flowers candies eggs shells "
+    "Tom Anna Ben Sara Leo Mia Sam Lily Max Emma Noah Zoe Jack Ella friend friends mother father teacher "
+    "question answer think step by let's what if then so there at on for with from some all day days "
+    "store box bag basket class school garden week price cost dollars minutes hours first second third"
+).split()
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Shape of the tiny model; every field changes the built weights and so the cache key."""
+
+    vocab_size: int = 1024
+    hidden_size: int = 128
+    intermediate_size: int = 384
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    head_dim: int = 64
+    max_position_embeddings: int = 1024
+    seed: int = 0
+
+
+def _corpus(seed: int) -> list[str]:
+    """Generated text that covers word problems, arithmetic and the prompt protocol's phrases."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(6000):
+        a, b = rng.randint(0, 40), rng.randint(0, 40)
+        lines.append(f"{a} + {b} = {a + b}. {max(a, b)} - {min(a, b)} = {max(a, b) - min(a, b)}.")
+        lines.append(" ".join(rng.choice(_WORDS) for _ in range(10)) + "?")
+        lines.append(f"Question: {rng.choice(_WORDS)}\nLet's think step by step\nAnswer: The answer is {a}.\n#### {b}")
+    return lines
+
+
+def _build(target: Path, cfg: TinyModelConfig) -> None:
+    """Train the tokenizer, initialise the model and save both into `target`."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    raw = Tokenizer(models.BPE(unk_token=None))
+    raw.normalizer = normalizers.NFC()
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=cfg.vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    raw.train_from_iterator(_corpus(cfg.seed), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        unk_token=None,
+        additional_special_tokens=["<|im_start|>", "<|endoftext|>"],
+        padding_side="left",
+        model_max_length=cfg.max_position_embeddings,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+
+    torch.manual_seed(cfg.seed)
+    model_cfg = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen3ForCausalLM(model_cfg)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    (target / "autorl_tiny.json").write_text(json.dumps({"build_version": TINY_BUILD_VERSION, **asdict(cfg)}, indent=2))
+
+
+def ensure_tiny_model(cache_root: Path, cfg: TinyModelConfig | None = None) -> Path:
+    """Return the folder of the tiny model, building it on first use.
+
+    The build is deterministic (fixed seeds), so the same config always yields the same weights
+    and the same weights hash. Concurrent callers (several cells on one node) are serialised by a
+    file lock and see either no folder or a complete one, never a half-written one.
+
+    Args:
+        cache_root: folder that holds built models (e.g. ``~/.cache/autorl/models``).
+        cfg: model shape; defaults to :class:`TinyModelConfig`.
+
+    Returns:
+        Path of a folder loadable with ``AutoModelForCausalLM``/``AutoTokenizer``.
+    """
+    cfg = cfg or TinyModelConfig()
+    key = f"tiny-b{TINY_BUILD_VERSION}-h{cfg.hidden_size}-l{cfg.num_hidden_layers}-v{cfg.vocab_size}-s{cfg.seed}"
+    target = cache_root / key
+    cache_root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache_root / f".{key}.lock")):
+        if (target / "autorl_tiny.json").exists():
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root))
+        try:
+            _build(staging, cfg)
+            staging.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -1,0 +1,77 @@
+"""Live progress of a sweep's cells in the terminal (rich), and the final results table."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from types import TracebackType
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from autorl.records.store import CellRecord
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def cells_table(title: str, cells: list[CellRecord]) -> Table:
+    """A table with one row per cell: status, baseline, best so far, improvement, submissions."""
+    table = Table(title=title, title_justify="left")
+    for column in ("cell", "status", "baseline", "best", "improvement", "subs (valid)", "exit", "time s"):
+        table.add_column(column, justify="left" if column in ("cell", "status", "exit") else "right")
+    style = {"completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
+    for cell in cells:
+        table.add_row(
+            cell.cell_id, f"[{style.get(cell.status, '')}]{cell.status}[/]" if cell.status in style else cell.status,
+            _fmt(cell.baseline), _fmt(cell.best_score), _fmt(cell.improvement),
+            f"{cell.submissions} ({cell.valid_submissions})", cell.exit_class or "-", _fmt(cell.duration_s, 0),
+        )
+    counts = Counter(cell.status for cell in cells)
+    table.caption = "  ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
+    return table
+
+
+class CellBoard:
+    """A live table of the sweep's cells, refreshed by the scheduler loop.
+
+    Falls back to one line per status change when stdout is not a terminal (CI logs).
+    """
+
+    def __init__(self, sweep_id: str, *, enabled: bool) -> None:
+        """Create the board; it draws nothing until entered."""
+        self.sweep_id = sweep_id
+        self.console = Console(stderr=False)
+        self.enabled = enabled
+        self.live: Live | None = None
+        self._last: dict[str, str] = {}
+
+    def __enter__(self) -> CellBoard:
+        if self.enabled and self.console.is_terminal:
+            self.live = Live(cells_table(f"sweep {self.sweep_id}", []), console=self.console, refresh_per_second=2)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        if self.live is not None:
+            self.live.__exit__(kind, error, tb)
+            self.live = None
+
+    def note(self, message: str) -> None:
+        """Print a one-off message above the table."""
+        self.console.print(f"[bold]autorl[/]: {message}")
+
+    def refresh(self, cells: list[CellRecord]) -> None:
+        """Redraw the table (terminal) or print status changes (non-terminal)."""
+        if self.live is not None:
+            self.live.update(cells_table(f"sweep {self.sweep_id}", cells))
+            return
+        if not self.enabled:
+            return
+        for cell in cells:
+            state = f"{cell.status} best={_fmt(cell.best_score)} subs={cell.submissions}"
+            if self._last.get(cell.cell_id) != state:
+                self._last[cell.cell_id] = state
+                print(f"[autorl] {cell.cell_id}: {state}", file=sys.stdout, flush=True)

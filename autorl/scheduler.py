@@ -1,0 +1,225 @@
+"""Runs a planned sweep on Ray: shared services, one placement group + Workspace actor per cell.
+
+Cells are scheduled by resources: each asks for a ``{CPU, GPU}`` bundle through its own placement
+group, and at most ``scheduler.max_concurrent_cells`` are placed or running at once. The record
+store makes re-running the same command a resume: completed cells are skipped, the rest run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayError
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from autorl.actors.grader_pool import GraderPool
+from autorl.actors.recorder import Recorder
+from autorl.actors.workspace import Workspace
+from autorl.config import CellSpec, SweepPlan, resolve_cache_dir
+from autorl.progress import CellBoard
+from autorl.records.store import CellRecord
+from autorl.tasks import get_task
+
+logger = logging.getLogger(__name__)
+_CANCEL_WAIT_S = 60.0
+
+
+@dataclass
+class _Attempt:
+    cell: CellSpec
+    attempt: int
+    pg: PlacementGroup
+    placed_at: float
+    actor: Any = None
+    run_ref: Any = None
+    ready_ref: Any = field(default=None)
+
+
+def connect(cluster_cfg: dict[str, Any], namespace: str) -> None:
+    """Start an embedded Ray (``address: null``) or join the configured cluster."""
+    common: dict[str, Any] = {"namespace": namespace, "log_to_driver": False, "configure_logging": False}
+    if cluster_cfg["address"]:
+        ray.init(address=cluster_cfg["address"], **common)
+        return
+    local: dict[str, Any] = {"include_dashboard": bool(cluster_cfg["include_dashboard"])}
+    for key in ("num_cpus", "num_gpus"):
+        if cluster_cfg[key] is not None:
+            local[key] = cluster_cfg[key]
+    if cluster_cfg["include_dashboard"]:
+        local["dashboard_port"] = int(cluster_cfg["dashboard_port"])
+    if cluster_cfg["temp_dir"]:
+        local["_temp_dir"] = str(cluster_cfg["temp_dir"])
+    ray.init(address="local", **common, **local)
+
+
+def _bundle(cell: CellSpec) -> dict[str, float]:
+    bundle = {"CPU": float(cell.config["cell"]["cpus"])}
+    if cell.config["cell"]["gpus"]:
+        bundle["GPU"] = float(cell.config["cell"]["gpus"])
+    return bundle
+
+
+class SweepRunner:
+    """Drives one sweep to the end; see :func:`run_sweep`."""
+
+    def __init__(self, plan: SweepPlan) -> None:
+        """Start the shared services of the sweep (Ray must already be connected)."""
+        self.plan = plan
+        self.cfg = plan.base_config
+        db_path = plan.sweep_dir / "records.sqlite"
+        self.recorder = (
+            ray.remote(Recorder)
+            .options(name="recorder", num_cpus=0, max_restarts=-1, max_task_retries=-1)
+            .remote(str(db_path))
+        )
+        self.pool = (
+            ray.remote(GraderPool)
+            .options(name="grader_pool", num_cpus=0)
+            .remote(dict(self.cfg["grader"]), str(resolve_cache_dir(self.cfg["cache_dir"])), self.recorder)
+        )
+        self.board = CellBoard(plan.sweep_id, enabled=bool(self.cfg["progress"]))
+
+    def run(self) -> dict[str, str]:
+        """Run every unfinished cell; returns the final status of every cell of the plan."""
+        todo: deque[tuple[CellSpec, int]] = deque()
+        skipped = []
+        for cell in self.plan.cells:
+            existing = ray.get(self.recorder.get_cell.remote(cell.cell_id))
+            if existing is not None and existing.status == "completed":
+                skipped.append(cell.cell_id)
+                continue
+            todo.append((cell, 1))
+            ray.get(self.recorder.start_attempt.remote(self._record(cell, "pending", 0)))
+        if skipped:
+            self.board.note(f"{len(skipped)} cell(s) already completed, skipped: {', '.join(skipped)}")
+        active: list[_Attempt] = []
+        limit = int(self.cfg["scheduler"]["max_concurrent_cells"])
+        with self.board:
+            try:
+                while todo or active:
+                    while todo and len(active) < limit:
+                        cell, attempt = todo.popleft()
+                        active.append(self._place(cell, attempt))
+                    for finished in self._step(active):
+                        active.remove(finished)
+                        retry = self._finish(finished)
+                        if retry:
+                            todo.append((finished.cell, finished.attempt + 1))
+                    self.board.refresh(ray.get(self.recorder.list_cells.remote(self.plan.sweep_id)))
+            except KeyboardInterrupt:
+                self.board.note("interrupted: cancelling running cells (run the same command again to resume)")
+                self._cancel(active, list(todo))
+                raise
+            finally:
+                self.write_results()
+        cells = ray.get(self.recorder.list_cells.remote(self.plan.sweep_id))
+        return {c.cell_id: c.status for c in cells if c.cell_id in {p.cell_id for p in self.plan.cells}}
+
+    def write_results(self) -> None:
+        """(Re)write ``results.csv`` from the record store."""
+        ray.get(self.recorder.write_results.remote(self.plan.sweep_id, str(self.plan.sweep_dir / "results.csv")))
+
+    def cells(self) -> list[CellRecord]:
+        """The records of this sweep's cells."""
+        return [c for c in ray.get(self.recorder.list_cells.remote(self.plan.sweep_id))]
+
+    def _record(self, cell: CellSpec, status: str, attempts: int) -> CellRecord:
+        return CellRecord(
+            sweep_id=cell.sweep_id, cell_id=cell.cell_id, agent=cell.agent, driver=cell.driver, task=cell.task,
+            task_version=get_task(cell.task).version, model=cell.model, seed=cell.seed, budget_s=cell.budget_s,
+            status=status, attempts=attempts, config_json=json.dumps(cell.config, sort_keys=True),
+            task_source=cell.config["task"]["source"],
+        )
+
+    def _place(self, cell: CellSpec, attempt: int) -> _Attempt:
+        pg = placement_group([_bundle(cell)], name=f"{cell.sweep_id}/{cell.cell_id}/{attempt}")
+        ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "pending", {"attempts": attempt}))
+        return _Attempt(cell, attempt, pg, time.time(), ready_ref=pg.ready())
+
+    def _step(self, active: list[_Attempt]) -> list[_Attempt]:
+        """Wait up to a second for progress; returns the attempts whose run ended."""
+        refs = [a.run_ref if a.run_ref is not None else a.ready_ref for a in active]
+        if not refs:
+            return []
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=1.0)
+        finished = []
+        timeout = float(self.cfg["scheduler"]["placement_timeout_s"])
+        for attempt in active:
+            if attempt.run_ref is None and attempt.ready_ref in done:
+                self._start(attempt)
+            elif attempt.run_ref is None and time.time() - attempt.placed_at > timeout:
+                finished.append(attempt)
+            elif attempt.run_ref is not None and attempt.run_ref in done:
+                finished.append(attempt)
+        return finished
+
+    def _start(self, attempt: _Attempt) -> None:
+        cell = attempt.cell
+        options: dict[str, Any] = {
+            "num_cpus": float(cell.config["cell"]["cpus"]),
+            "max_concurrency": 4,  # run() plus cancel() calls
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=attempt.pg),
+        }
+        if cell.config["cell"]["gpus"]:
+            options["num_gpus"] = float(cell.config["cell"]["gpus"])
+        cell_dir = self.plan.sweep_dir / "cells" / cell.cell_id
+        attempt.actor = ray.remote(Workspace).options(**options).remote(cell, str(cell_dir), self.recorder, self.pool)
+        attempt.run_ref = attempt.actor.run.remote()
+        ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "running", {"started_at": time.time()}))
+
+    def _finish(self, attempt: _Attempt) -> bool:
+        """Record how an attempt ended; returns True when it should be retried."""
+        cell = attempt.cell
+        try:
+            if attempt.run_ref is None:
+                raise TimeoutError(f"resources {_bundle(cell)} for cell {cell.cell_id} never became available")
+            fields = ray.get(attempt.run_ref)
+            ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "completed", fields | {"finished_at": time.time(), "error": None}))
+            return False
+        except (RayError, TimeoutError) as error:
+            retries = int(self.cfg["scheduler"]["max_retries"])
+            logger.warning("cell %s attempt %d failed: %s", cell.cell_id, attempt.attempt, error)
+            message = str(error).strip().splitlines()[-1][:500] if str(error).strip() else type(error).__name__
+            status = "pending" if attempt.attempt <= retries else "failed"
+            ray.get(self.recorder.set_cell_status.remote(cell.cell_id, status, {"error": message, "finished_at": time.time()}))
+            return status == "pending"
+        finally:
+            if attempt.actor is not None:
+                ray.kill(attempt.actor)
+            remove_placement_group(attempt.pg)
+
+    def _cancel(self, active: list[_Attempt], queued: list[tuple[CellSpec, int]]) -> None:
+        for attempt in active:
+            if attempt.actor is not None:
+                attempt.actor.cancel.remote()
+        for attempt in active:
+            status = "cancelled"
+            if attempt.run_ref is not None:
+                try:
+                    ray.get(attempt.run_ref, timeout=_CANCEL_WAIT_S)
+                except (RayError, GetTimeoutError):
+                    pass
+                ray.kill(attempt.actor)
+            remove_placement_group(attempt.pg)
+            ray.get(self.recorder.set_cell_status.remote(attempt.cell.cell_id, status, {"finished_at": time.time()}))
+        for cell, _ in queued:
+            ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "cancelled", {}))
+
+
+def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
+    """Connect to Ray, run the sweep and return (final status per cell, the sweep's records)."""
+    plan.sweep_dir.mkdir(parents=True, exist_ok=True)
+    connect(plan.base_config["cluster"], f"{plan.base_config['cluster']['namespace_prefix']}-{plan.sweep_id}")
+    try:
+        runner = SweepRunner(plan)
+        statuses = runner.run()
+        return statuses, runner.cells()
+    finally:
+        ray.shutdown()

@@ -1,0 +1,69 @@
+"""``python -m autorl.sweep [axis=value ...] [override ...]``: run a grid of cells on Ray.
+
+Axes: ``agent``, ``driver``, ``task``, ``model``, ``seed``; each takes a name, a comma list or
+``all``, and the cells are their cartesian product. Every other ``key=value`` is a Hydra override
+passed to every cell. Running the same command again resumes the sweep.
+
+Examples:
+    python -m autorl.sweep                                   # the embedded default
+    python -m autorl.sweep task=gsm8k seed=0,1 dry_run=true  # print the two cells, run nothing
+    python -m autorl.sweep agent=opencode driver=gpt-5 task=all budget.seconds=43200
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from autorl.config import SweepPlan, plan_sweep
+from autorl.errors import AutorlError
+
+FINAL_OK = ("completed",)
+
+
+def print_plan(plan: SweepPlan, console: Console) -> None:
+    """Print the cell table of a plan (the dry run)."""
+    table = Table(title=f"sweep {plan.sweep_id}: {len(plan.cells)} cell(s) → {plan.sweep_dir}", title_justify="left")
+    for column in ("cell_id", "agent", "driver", "task", "model", "seed", "resources", "budget s"):
+        table.add_column(column)
+    for cell in plan.cells:
+        resources = f"CPU {cell.config['cell']['cpus']}" + (f", GPU {cell.config['cell']['gpus']}" if cell.config["cell"]["gpus"] else "")
+        table.add_row(cell.cell_id, cell.agent, cell.driver, cell.task, cell.model, str(cell.seed), resources, f"{cell.budget_s:.0f}")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sweep command; returns the process exit code (SPEC §2)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    console = Console()
+    if any(a in ("-h", "--help") for a in argv):
+        console.print(__doc__)
+        return 0
+    try:
+        plan = plan_sweep(argv)
+    except AutorlError as error:
+        console.print(f"[red]error:[/] {error}")
+        return 2
+    if plan.base_config["dry_run"]:
+        print_plan(plan, console)
+        return 0
+    from autorl.progress import cells_table
+    from autorl.scheduler import run_sweep
+
+    try:
+        statuses, cells = run_sweep(plan)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]; run the same command again to resume")
+        return 130
+    console.print(cells_table(f"sweep {plan.sweep_id} results ({plan.sweep_dir / 'results.csv'})", cells))
+    bad = {cell: status for cell, status in statuses.items() if status not in FINAL_OK}
+    if bad:
+        console.print(f"[red]{len(bad)} cell(s) did not complete:[/] {bad}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Code revisions of the agent's ``code/``: commits in a git repository outside the workspace."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from autorl.records.store import CodeRevision
+
+logger = logging.getLogger(__name__)
+_MAX_DIFF_CHARS = 200_000  # a diff is a record, not an archive: the repository keeps everything
+
+
+class CodeRevisions:
+    """Snapshots ``code_dir`` into ``repo_dir`` (a bare-style git dir the agent cannot see).
+
+    Each snapshot that changed something becomes a commit; its id and diff against the previous
+    snapshot go to ``sink`` (the Recorder).
+    """
+
+    def __init__(self, repo_dir: Path, code_dir: Path, cell_id: str, sink: Callable[[CodeRevision], None]) -> None:
+        """Create the repository."""
+        self.repo_dir = repo_dir
+        self.code_dir = code_dir
+        self.cell_id = cell_id
+        self.sink = sink
+        self._lock = threading.Lock()
+        self._env = os.environ | {"GIT_DIR": str(repo_dir), "GIT_WORK_TREE": str(code_dir)}
+        if not repo_dir.exists():
+            self._git("init", "-q")
+        self._head: str | None = self._rev_parse()
+
+    def _git(self, *args: str) -> str:
+        result = subprocess.run(
+            ["git", "-c", "user.name=autorl", "-c", "user.email=autorl@localhost", "-c", "commit.gpgsign=false", *args],
+            env=self._env, capture_output=True, text=True, check=True,
+        )
+        return result.stdout
+
+    def _rev_parse(self) -> str | None:
+        try:
+            return self._git("rev-parse", "--verify", "-q", "HEAD").strip() or None
+        except subprocess.CalledProcessError:
+            return None
+
+    def snapshot(self, reason: str) -> str | None:
+        """Commit the current ``code/`` if it changed; return the current revision (or None if empty)."""
+        with self._lock:
+            try:
+                self._git("add", "-A")
+                if self._head is not None and not self._git("status", "--porcelain"):
+                    return self._head
+                if self._head is None and not self._git("status", "--porcelain"):
+                    return None
+                self._git("commit", "-q", "-m", reason)
+                previous, self._head = self._head, self._rev_parse()
+                base = previous or "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # git's empty tree
+                diff = self._git("diff", base, str(self._head))
+                files = len(self._git("diff", "--name-only", base, str(self._head)).split())
+            except (subprocess.CalledProcessError, OSError) as error:
+                logger.warning("code snapshot failed: %s", error)
+                return self._head
+        assert self._head is not None
+        self.sink(CodeRevision(self.cell_id, self._head, time.time(), reason, diff[:_MAX_DIFF_CHARS], files))
+        return self._head

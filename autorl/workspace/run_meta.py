@@ -1,0 +1,49 @@
+"""``run_meta.json``: the budget facts the agent reads (SPEC §4 step 5)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+class RunMeta:
+    """Thread-safe owner of a workspace's ``run_meta.json``.
+
+    Fields: ``start_time`` (set when the agent starts, not before the baseline), ``timeout_s``,
+    ``last_submit_time`` and ``end_time`` (epoch seconds).
+    """
+
+    def __init__(self, path: Path, timeout_s: float) -> None:
+        """Create the file with the budget and no times yet."""
+        self.path = path
+        self._lock = threading.Lock()
+        self._data: dict[str, Any] = {"start_time": None, "timeout_s": timeout_s, "last_submit_time": None, "end_time": None}
+        self._write()
+
+    def update(self, **fields: Any) -> None:
+        """Set fields and rewrite the file atomically."""
+        with self._lock:
+            self._data.update(fields)
+            self._write()
+
+    def snapshot(self) -> dict[str, Any]:
+        """The current fields."""
+        with self._lock:
+            return dict(self._data)
+
+    def remaining(self, now: float | None = None) -> float | None:
+        """Seconds of budget left, or None before the agent started."""
+        data = self.snapshot()
+        if data["start_time"] is None:
+            return None
+        now = time.time() if now is None else now
+        return max(0.0, float(data["timeout_s"]) - (now - float(data["start_time"])))
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self._data, indent=2))
+        os.replace(tmp, self.path)

@@ -1,0 +1,221 @@
+"""The task contract, checked for every folder under tasks/ (fixture source only, no network)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autorl.errors import TaskError
+from autorl.tasks import (
+    EvalResult,
+    TaskData,
+    TaskSpec,
+    build_task_data,
+    discover_tasks,
+    get_task,
+    load_evaluator,
+)
+
+TASKS = discover_tasks()
+SMALL = {"train_size": 300, "eval_size": 40}
+
+
+def _rows(folder: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for path in sorted(folder.rglob("*.jsonl")):
+        rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return rows
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _last_user(conversation: list[dict[str, str]]) -> str:
+    return next(m["content"] for m in reversed(conversation) if m["role"] == "user")
+
+
+def _gold_reply(item: dict[str, Any]) -> str:
+    """A perfect reply for one eval item (extend here for tasks with other answer formats)."""
+    answer = str(item["answer"])
+    match = re.search(r"####\s*(\S+)\s*$", answer)
+    if match:
+        return f"{answer[: match.start()].strip()}\nThe answer is {match.group(1)}"
+    return answer
+
+
+class OracleEngine:
+    """Answers each conversation with the gold reply of the eval item it asks about."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = sorted(items, key=lambda it: -len(str(it["question"])))
+        self.calls = 0
+
+    def _reply(self, prompt: str) -> str:
+        item = next((it for it in self.items if str(it["question"]) in prompt), None)
+        assert item is not None, f"prompt matches no eval item: {prompt[-200:]!r}"
+        return _gold_reply(item)
+
+    def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int,
+                      stop: list[str] | None = None) -> list[str]:
+        self.calls += 1
+        return [self._reply(_last_user(c)) for c in conversations]
+
+    def generate_text(self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
+        self.calls += 1
+        return [self._reply(p) for p in prompts]
+
+
+class GarbageEngine:
+    """Returns text with no answer in it."""
+
+    def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int,
+                      stop: list[str] | None = None) -> list[str]:
+        return ["no idea, sorry" for _ in conversations]
+
+    def generate_text(self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
+        return ["no idea, sorry" for _ in prompts]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskData]:
+    root = tmp_path_factory.mktemp("cache")
+    return {tid: build_task_data(spec, "fixture", root, seed=0, options=SMALL) for tid, spec in TASKS.items()}
+
+
+def test_gsm8k_is_discovered() -> None:
+    assert "gsm8k" in TASKS
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_manifest_valid(task_id: str) -> None:
+    spec = TASKS[task_id]
+    assert spec.id == task_id == spec.folder.name
+    assert spec.version >= 1
+    assert spec.level in ("L1", "L2", "L3") and spec.kind in ("static", "interactive")
+    assert "fixture" in spec.sources
+    assert spec.description and "\n" not in spec.description
+    for name in ("build.py", "evaluate.py", "README.md"):
+        assert (spec.folder / name).is_file(), name
+    assert get_task(task_id) == spec
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_description_non_empty(task_id: str) -> None:
+    assert len(TASKS[task_id].description_md.read_text(encoding="utf-8").strip()) > 200
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_fixture_build_is_deterministic(task_id: str, tmp_path: Path, built: dict[str, TaskData]) -> None:
+    again = build_task_data(TASKS[task_id], "fixture", tmp_path, seed=0, options=SMALL)
+    first = built[task_id]
+    assert again.digest == first.digest and again.source == "fixture"
+    assert _files(again.public_dir) == _files(first.public_dir)
+    assert _files(again.private_dir) == _files(first.private_dir)
+    assert _rows(again.public_dir) and _rows(again.private_dir)
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_build_is_cached(task_id: str, built: dict[str, TaskData]) -> None:
+    data = built[task_id]
+    marker = data.public_dir.parent / "COMPLETE.json"
+    mtime = marker.stat().st_mtime_ns
+    root = data.public_dir.parents[3]
+    assert build_task_data(TASKS[task_id], "fixture", root, seed=0, options=SMALL) == data
+    assert marker.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_public_reveals_nothing_private(task_id: str, built: dict[str, TaskData]) -> None:
+    data = built[task_id]
+    public_rows = _rows(data.public_dir)
+    public_values = {v for row in public_rows for v in row.values() if isinstance(v, str)}
+    public_text = "\n".join(b.decode("utf-8", "replace") for b in _files(data.public_dir).values())
+    for row in _rows(data.private_dir):
+        for value in row.values():
+            if isinstance(value, str) and len(value) >= 16:
+                assert value not in public_values, value
+                assert value not in public_text, value
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_oracle_scores_100(task_id: str, built: dict[str, TaskData]) -> None:
+    data = built[task_id]
+    items = _rows(data.private_dir)
+    engine = OracleEngine(items)
+    result = load_evaluator(TASKS[task_id])(engine, data.private_dir, options={})
+    assert isinstance(result, EvalResult)
+    assert result.score == 100.0 and result.num_examples == len(items)
+    assert engine.calls <= 4, "the evaluator must batch its engine calls"
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_garbage_scores_0(task_id: str, built: dict[str, TaskData]) -> None:
+    data = built[task_id]
+    result = load_evaluator(TASKS[task_id])(GarbageEngine(), data.private_dir, options={})
+    assert isinstance(result, EvalResult)
+    assert result.score == 0.0 and result.num_examples == len(_rows(data.private_dir))
+
+
+def test_unknown_source_lists_sources(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="fixture"):
+        build_task_data(get_task("gsm8k"), "nope", tmp_path)
+
+
+def test_unknown_task_lists_tasks() -> None:
+    with pytest.raises(TaskError, match="gsm8k"):
+        get_task("no_such_task")
+
+
+def test_missing_key_names_file_and_key(tmp_path: Path) -> None:
+    (tmp_path / "broken").mkdir()
+    manifest = tmp_path / "broken" / "task.yaml"
+    manifest.write_text("id: broken\nname: B\nversion: 1\nlevel: L1\nkind: static\nsources: [fixture]\n")
+    with pytest.raises(TaskError, match=r"broken/task\.yaml.*'description'"):
+        discover_tasks(tmp_path)
+
+
+def test_new_folder_is_discovered(tmp_path: Path) -> None:
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "task.yaml").write_text(
+        "id: toy\nname: Toy\nversion: 2\nlevel: L2\nkind: static\ndescription: A toy.\nsources: [fixture]\n"
+    )
+    spec = discover_tasks(tmp_path)["toy"]
+    assert isinstance(spec, TaskSpec) and spec.version == 2 and spec.sources == ("fixture",)
+
+
+def test_failed_build_leaves_no_cache(tmp_path: Path) -> None:
+    folder = tmp_path / "tasks" / "flaky"
+    folder.mkdir(parents=True)
+    (folder / "task.yaml").write_text(
+        "id: flaky\nname: F\nversion: 1\nlevel: L1\nkind: static\ndescription: F.\nsources: [fixture]\n"
+    )
+    (folder / "build.py").write_text(
+        "def build(source, public, private, *, seed, options):\n"
+        "    (public / 'x.txt').write_text('x')\n"
+        "    if options.get('fail'):\n"
+        "        raise RuntimeError('boom')\n"
+    )
+    spec = discover_tasks(tmp_path / "tasks")["flaky"]
+    cache = tmp_path / "cache"
+    with pytest.raises(TaskError, match="boom"):
+        build_task_data(spec, "fixture", cache, options={"fail": True})
+    leftovers = [p.name for p in (cache / "flaky" / "v1").iterdir() if not p.name.endswith(".lock")]
+    assert leftovers == []
+    assert (build_task_data(spec, "fixture", cache).public_dir / "x.txt").read_text() == "x"
+
+
+def test_concurrent_builders_share_one_build(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    spec = get_task("gsm8k")
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: build_task_data(spec, "fixture", tmp_path, options=SMALL), range(4)))
+    assert len({r.digest for r in results}) == 1 and len({r.public_dir for r in results}) == 1
+    assert [p.name for p in (tmp_path / "gsm8k" / "v1").iterdir() if not p.name.endswith(".lock")] == [
+        results[0].public_dir.parent.name
+    ]
