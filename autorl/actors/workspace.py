@@ -90,7 +90,9 @@ class Workspace:
             return outcome, bool(cached)
 
         ctx = CellGradingContext(self.cell.cell_id, paths.root, base_hash, baseline, int(cfg["grader"]["max_queued_per_cell"]))
-        service = SubmissionService(ctx, scorer, _RecorderSink(self.recorder), run_meta, revisions.snapshot)
+        service = SubmissionService(
+            ctx, scorer, _RecorderSink(self.recorder), run_meta, self.cell_dir / "grader_copies", revisions.snapshot
+        )
         token = secrets.token_urlsafe(32)
         app = create_app(
             service, run_meta, token=token, task_id=self.cell.task, max_body_bytes=int(cfg["grading_api"]["max_body_bytes"]),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,31 +65,27 @@ def target_from_config(config: dict[str, Any], task_version: int) -> EvalTarget:
 
 
 def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_size: int) -> ScoreOutcome:
-    """Load ``model_dir`` and evaluate it on ``target``'s private split.
+    """Load ``model_dir`` (the grader's copy of a submission) and evaluate it on ``target``'s private split.
 
     A model that cannot be loaded or generated with is an agent outcome: it comes back as an
     outcome with ``error`` set, never as an exception. Errors of the task itself (its data cannot
     be built) are infrastructure failures and raise.
     """
     from autorl.engine.hf import HFEngine
-    from autorl.grading.model_checks import normalize_tokenizer_config
     from autorl.tasks import build_task_data, get_task, load_evaluator
 
     spec = get_task(target.task_id)
     data = build_task_data(spec, target.source, cache_root / "tasks", seed=target.seed, options=target.build_options)
     evaluate = load_evaluator(spec)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="autorl-grader-") as scratch:
-        try:
-            # The grader works on its own copy, so quirks are fixed without touching the agent's files.
-            local = normalize_tokenizer_config(model_dir, Path(scratch) / "model")
-            engine = HFEngine(local, batch_size=batch_size)
-        except Exception as error:  # noqa: BLE001 - any load failure makes the submission invalid
-            logger.info("model %s failed to load: %s", model_dir, error)
-            return ScoreOutcome(None, 0, {}, f"model failed to load: {type(error).__name__}: {error}", 0.0)
-        try:
-            result = evaluate(engine, data.private_dir, options=target.eval_options)
-        except Exception as error:  # noqa: BLE001 - e.g. generation with broken weights
-            logger.info("evaluation of %s failed: %s", model_dir, error)
-            return ScoreOutcome(None, 0, {}, f"evaluation failed: {type(error).__name__}: {error}", time.monotonic() - started)
+    try:
+        engine = HFEngine(model_dir, batch_size=batch_size)
+    except Exception as error:  # noqa: BLE001 - any load failure makes the submission invalid
+        logger.info("model %s failed to load: %s", model_dir, error)
+        return ScoreOutcome(None, 0, {}, f"model failed to load: {type(error).__name__}: {error}", 0.0)
+    try:
+        result = evaluate(engine, data.private_dir, options=target.eval_options)
+    except Exception as error:  # noqa: BLE001 - e.g. generation with broken weights
+        logger.info("evaluation of %s failed: %s", model_dir, error)
+        return ScoreOutcome(None, 0, {}, f"evaluation failed: {type(error).__name__}: {error}", time.monotonic() - started)
     return ScoreOutcome(float(result.score), result.num_examples, dict(result.details), None, time.monotonic() - started)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -19,9 +20,9 @@ from typing import Any, Protocol
 
 from autorl.grading.model_checks import (
     CorruptWeightsError,
-    ModelFiles,
     SubmissionRejected,
     check_loadable_model,
+    normalize_tokenizer_config,
     resolve_submission_path,
     weights_hash,
 )
@@ -61,7 +62,6 @@ class CellGradingContext:
 @dataclass
 class _Pending:
     record: SubmissionRecord
-    files: ModelFiles
     model_dir: Path
     done: threading.Event
 
@@ -75,9 +75,11 @@ class SubmissionService:
         scorer: Scorer,
         sink: RecordSink,
         run_meta: RunMeta,
+        snapshot_root: Path,
         snapshot_code: Callable[[str], str | None] = lambda reason: None,
     ) -> None:
-        """Start the worker thread."""
+        """Start the worker thread; ``snapshot_root`` (outside the workspace) holds scoring copies."""
+        self.snapshot_root = snapshot_root
         self.ctx = ctx
         self.scorer = scorer
         self.sink = sink
@@ -102,7 +104,7 @@ class SubmissionService:
             QueueFull: when ``max_queued`` submissions of this cell already wait.
         """
         model_dir = resolve_submission_path(self.ctx.workspace, model_path)
-        files = check_loadable_model(model_dir)
+        check_loadable_model(model_dir)
         with self._lock:
             if self._queued >= self.ctx.max_queued:
                 raise QueueFull(
@@ -125,7 +127,7 @@ class SubmissionService:
             self._events[submission_id] = done
         self.sink.record_submission(record)
         self.run_meta.update(last_submit_time=record.submitted_at)
-        self._queue.put(_Pending(record, files, model_dir, done))
+        self._queue.put(_Pending(record, model_dir, done))
         return submission_id
 
     def wait(self, submission_id: int, timeout: float | None) -> bool:
@@ -200,10 +202,20 @@ class SubmissionService:
         started = time.time()
         record = replace(pending.record, status="scoring", started_at=started, queue_wait_s=started - pending.record.submitted_at)
         self._store(record)
+        # Hash and score a private copy, so the weights hashed are the weights scored even if the
+        # agent rewrites output/ meanwhile; the copy also gets the tokenizer quirk fixed.
+        snapshot = self.snapshot_root / str(record.submission_id)
+        shutil.rmtree(snapshot, ignore_errors=True)
         try:
-            digest = weights_hash(pending.files)
-        except CorruptWeightsError as error:
+            normalize_tokenizer_config(pending.model_dir, snapshot)
+            digest = weights_hash(check_loadable_model(snapshot))
+            return self._score_snapshot(record, snapshot, digest)
+        except (CorruptWeightsError, SubmissionRejected, OSError) as error:
             return replace(record, status="invalid", error=str(error), finished_at=time.time())
+        finally:
+            shutil.rmtree(snapshot, ignore_errors=True)
+
+    def _score_snapshot(self, record: SubmissionRecord, snapshot: Path, digest: str) -> SubmissionRecord:
         record = replace(record, weights_hash=digest)
         if digest == self.ctx.base_weights_hash:
             return self._scored(record, self.ctx.baseline, "copy_of_base", {"flag": "copy_of_base"})
@@ -211,7 +223,7 @@ class SubmissionService:
         if earlier is not None and earlier.score is not None:
             flags = {"flag": "duplicate", "duplicate_of": earlier.submission_id}
             return self._scored(record, earlier.score, "duplicate", flags)
-        outcome, cached = self.scorer(pending.model_dir, digest)
+        outcome, cached = self.scorer(snapshot, digest)
         if outcome.error is not None or outcome.score is None:
             return replace(record, status="invalid", error=outcome.error, finished_at=time.time())
         details = {"num_examples": outcome.num_examples, **outcome.details}
