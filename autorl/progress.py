@@ -18,16 +18,18 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def cells_table(title: str, cells: list[CellRecord]) -> Table:
-    """A table with one row per cell: status, baseline, best so far, improvement, submissions."""
+    """A table with one row per cell: status, baseline, best so far, improvement (Δ), submissions
+    (valid of all), the agent's exit class and the cell's duration in seconds."""
     table = Table(title=title, title_justify="left")
-    for column in ("cell", "status", "baseline", "best", "improvement", "subs (valid)", "exit", "time s"):
-        table.add_column(column, justify="left" if column in ("cell", "status", "exit") else "right")
+    table.add_column("cell", overflow="fold")
+    for column in ("status", "baseline", "best", "Δ", "subs", "exit", "s"):
+        table.add_column(column, justify="left" if column in ("status", "exit") else "right", no_wrap=True)
     style = {"completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
     for cell in cells:
         table.add_row(
             cell.cell_id, f"[{style.get(cell.status, '')}]{cell.status}[/]" if cell.status in style else cell.status,
             _fmt(cell.baseline), _fmt(cell.best_score), _fmt(cell.improvement),
-            f"{cell.submissions} ({cell.valid_submissions})", cell.exit_class or "-", _fmt(cell.duration_s, 0),
+            f"{cell.valid_submissions}/{cell.submissions}", cell.exit_class or "-", _fmt(cell.duration_s, 0),
         )
     counts = Counter(cell.status for cell in cells)
     table.caption = "  ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
@@ -43,7 +45,7 @@ class CellBoard:
     def __init__(self, sweep_id: str, *, enabled: bool) -> None:
         """Create the board; it draws nothing until entered."""
         self.sweep_id = sweep_id
-        self.console = Console(stderr=False)
+        self.console = Console(width=None if sys.stdout.isatty() else 160)
         self.enabled = enabled
         self.live: Live | None = None
         self._last: dict[str, str] = {}

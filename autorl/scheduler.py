@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -42,21 +43,40 @@ class _Attempt:
     ready_ref: Any = field(default=None)
 
 
-def connect(cluster_cfg: dict[str, Any], namespace: str) -> None:
-    """Start an embedded Ray (``address: null``) or join the configured cluster."""
+def _free_port(preferred: int, host: str = "127.0.0.1") -> int:
+    """``preferred`` if nothing listens there, else the next free port (another Ray may hold 8265)."""
+    for port in range(preferred, preferred + 100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {preferred}..{preferred + 99} for the Ray dashboard; set cluster.dashboard_port")
+
+
+def connect(cluster_cfg: dict[str, Any], namespace: str) -> str | None:
+    """Start an embedded Ray (``address: null``) or join the configured cluster.
+
+    Returns:
+        The dashboard URL when this call started the dashboard, else None.
+    """
     common: dict[str, Any] = {"namespace": namespace, "log_to_driver": False, "configure_logging": False}
     if cluster_cfg["address"]:
         ray.init(address=cluster_cfg["address"], **common)
-        return
+        return None
     local: dict[str, Any] = {"include_dashboard": bool(cluster_cfg["include_dashboard"])}
     for key in ("num_cpus", "num_gpus"):
         if cluster_cfg[key] is not None:
             local[key] = cluster_cfg[key]
+    port = None
     if cluster_cfg["include_dashboard"]:
-        local["dashboard_port"] = int(cluster_cfg["dashboard_port"])
+        port = _free_port(int(cluster_cfg["dashboard_port"]))
+        local |= {"dashboard_port": port, "dashboard_host": "127.0.0.1"}
     if cluster_cfg["temp_dir"]:
         local["_temp_dir"] = str(cluster_cfg["temp_dir"])
     ray.init(address="local", **common, **local)
+    return f"http://127.0.0.1:{port}" if port else None
 
 
 def _bundle(cell: CellSpec) -> dict[str, float]:
@@ -216,9 +236,11 @@ class SweepRunner:
 def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
     """Connect to Ray, run the sweep and return (final status per cell, the sweep's records)."""
     plan.sweep_dir.mkdir(parents=True, exist_ok=True)
-    connect(plan.base_config["cluster"], f"{plan.base_config['cluster']['namespace_prefix']}-{plan.sweep_id}")
+    dashboard = connect(plan.base_config["cluster"], f"{plan.base_config['cluster']['namespace_prefix']}-{plan.sweep_id}")
     try:
         runner = SweepRunner(plan)
+        if dashboard:
+            runner.board.note(f"Ray dashboard: {dashboard}")
         statuses = runner.run()
         return statuses, runner.cells()
     finally:

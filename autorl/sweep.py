@@ -12,6 +12,7 @@ Examples:
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from rich.console import Console
@@ -26,8 +27,9 @@ FINAL_OK = ("completed",)
 def print_plan(plan: SweepPlan, console: Console) -> None:
     """Print the cell table of a plan (the dry run)."""
     table = Table(title=f"sweep {plan.sweep_id}: {len(plan.cells)} cell(s) → {plan.sweep_dir}", title_justify="left")
-    for column in ("cell_id", "agent", "driver", "task", "model", "seed", "resources", "budget s"):
-        table.add_column(column)
+    table.add_column("cell_id", overflow="fold")
+    for column in ("agent", "driver", "task", "model", "seed", "resources", "budget s"):
+        table.add_column(column, no_wrap=True)
     for cell in plan.cells:
         resources = f"CPU {cell.config['cell']['cpus']}" + (f", GPU {cell.config['cell']['gpus']}" if cell.config["cell"]["gpus"] else "")
         table.add_row(cell.cell_id, cell.agent, cell.driver, cell.task, cell.model, str(cell.seed), resources, f"{cell.budget_s:.0f}")
@@ -37,7 +39,8 @@ def print_plan(plan: SweepPlan, console: Console) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep command; returns the process exit code (SPEC §2)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    console = Console()
+    # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
+    console = Console(width=None if sys.stdout.isatty() else 160)
     if any(a in ("-h", "--help") for a in argv):
         console.print(__doc__)
         return 0
@@ -52,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     from autorl.progress import cells_table
     from autorl.scheduler import run_sweep
 
+    # A stopped Ray Job or a `kill` ends the sweep like Ctrl-C: cells are cancelled, and resumable.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         statuses, cells = run_sweep(plan)
     except KeyboardInterrupt:

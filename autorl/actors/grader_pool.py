@@ -36,8 +36,8 @@ class GraderPool:
         self.cfg = grader_cfg
         self.cache_dir = cache_dir
         self.recorder = recorder
-        self.graders = [self._start_grader() for _ in range(int(grader_cfg["replicas"]))]
-        self.in_flight = [0] * len(self.graders)
+        self.workers = [self._start_grader() for _ in range(int(grader_cfg["replicas"]))]
+        self.in_flight = [0] * len(self.workers)
         self.key_locks: dict[str, asyncio.Lock] = {}
 
     def _start_grader(self) -> Any:
@@ -49,13 +49,13 @@ class GraderPool:
 
     async def _run_on_grader(self, target: EvalTarget, model_dir: str) -> ScoreOutcome:
         for attempt in range(1, _MAX_ATTEMPTS + 1):
-            index = min(range(len(self.graders)), key=self.in_flight.__getitem__)
+            index = min(range(len(self.workers)), key=self.in_flight.__getitem__)
             self.in_flight[index] += 1
             try:
-                return await self.graders[index].score.remote(target, model_dir)  # type: ignore[no-any-return]
+                return await self.workers[index].score.remote(target, model_dir)  # type: ignore[no-any-return]
             except (ActorDiedError, ActorUnavailableError) as error:
                 logger.warning("grader %d died (attempt %d): %s; replacing it", index, attempt, error)
-                self.graders[index] = self._start_grader()
+                self.workers[index] = self._start_grader()
             finally:
                 self.in_flight[index] -= 1
         raise AutorlError(f"grading failed {_MAX_ATTEMPTS} times because graders kept dying")
@@ -94,6 +94,10 @@ class GraderPool:
             if outcome.error is None and outcome.score is not None:
                 await self.recorder.put_cached_score.remote(key, outcome.score, json.dumps(asdict(outcome)))
             return outcome, False
+
+    def graders(self) -> list[Any]:
+        """Handles of the current graders (for operators and fault-injection tests)."""
+        return list(self.workers)
 
     def queue_depth(self) -> int:
         """Requests being scored or waiting for a grader right now."""
