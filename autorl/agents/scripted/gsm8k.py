@@ -1,0 +1,64 @@
+"""Scripted recipe for gsm8k: SFT on the training solutions, then GRPO with an exact-match reward."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from autorl.agents.scripted.common import completion_texts, grpo, log, remaining_s, sft, submit
+
+_FINAL = re.compile(r"the answer is\s*:?\s*(-?[\d,]+(?:\.\d+)?)", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def final_number(text: str) -> str | None:
+    """The number after "The answer is", else the last number; commas removed.
+
+    >>> final_number("3 + 4 = 7. The answer is 7")
+    '7'
+    >>> final_number("so 1,200 in total")
+    '1200'
+    >>> final_number("no number") is None
+    True
+    """
+    match = _FINAL.search(text)
+    numbers = _NUMBER.findall(text)
+    raw = match.group(1) if match else (numbers[-1] if numbers else None)
+    return raw.replace(",", "").rstrip(".") if raw else None
+
+
+def load_rows(data_dir: Path) -> list[dict[str, str]]:
+    """Training rows: the prompt in the eval protocol, a solution ending "The answer is N", the gold N."""
+    rows = []
+    for line in (data_dir / "train.jsonl").read_text().splitlines():
+        item = json.loads(line)
+        working, _, gold = item["answer"].rpartition("####")
+        prompt = f"Question: {item['question']}\nLet's think step by step\nAnswer:"
+        rows.append({"prompt": prompt, "solution": f"{working.strip()} The answer is {gold.strip()}", "gold": gold.strip().replace(",", "")})
+    return rows
+
+
+def exact_match(completions: list[Any], gold: list[str], **_: Any) -> list[float]:
+    """Rule reward: 1 when the completion's final number equals the gold answer."""
+    return [1.0 if final_number(text) == g else 0.0 for text, g in zip(completion_texts(completions), gold, strict=True)]
+
+
+def run(args: argparse.Namespace) -> int:
+    """SFT → submit v1 → GRPO → submit v2."""
+    rows = load_rows(Path(os.environ["DATA_PATH"]))
+    output = Path(os.environ["OUTPUT_DIR"])
+    log(f"gsm8k: {len(rows)} training rows; budget left {remaining_s():.0f} s")
+    conversations = [[{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["solution"]}] for r in rows]
+    sft(args, conversations, os.environ["MODEL_PATH"], output / "v1")
+    submit("output/v1")
+    if remaining_s() < 30:
+        log("less than 30 s left; skipping GRPO")
+        return 0
+    grpo_rows = [{"prompt": [{"role": "user", "content": r["prompt"]}], "gold": r["gold"]} for r in rows]
+    grpo(args, grpo_rows, exact_match, output / "v1", output / "v2")
+    submit("output/v2")
+    return 0
