@@ -9,7 +9,7 @@ $(BIN)/autorl-installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==26.3
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[dev]"
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,envs]"  # fast-downward's build runs `python` from PATH
 	touch $@
 
 setup: $(BIN)/autorl-installed ## create .venv and install autorl with its pinned dependencies

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autorl.agents.preflight import check_combinations
 from autorl.errors import ConfigError
 from autorl.registry import AXES, CONF_DIR, check_names, option_names
 
 # Pass-through keys that change where or how a sweep is shown, not what its cells compute:
 # they are left out of the sweep id, so re-running with them still resumes the same sweep.
-_PRESENTATION_KEYS = ("out_dir", "dry_run", "progress", "sweep_id", "cache_dir", "cluster", "scheduler", "hydra")
+_PRESENTATION_KEYS = ("out_dir", "dry_run", "progress", "sweep_id", "cache_dir", "cluster", "scheduler", "hydra", "tracking")
 
 
 @dataclass(frozen=True)
@@ -182,4 +183,5 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
         config["sweep_id"] = sweep_id
         cell_id = cell_id_for(agent, driver, task, model, int(seed))
         cells.append(CellSpec(sweep_id, cell_id, agent, driver, task, model, int(seed), config))
+    check_combinations(cells)  # e.g. an agent that needs a driver with driver=none
     return SweepPlan(sweep_id, sweep_dir, cells, base)

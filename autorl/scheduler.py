@@ -20,13 +20,16 @@ from ray.exceptions import GetTimeoutError, RayError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from autorl.actors.env_pool import start_env_pools
 from autorl.actors.grader_pool import GraderPool
 from autorl.actors.recorder import Recorder
 from autorl.actors.workspace import Workspace
 from autorl.config import CellSpec, SweepPlan, resolve_cache_dir
+from autorl.errors import PrerequisiteError
 from autorl.progress import CellBoard
 from autorl.records.store import CellRecord
 from autorl.tasks import get_task
+from autorl.tracking.sweep_end import finish_sweep
 
 logger = logging.getLogger(__name__)
 _CANCEL_WAIT_S = 60.0
@@ -63,7 +66,14 @@ def connect(cluster_cfg: dict[str, Any], namespace: str) -> str | None:
     """
     common: dict[str, Any] = {"namespace": namespace, "log_to_driver": False, "configure_logging": False}
     if cluster_cfg["address"]:
-        ray.init(address=cluster_cfg["address"], **common)
+        try:
+            ray.init(address=cluster_cfg["address"], **common)
+        except (ConnectionError, RuntimeError) as error:
+            raise PrerequisiteError(
+                f"cannot join the Ray cluster at {cluster_cfg['address']}: {str(error).splitlines()[0]}. "
+                "Check the address (host:port of the head's GCS, or 'auto'), and that cluster.auth_mode and "
+                "cluster.auth_token_path match how the cluster was started (ray-notes: token auth is on by default)."
+            ) from error
         return None
     local: dict[str, Any] = {"include_dashboard": bool(cluster_cfg["include_dashboard"])}
     for key in ("num_cpus", "num_gpus"):
@@ -97,14 +107,25 @@ class SweepRunner:
         self.recorder = (
             ray.remote(Recorder)
             .options(name="recorder", num_cpus=0, max_restarts=-1, max_task_retries=-1)
-            .remote(str(db_path))
+            .remote(str(db_path), self.cfg["tracking"])
         )
         self.pool = (
             ray.remote(GraderPool)
             .options(name="grader_pool", num_cpus=0)
             .remote(dict(self.cfg["grader"]), str(resolve_cache_dir(self.cfg["cache_dir"])), self.recorder)
         )
+        # envpool:<kind> for each interactive task of the sweep (found by name by graders and cells).
+        self.env_pools = start_env_pools(plan.cells, str(resolve_cache_dir(self.cfg["cache_dir"])))
         self.board = CellBoard(plan.sweep_id, enabled=bool(self.cfg["progress"]))
+        timeout = float(self.cfg["scheduler"]["placement_timeout_s"])
+        try:
+            ray.get(self.pool.ready.remote(), timeout=timeout)
+        except GetTimeoutError as error:
+            raise PrerequisiteError(
+                f"the grader pool ({self.cfg['grader']['replicas']} × {self.cfg['grader']['cpus']} CPU, "
+                f"{self.cfg['grader']['gpus']} GPU) did not start within {timeout:.0f} s: the cluster lacks those "
+                "resources; lower grader.cpus/grader.replicas or add nodes"
+            ) from error
 
     def run(self) -> dict[str, str]:
         """Run every unfinished cell; returns the final status of every cell of the plan."""
@@ -171,6 +192,12 @@ class SweepRunner:
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=1.0)
         finished = []
         timeout = float(self.cfg["scheduler"]["placement_timeout_s"])
+        if any(a.run_ref is not None and a.run_ref not in done for a in active):
+            # Waiting behind running cells is normal queueing: only a wait while nothing of this
+            # sweep runs (so nothing will free resources) counts towards the placement timeout.
+            now = time.time()
+            for waiting in (a for a in active if a.run_ref is None):
+                waiting.placed_at = now
         for attempt in active:
             if attempt.run_ref is None and attempt.ready_ref in done:
                 self._start(attempt)
@@ -199,7 +226,11 @@ class SweepRunner:
         cell = attempt.cell
         try:
             if attempt.run_ref is None:
-                raise TimeoutError(f"resources {_bundle(cell)} for cell {cell.cell_id} never became available")
+                raise TimeoutError(
+                    f"resources {_bundle(cell)} for cell {cell.cell_id} did not become available within "
+                    f"{self.cfg['scheduler']['placement_timeout_s']} s while no other cell was running: the cluster "
+                    "cannot hold this bundle next to the grader and env pools; lower cell.cpus/cell.gpus or add nodes"
+                )
             fields = ray.get(attempt.run_ref)
             ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "completed", fields | {"finished_at": time.time(), "error": None}))
             return False
@@ -242,6 +273,7 @@ def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
         if dashboard:
             runner.board.note(f"Ray dashboard: {dashboard}")
         statuses = runner.run()
+        finish_sweep(runner.recorder, plan.sweep_id, plan.sweep_dir, plan.base_config["tracking"], runner.board.note)
         return statuses, runner.cells()
     finally:
         ray.shutdown()

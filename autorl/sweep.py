@@ -4,6 +4,10 @@ Axes: ``agent``, ``driver``, ``task``, ``model``, ``seed``; each takes a name, a
 ``all``, and the cells are their cartesian product. Every other ``key=value`` is a Hydra override
 passed to every cell. Running the same command again resumes the sweep.
 
+Before any cell starts, a real run checks that each driver's key variable is set and each agent
+CLI is installed, and exits 2 naming what is missing; a dry run prints its cells anyway and lists
+what a real run would lack as notes. An agent that needs a driver with ``driver=none`` is refused.
+
 Examples:
     python -m autorl.sweep                                   # the embedded default
     python -m autorl.sweep task=gsm8k seed=0,1 dry_run=true  # print the two cells, run nothing
@@ -18,8 +22,10 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
+from autorl.agents.preflight import missing_requirements
 from autorl.config import SweepPlan, plan_sweep
 from autorl.errors import AutorlError
+from autorl.ray_env import configure_client_auth
 
 FINAL_OK = ("completed",)
 
@@ -49,9 +55,20 @@ def main(argv: list[str] | None = None) -> int:
     except AutorlError as error:
         console.print(f"[red]error:[/] {error}")
         return 2
+    # Driver keys and agent CLIs: a real run stops here before any cell starts; a dry run
+    # still prints its cells and names what a real run would lack.
+    local = not plan.base_config["cluster"]["address"]  # a remote cluster's nodes hold their own CLIs
+    missing = missing_requirements(plan.cells, check_binaries=local)
     if plan.base_config["dry_run"]:
         print_plan(plan, console)
+        for problem in missing:
+            console.print(f"[yellow]note (a real run would stop here):[/] {problem}")
         return 0
+    if missing:
+        for problem in missing:
+            console.print(f"[red]error:[/] {problem}")
+        return 2
+    configure_client_auth(plan.base_config["cluster"])  # before the scheduler imports ray
     from autorl.progress import cells_table
     from autorl.scheduler import run_sweep
 
@@ -62,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]; run the same command again to resume")
         return 130
+    except AutorlError as error:
+        console.print(f"[red]error:[/] {error}")
+        return 2
     console.print(cells_table(f"sweep {plan.sweep_id} results ({plan.sweep_dir / 'results.csv'})", cells))
     bad = {cell: status for cell, status in statuses.items() if status not in FINAL_OK}
     if bad:

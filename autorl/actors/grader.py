@@ -31,7 +31,13 @@ class Grader:
         import torch
 
         torch.set_num_threads(self.num_threads)
-        return score_model(target, Path(model_dir), self.cache_dir, batch_size=self.batch_size)
+        from autorl.actors.env_pool import find_pool_client
+        from autorl.tasks import get_task
+
+        spec = get_task(target.task_id)
+        # Interactive tasks play their episodes in the sweep's envpool:<kind> (in-process without one).
+        envs = find_pool_client(spec.env) if spec.kind == "interactive" else None
+        return score_model(target, Path(model_dir), self.cache_dir, batch_size=self.batch_size, envs=envs)
 
     def ping(self) -> bool:
         """Liveness check."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import asdict
 from typing import Any
 
@@ -19,6 +20,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError
 from autorl.actors.grader import Grader
 from autorl.errors import AutorlError
 from autorl.grading.scoring import EvalTarget, ScoreOutcome
+from autorl.tracking import metrics as dashboard
 
 logger = logging.getLogger(__name__)
 _MAX_ATTEMPTS = 3
@@ -51,6 +53,8 @@ class GraderPool:
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             index = min(range(len(self.workers)), key=self.in_flight.__getitem__)
             self.in_flight[index] += 1
+            dashboard.set_queue_depth(self.queue_depth())
+            started = time.monotonic()
             try:
                 return await self.workers[index].score.remote(target, model_dir)  # type: ignore[no-any-return]
             except (ActorDiedError, ActorUnavailableError) as error:
@@ -58,6 +62,7 @@ class GraderPool:
                 self.workers[index] = self._start_grader()
             finally:
                 self.in_flight[index] -= 1
+                dashboard.grading_done(target.task_id, time.monotonic() - started, self.queue_depth())
         raise AutorlError(f"grading failed {_MAX_ATTEMPTS} times because graders kept dying")
 
     async def baseline(self, target: EvalTarget, model_dir: str, weights_hash: str) -> float:
@@ -102,6 +107,15 @@ class GraderPool:
     def queue_depth(self) -> int:
         """Requests being scored or waiting for a grader right now."""
         return sum(self.in_flight)
+
+    async def ready(self) -> int:
+        """Wait until every grader is up; returns their count.
+
+        The scheduler waits for this before placing cells, so cells can never take the CPUs a
+        grader needs (with every CPU reserved by cells, a grader would wait forever).
+        """
+        await asyncio.gather(*(worker.ping.remote() for worker in self.workers))
+        return len(self.workers)
 
     def ping(self) -> bool:
         """Liveness check."""

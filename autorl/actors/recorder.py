@@ -16,11 +16,15 @@ from typing import Any
 from autorl.records.store import (
     CellRecord,
     CodeRevision,
+    DriverCall,
     RecordStore,
     SubmissionRecord,
+    TraceSummary,
     summarize_submissions,
     write_results_csv,
 )
+from autorl.tracking import metrics as dashboard
+from autorl.tracking.wandb_runs import WandbTracker
 
 logger = logging.getLogger(__name__)
 
@@ -28,23 +32,34 @@ logger = logging.getLogger(__name__)
 class Recorder:
     """Owns ``records.sqlite`` of one sweep; wrapped with ``ray.remote`` by the scheduler."""
 
-    def __init__(self, db_path: str) -> None:
-        """Open (or create) the record store at ``db_path``."""
+    def __init__(self, db_path: str, tracking: dict[str, Any] | None = None) -> None:
+        """Open (or create) the record store at ``db_path``; ``tracking`` is the ``tracking`` config
+        block (W&B off when None)."""
         self.db_path = Path(db_path)
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
         self.store = RecordStore(self.db_path)
+        wandb_cfg = tracking["wandb"] if tracking else {"enabled": False}
+        self.tracker = WandbTracker(wandb_cfg, self.db_path.parent)
+        dashboard.set_cell_counts(self.store.list_cells())
 
     def upsert_cell(self, record: CellRecord) -> None:
         """Create or replace a cell's record."""
         self.store.upsert_cell(record)
+        dashboard.set_cell_counts(self.store.list_cells())
 
     def start_attempt(self, record: CellRecord) -> None:
         """Register a new attempt of a cell, dropping an earlier attempt's submissions."""
         self.store.start_attempt(record)
+        self.tracker.new_attempt(record.cell_id)
+        dashboard.set_cell_counts(self.store.list_cells())
 
     def set_cell_status(self, cell_id: str, status: str, fields: dict[str, Any] | None = None) -> None:
         """Update a cell's status and any of its fields."""
         self.store.set_cell_status(cell_id, status, **(fields or {}))
+        dashboard.set_cell_counts(self.store.list_cells())
+        cell = self.store.get_cell(cell_id)
+        if cell is not None:
+            self.tracker.cell_status(cell)
 
     def get_cell(self, cell_id: str) -> CellRecord | None:
         """One cell's record, or None."""
@@ -56,10 +71,14 @@ class Recorder:
 
     def record_submission(self, record: SubmissionRecord) -> None:
         """Create or replace one submission and refresh its cell's running summary."""
+        previous = self.store.get_submission(record.cell_id, record.submission_id)
         self.store.upsert_submission(record)
         cell = self.store.get_cell(record.cell_id)
         if cell is None:
             return
+        if previous is None or previous.status != record.status:
+            dashboard.count_submission(cell, record.status)
+            self.tracker.submission(cell, record)
         summary = summarize_submissions(self.store.list_submissions(record.cell_id), cell.baseline)
         summary.pop("best_submission_id", None)
         self.store.upsert_cell(dataclasses.replace(cell, **summary))
@@ -75,6 +94,23 @@ class Recorder:
     def add_code_revision(self, revision: CodeRevision) -> None:
         """Store one code revision of a cell's ``code/``."""
         self.store.add_code_revision(revision)
+
+    def record_driver_calls(self, calls: list[DriverCall]) -> None:
+        """Store driver calls (from a cell's gateway) and refresh the cells' token and cost sums."""
+        for call in calls:
+            self.store.upsert_driver_call(call)
+        for cell_id in {call.cell_id for call in calls}:
+            cell = self.store.get_cell(cell_id)
+            if cell is None:
+                continue
+            usage = self.store.driver_usage(cell_id)
+            self.store.set_cell_status(
+                cell_id, cell.status, tokens_in=usage["tokens_in"], tokens_out=usage["tokens_out"], cost_usd=usage["cost_usd"]
+            )
+
+    def record_trace(self, summary: TraceSummary) -> None:
+        """Store the summary of a cell's parsed agent trace (trace-side token counts)."""
+        self.store.upsert_trace(summary)
 
     def get_baseline(self, key: str) -> float | None:
         """A cached baseline score."""
@@ -95,6 +131,10 @@ class Recorder:
     def write_results(self, sweep_id: str, path: str) -> int:
         """Rewrite ``results.csv`` of the sweep from the store; returns the row count."""
         return write_results_csv(self.store, sweep_id, Path(path))
+
+    def finish_sweep(self, sweep_id: str) -> bool:
+        """Close the sweep's W&B runs and write its comparison table (bounded wait; never raises)."""
+        return self.tracker.finish_sweep(sweep_id, self.store.list_cells(sweep_id))
 
     def ping(self) -> bool:
         """Liveness check."""

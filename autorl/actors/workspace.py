@@ -18,7 +18,9 @@ from typing import Any
 import ray
 
 from autorl.agents.base import LaunchContext, load_adapter
+from autorl.agents.session import DriverSession
 from autorl.config import CellSpec, resolve_cache_dir
+from autorl.envs.training import training_envs
 from autorl.grading.api import GradingServer, create_app
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import ScoreOutcome, target_from_config
@@ -56,6 +58,7 @@ class Workspace:
         self.recorder = recorder
         self.pool = grader_pool
         self.cancelled = threading.Event()
+        self.driver_usage: dict[str, Any] = {}
 
     def cancel(self) -> None:
         """Stop the agent (exit class ``killed``); :meth:`run` then finishes the cell."""
@@ -98,6 +101,7 @@ class Workspace:
             service, run_meta, token=token, task_id=self.cell.task, max_body_bytes=int(cfg["grading_api"]["max_body_bytes"]),
             submit_timeout_s=lambda: (run_meta.remaining() or 0.0) + _DRAIN_TIMEOUT_S,
             health_extra=lambda: {"gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "grader_queue": ray.get(self.pool.queue_depth.remote())},
+            envs=training_envs(spec, target, data.public_dir, cache_dir),
         )
         server = GradingServer(app, host=str(cfg["grading_api"]["host"]))
         server.start()
@@ -116,6 +120,7 @@ class Workspace:
             "duration_s": duration,
             "working_time_s": max(0.0, agent_exit.duration_s - service.queue_wait_s()),
             "baseline": baseline,
+            **self.driver_usage,  # gateway-side tokens_in, tokens_out, cost_usd (agents with a driver)
         }
 
     def _run_agent(self, workspace: Path, url: str, token: str, run_meta: RunMeta, revisions: CodeRevisions) -> Any:
@@ -137,23 +142,32 @@ class Workspace:
             "OMP_NUM_THREADS": str(max(1, int(cfg["cell"]["cpus"]))),
             "PYTHONUNBUFFERED": "1",
         }
-        launch = load_adapter(cfg["agent"]).launch(LaunchContext(workspace, cfg["agent"], cfg["driver"], env))
-        stop_periodic = threading.Event()
-
-        def periodic() -> None:
-            while not stop_periodic.wait(_REVISION_INTERVAL_S):
-                revisions.snapshot("periodic")
-
-        ticker = threading.Thread(target=periodic, name="code-revisions", daemon=True)
-        ticker.start()
+        # The driver gateway (agents that need a driver) starts before the agent; provider keys
+        # never reach the agent's environment, and its output stream is parsed into trace.jsonl.
+        session = DriverSession(self.cell.cell_id, self.cell_dir, cfg["agent"], cfg["driver"], self.recorder, str(cfg["grading_api"]["host"]))
         try:
-            return run_agent(
-                launch.command, cwd=workspace, env=launch.env, log_path=self.cell_dir / "agent.log",
-                budget_s=self.cell.budget_s, grace_s=float(cfg["budget"]["kill_grace_s"]), cancel=self.cancelled,
-                on_start=lambda: run_meta.update(start_time=time.time()),
-            )
+            env = session.agent_env(env)
+            adapter = load_adapter(cfg["agent"])
+            launch = adapter.launch(LaunchContext(workspace, cfg["agent"], cfg["driver"], env, self.cell_dir, self.cell.seed))
+            session.follow(adapter)
+            stop_periodic = threading.Event()
+
+            def periodic() -> None:
+                while not stop_periodic.wait(_REVISION_INTERVAL_S):
+                    revisions.snapshot("periodic")
+
+            ticker = threading.Thread(target=periodic, name="code-revisions", daemon=True)
+            ticker.start()
+            try:
+                return run_agent(
+                    launch.command, cwd=workspace, env=launch.env, log_path=self.cell_dir / "agent.log",
+                    budget_s=self.cell.budget_s, grace_s=float(cfg["budget"]["kill_grace_s"]), cancel=self.cancelled,
+                    on_start=lambda: run_meta.update(start_time=time.time()),
+                )
+            finally:
+                stop_periodic.set()
         finally:
-            stop_periodic.set()
+            self.driver_usage = session.close()
 
     def _record_revision(self, revision: CodeRevision) -> None:
         ray.get(self.recorder.add_code_revision.remote(revision))

@@ -18,6 +18,8 @@ class LaunchContext:
     agent_cfg: dict[str, Any]
     driver_cfg: dict[str, Any]
     env: dict[str, str]
+    cell_dir: Path | None = None  # the cell folder (outside the workspace), for files the agent must not see
+    seed: int = 0  # the cell's seed: agents that take one (the scripted agent) vary their runs by it
 
 
 @dataclass(frozen=True)

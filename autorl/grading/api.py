@@ -1,7 +1,7 @@
 """The cell's grading API (SPEC §5): FastAPI on loopback with a bearer token, served by uvicorn.
 
 Endpoints: ``POST /submit``, ``GET /submissions``, ``GET /submissions/{id}``, ``GET /time``,
-``GET /health``. There is deliberately no endpoint that sets or changes the baseline.
+``GET /health``, and for interactive tasks the env endpoints (:func:`add_env_routes`). There is deliberately no endpoint that sets or changes the baseline.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.responses import Response
 
+from autorl.envs.training import TrainingEnvs
 from autorl.grading.model_checks import SubmissionRejected
 from autorl.grading.service import QueueFull, SubmissionService
 from autorl.workspace.run_meta import RunMeta
@@ -63,10 +64,12 @@ def create_app(
     max_body_bytes: int,
     submit_timeout_s: Callable[[], float],
     health_extra: Callable[[], dict[str, Any]] = dict,
+    envs: TrainingEnvs | None = None,
 ) -> FastAPI:
-    """Build the grading app of one cell."""
+    """Build the grading app of one cell (``envs``: the training episodes of an interactive task)."""
     app = FastAPI(title="autorl grading API", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(_GuardMiddleware, token=token, max_body_bytes=max_body_bytes)
+    add_env_routes(app, envs)
 
     @app.post("/submit")
     async def submit(request: Request) -> JSONResponse:
@@ -127,6 +130,84 @@ def create_app(
         return JSONResponse({"status": "ok", "task": task_id, "queued": service.queued()} | health_extra())
 
     return app
+
+
+def _json_body(raw: bytes, fields: set[str]) -> dict[str, Any] | JSONResponse:
+    try:
+        payload = json.loads(raw or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return _error(400, f"body is not valid JSON ({error})")
+    if not isinstance(payload, dict):
+        return _error(400, f"body must be a JSON object with {sorted(fields)}")
+    unknown = sorted(set(payload) - fields)
+    if unknown:
+        return _error(400, f"unknown field(s) {unknown}; allowed fields: {sorted(fields)}")
+    return payload
+
+
+def add_env_routes(app: FastAPI, envs: TrainingEnvs | None) -> None:
+    """Env endpoints for online rollouts on the training split (SPEC §6.3).
+
+    ``GET /env/episodes``; ``POST /env/reset {"episode_id": "train/…"}`` (evaluation episodes get
+    403); ``POST /env/step {"session_id", "action"}``; ``POST /env/close {"session_id"}``. Each
+    answers ``observation, reward, done, admissible_actions, info`` where it applies.
+    """
+    from autorl.envs.base import EnvError
+    from autorl.envs.training import EpisodeRefused, TooManySessions, UnknownEpisode
+
+    if envs is not None:
+        app.router.on_shutdown.append(envs.close_all)  # the cell is over: free its places in the EnvPool
+
+    def guarded(handler: Callable[[dict[str, Any]], dict[str, Any]], raw: bytes, fields: set[str]) -> JSONResponse:
+        if envs is None:
+            return _error(404, "this task has no environment: env endpoints exist only for interactive tasks")
+        payload = _json_body(raw, fields)
+        if isinstance(payload, JSONResponse):
+            return payload
+        try:
+            return JSONResponse(handler(payload))
+        except EpisodeRefused as refused:
+            return _error(403, str(refused))
+        except UnknownEpisode as unknown:
+            return _error(404, str(unknown))
+        except TooManySessions as full:
+            return _error(429, str(full))
+        except EnvError as error:
+            return _error(409, str(error))
+
+    @app.get("/env/episodes")
+    def env_episodes() -> JSONResponse:
+        if envs is None:
+            return _error(404, "this task has no environment: env endpoints exist only for interactive tasks")
+        return JSONResponse(envs.describe())
+
+    def do_reset(payload: dict[str, Any]) -> dict[str, Any]:
+        assert envs is not None
+        session_id, result = envs.reset(payload.get("episode_id"))
+        return {"session_id": session_id, "episode_id": payload["episode_id"], **result.as_dict()}
+
+    def do_step(payload: dict[str, Any]) -> dict[str, Any]:
+        assert envs is not None
+        if "action" not in payload:
+            raise EnvError('missing "action"; send {"session_id": "...", "action": "..."}')
+        return envs.step(payload.get("session_id"), payload["action"]).as_dict()
+
+    def do_close(payload: dict[str, Any]) -> dict[str, Any]:
+        assert envs is not None
+        envs.close(payload.get("session_id"))
+        return {"closed": payload.get("session_id")}
+
+    @app.post("/env/reset")
+    async def env_reset(request: Request) -> JSONResponse:
+        return await run_in_threadpool(guarded, do_reset, await request.body(), {"episode_id"})
+
+    @app.post("/env/step")
+    async def env_step(request: Request) -> JSONResponse:
+        return await run_in_threadpool(guarded, do_step, await request.body(), {"session_id", "action"})
+
+    @app.post("/env/close")
+    async def env_close(request: Request) -> JSONResponse:
+        return await run_in_threadpool(guarded, do_close, await request.body(), {"session_id"})
 
 
 class GradingServer:

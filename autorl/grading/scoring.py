@@ -65,14 +65,38 @@ def target_from_config(config: dict[str, Any], task_version: int) -> EvalTarget:
     )
 
 
-def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_size: int) -> ScoreOutcome:
+def _eval_context(evaluate: Any, target: EvalTarget, cache_root: Path) -> dict[str, Any]:
+    """Extra keywords for evaluators that accept them: ``cache_dir`` (e.g. for judge answers)."""
+    import inspect
+
+    if "cache_dir" in inspect.signature(evaluate).parameters:
+        return {"cache_dir": cache_root / "eval" / target.task_id}
+    return {}
+
+
+def _env_context(spec: Any, target: EvalTarget, cache_root: Path, envs: Any) -> dict[str, Any]:
+    """``envs`` for interactive tasks: the given env client (the sweep's EnvPool) or an in-process one,
+    bound to the target's data and eval options; nothing for static tasks."""
+    if spec.kind != "interactive":
+        return {}
+    from autorl.envs.base import EnvSource
+    from autorl.envs.host import EpisodeClient, LocalEnvClient, cache_resolver
+
+    client = envs if envs is not None else LocalEnvClient(spec.env, cache_resolver(cache_root))
+    source = EnvSource(target.task_id, target.source, target.seed, dict(target.build_options), dict(target.eval_options))
+    return {"envs": EpisodeClient(client, source)}
+
+
+def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_size: int, envs: Any = None) -> ScoreOutcome:
     """Load ``model_dir`` (the grader's copy of a submission) and evaluate it on ``target``'s private split.
 
     A model that cannot be loaded or generated with is an agent outcome: it comes back as an
     outcome with ``error`` set, never as an exception. Errors of the task itself (its data cannot
-    be built) are infrastructure failures and raise.
+    be built, its environments fail) are infrastructure failures and raise. ``envs`` is the env
+    client (an EnvPool) that interactive tasks play their episodes in; ``None``: in-process.
     """
     from autorl.engine.hf import HFEngine
+    from autorl.envs.base import EnvError
     from autorl.tasks import build_task_data, get_task, load_evaluator
 
     spec = get_task(target.task_id)
@@ -85,7 +109,10 @@ def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_
         logger.info("model %s failed to load: %s", model_dir, error)
         return ScoreOutcome(None, 0, {}, f"model failed to load: {type(error).__name__}: {error}", 0.0)
     try:
-        result = evaluate(engine, data.private_dir, options=target.eval_options)
+        context = _eval_context(evaluate, target, cache_root) | _env_context(spec, target, cache_root, envs)
+        result = evaluate(engine, data.private_dir, options=target.eval_options, **context)
+    except EnvError:
+        raise  # the environments failed, not the model: an infrastructure failure
     except Exception as error:  # noqa: BLE001 - e.g. generation with broken weights
         logger.info("evaluation of %s failed: %s", model_dir, error)
         return ScoreOutcome(None, 0, {}, f"evaluation failed: {type(error).__name__}: {error}", time.monotonic() - started)

@@ -44,6 +44,31 @@ class RecordSink(Protocol):
         ...
 
 
+def public_details(details: dict[str, Any]) -> dict[str, Any]:
+    """The part of a grader's details an agent may see: numbers, flags and tables of numbers.
+
+    Evaluators keep samples (eval questions, gold answers, predictions) in their details for the
+    records and the report; returning those to the agent would leak the private eval split.
+
+    >>> public_details({"correct": 3, "samples": [{"question": "q", "gold": "4"}], "flag": "duplicate"})
+    {'correct': 3, 'flag': 'duplicate'}
+    >>> public_details({"per_type": {"pick": 50.0, "note": "x"}})
+    {'per_type': {'pick': 50.0}}
+    """
+    def number(value: Any) -> bool:
+        return isinstance(value, int | float)  # bools included: they are ints
+
+    public: dict[str, Any] = {}
+    for key, value in details.items():
+        if number(value) or (key == "flag" and isinstance(value, str)):
+            public[key] = value
+        elif isinstance(value, dict):
+            numbers = {k: v for k, v in value.items() if number(v)}
+            if numbers:
+                public[key] = numbers
+    return public
+
+
 class QueueFull(Exception):
     """Too many of this cell's submissions are waiting to be scored (HTTP 429)."""
 
@@ -154,7 +179,7 @@ class SubmissionService:
         }
         if record.error:
             body["error"] = record.error
-        details = json.loads(record.details_json)
+        details = public_details(json.loads(record.details_json))
         if details:
             body["details"] = details
         return body

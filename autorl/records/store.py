@@ -192,6 +192,79 @@ class CodeRevision:
     files_changed: int
 
 
+@dataclass(frozen=True)
+class DriverCall:
+    """One call of a cell's agent to its driver LLM, as the driver gateway saw it.
+
+    Attributes:
+        cell_id: The cell whose agent made the call.
+        call_id: Unique id of the call (from the gateway); with ``cell_id`` the natural key.
+        started_at: Unix time the gateway received the call.
+        latency_s: Time from receiving the call to the last byte of the response.
+        protocol: ``chat``, ``responses``, ``messages`` or ``gemini`` (the route the agent used).
+        requested_model: The model the agent asked for.
+        model: The model the call was forwarded to.
+        status_code: HTTP status returned to the agent.
+        stream: Whether the response was streamed (SSE).
+        attempts: Upstream attempts (retries on provider 429/5xx).
+        tokens_in: Input tokens the provider reported (cached ones included), if any.
+        tokens_out: Output tokens the provider reported, if any.
+        cached_in: Cached input tokens, if reported.
+        cost_usd: Cost from the driver's ``price_per_mtok``; None when the price is unknown.
+        request_bytes: Size of the request body.
+        response_bytes: Size of the response body sent to the agent.
+        translated: 1 when LiteLLM translated the call to another protocol, else 0.
+        error: What went wrong (provider error, budget exhausted, ...), if anything.
+    """
+
+    cell_id: str
+    call_id: str
+    started_at: float
+    latency_s: float
+    protocol: str
+    requested_model: str | None
+    model: str
+    status_code: int
+    stream: int
+    attempts: int
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cached_in: int | None = None
+    cost_usd: float | None = None
+    request_bytes: int = 0
+    response_bytes: int = 0
+    translated: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What the agent's own output stream said, parsed into ``cells/<cell_id>/trace.jsonl``.
+
+    Attributes:
+        cell_id: The cell; the natural key.
+        agent: The agent whose stream format was parsed.
+        events: Normalised trace events written.
+        messages: Assistant messages.
+        tool_calls: Tool calls.
+        tokens_in: Input tokens the agent's stream reported (trace side; the gateway's count is
+            on the cell).
+        tokens_out: Output tokens the agent's stream reported.
+        unparsed_lines: Output lines that were not events of the agent's format.
+        path: Where the trace file is, on the node that ran the cell.
+    """
+
+    cell_id: str
+    agent: str
+    events: int
+    messages: int
+    tool_calls: int
+    tokens_in: int
+    tokens_out: int
+    unparsed_lines: int
+    path: str
+
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (
     version INTEGER NOT NULL
@@ -264,6 +337,38 @@ CREATE TABLE IF NOT EXISTS score_cache (
     score REAL NOT NULL,
     details_json TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS driver_calls (
+    cell_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    latency_s REAL NOT NULL,
+    protocol TEXT NOT NULL,
+    requested_model TEXT,
+    model TEXT NOT NULL,
+    status_code INTEGER NOT NULL,
+    stream INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    tokens_in INTEGER,
+    tokens_out INTEGER,
+    cached_in INTEGER,
+    cost_usd REAL,
+    request_bytes INTEGER NOT NULL,
+    response_bytes INTEGER NOT NULL,
+    translated INTEGER NOT NULL,
+    error TEXT,
+    PRIMARY KEY (cell_id, call_id)
+);
+CREATE TABLE IF NOT EXISTS traces (
+    cell_id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    events INTEGER NOT NULL,
+    messages INTEGER NOT NULL,
+    tool_calls INTEGER NOT NULL,
+    tokens_in INTEGER NOT NULL,
+    tokens_out INTEGER NOT NULL,
+    unparsed_lines INTEGER NOT NULL,
+    path TEXT NOT NULL
+);
 """
 
 _R = TypeVar("_R")
@@ -285,7 +390,11 @@ def _upsert_sql(table: str, fields: tuple[str, ...], key: tuple[str, ...]) -> st
     )
 
 
+_CALL_FIELDS = tuple(f.name for f in dataclasses.fields(DriverCall))
+_TRACE_FIELDS = tuple(f.name for f in dataclasses.fields(TraceSummary))
 _UPSERT_CELL = _upsert_sql("cells", _CELL_FIELDS, ("cell_id",))
+_UPSERT_CALL = _upsert_sql("driver_calls", _CALL_FIELDS, ("cell_id", "call_id"))
+_UPSERT_TRACE = _upsert_sql("traces", _TRACE_FIELDS, ("cell_id",))
 _UPSERT_SUBMISSION = _upsert_sql("submissions", _SUBMISSION_FIELDS, ("cell_id", "submission_id"))
 # A revision id is a content address, so a replay carries the same content: keep the first.
 _INSERT_REVISION = (
@@ -421,6 +530,8 @@ class RecordStore:
             try:
                 self._conn.execute("DELETE FROM submissions WHERE cell_id = ?", (rec.cell_id,))
                 self._conn.execute("DELETE FROM code_revisions WHERE cell_id = ?", (rec.cell_id,))
+                self._conn.execute("DELETE FROM driver_calls WHERE cell_id = ?", (rec.cell_id,))
+                self._conn.execute("DELETE FROM traces WHERE cell_id = ?", (rec.cell_id,))
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -440,6 +551,13 @@ class RecordStore:
             "SELECT * FROM submissions WHERE cell_id = ? ORDER BY submission_id", (cell_id,)
         )
         return [self._to_record(SubmissionRecord, r, _SUBMISSION_FIELDS) for r in rows]
+
+    def get_submission(self, cell_id: str, submission_id: int) -> SubmissionRecord | None:
+        """Return one submission, or None if there is none."""
+        rows = self._read(
+            "SELECT * FROM submissions WHERE cell_id = ? AND submission_id = ?", (cell_id, submission_id)
+        )
+        return self._to_record(SubmissionRecord, rows[0], _SUBMISSION_FIELDS) if rows else None
 
     def next_submission_id(self, cell_id: str) -> int:
         """Return the id the cell's next submission should get: 1 for the first."""
@@ -493,6 +611,35 @@ class RecordStore:
             "SELECT * FROM code_revisions WHERE cell_id = ? ORDER BY created_at, rowid", (cell_id,)
         )
         return [self._to_record(CodeRevision, r, _REVISION_FIELDS) for r in rows]
+
+    # Driver calls and agent traces.
+
+    def upsert_driver_call(self, rec: DriverCall) -> None:
+        """Record one driver call; a replay of the same ``(cell_id, call_id)`` replaces it."""
+        self._write(_UPSERT_CALL, (getattr(rec, f) for f in _CALL_FIELDS))
+
+    def list_driver_calls(self, cell_id: str) -> list[DriverCall]:
+        """Return a cell's driver calls, oldest first."""
+        rows = self._read("SELECT * FROM driver_calls WHERE cell_id = ? ORDER BY started_at, rowid", (cell_id,))
+        return [self._to_record(DriverCall, r, _CALL_FIELDS) for r in rows]
+
+    def driver_usage(self, cell_id: str) -> dict[str, Any]:
+        """A cell's summed driver usage: ``{"tokens_in", "tokens_out", "cost_usd", "calls"}``."""
+        row = self._read(
+            "SELECT COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0), COALESCE(SUM(cost_usd), 0.0), COUNT(*) "
+            "FROM driver_calls WHERE cell_id = ?",
+            (cell_id,),
+        )[0]
+        return {"tokens_in": int(row[0]), "tokens_out": int(row[1]), "cost_usd": float(row[2]), "calls": int(row[3])}
+
+    def upsert_trace(self, rec: TraceSummary) -> None:
+        """Store (or replace) the summary of a cell's parsed agent trace."""
+        self._write(_UPSERT_TRACE, (getattr(rec, f) for f in _TRACE_FIELDS))
+
+    def get_trace(self, cell_id: str) -> TraceSummary | None:
+        """The summary of a cell's parsed agent trace, or None."""
+        rows = self._read("SELECT * FROM traces WHERE cell_id = ?", (cell_id,))
+        return self._to_record(TraceSummary, rows[0], _TRACE_FIELDS) if rows else None
 
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""

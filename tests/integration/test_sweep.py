@@ -68,7 +68,9 @@ def test_default_sweep_trains_scores_records_and_resumes(tmp_path: Path, ray_tmp
     assert query(db, "SELECT COUNT(*) FROM submissions")[0][0] == len(subs)
 
 
-def test_interrupted_sweep_resumes_without_duplicates(tmp_path: Path, ray_tmp: Path, cache_dir: Path) -> None:
+def test_interrupted_sweep_resumes_without_duplicates(
+    tmp_path: Path, ray_tmp: Path, cache_dir: Path, external_ray_head: str
+) -> None:
     out_dir = tmp_path / "out"
     proc = subprocess.Popen(sweep_command(out_dir, ray_tmp, "seed=1"), env=sweep_env(cache_dir),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -86,7 +88,9 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path: Path, ray_tmp: P
     (row,) = _rows(sweep_dir)
     assert row["status"] == "cancelled"
 
-    resumed = run_sweep_cli(out_dir, ray_tmp, cache_dir, "seed=1")
+    # The resumed run joins a cluster started with `ray start` (cluster.address), so the remaining
+    # cell runs on a cluster this sweep did not start.
+    resumed = run_sweep_cli(out_dir, ray_tmp, cache_dir, "seed=1", f"cluster.address={external_ray_head}")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     (row,) = _rows(sweep_dir)
     assert row["status"] == "completed" and float(row["improvement"]) > 0

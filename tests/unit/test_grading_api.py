@@ -174,6 +174,10 @@ def test_scored_submission_then_duplicate(api: Api, tiny_model_dir: Path) -> Non
     assert first["improvement"] == pytest.approx(first["score"] - api.baseline)
     assert first["best"] == {"submission_id": 1, "score": first["score"]}
     assert first["details"]["num_examples"] == 16
+    # The grader keeps samples of the private split in its records; the agent never sees them.
+    assert "samples" not in first["details"]
+    stored_details = api.store.list_submissions("cell-a")[0].details_json
+    assert "samples" in stored_details
     shutil.copytree(api.workspace / "output" / "v1", api.workspace / "output" / "v1_again")
     again = api.client.post("/submit", json={"model_path": "output/v1_again"}).json()
     assert again["status"] == "duplicate" and again["score"] == first["score"]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from autorl.errors import TaskError
 from autorl.tasks import (
@@ -18,9 +19,13 @@ from autorl.tasks import (
     discover_tasks,
     get_task,
     load_evaluator,
+    load_task_module,
 )
 
 TASKS = discover_tasks()
+# Interactive tasks are played, not answered in one batch: their oracle and garbage runs live in
+# tests/unit/test_{alfworld,webshop,deepsearchqa}.py.
+STATIC = sorted(t for t, spec in TASKS.items() if spec.kind == "static")
 SMALL = {"train_size": 300, "eval_size": 40}
 
 
@@ -39,8 +44,23 @@ def _last_user(conversation: list[dict[str, str]]) -> str:
     return next(m["content"] for m in reversed(conversation) if m["role"] == "user")
 
 
-def _gold_reply(item: dict[str, Any]) -> str:
-    """A perfect reply for one eval item (extend here for tasks with other answer formats)."""
+def _run_config(task_id: str) -> dict[str, Any]:
+    """The task's run knobs, ``conf/task/<id>.yaml``."""
+    path = Path(__file__).resolve().parents[2] / "conf" / "task" / f"{task_id}.yaml"
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def _fixture_eval_options(task_id: str) -> dict[str, Any]:
+    """The eval options a sweep uses with the fixture source."""
+    return dict(_run_config(task_id)["eval"].get("fixture") or {})
+
+
+def _gold_reply(item: dict[str, Any], task_id: str | None = None) -> str:
+    """A perfect reply for one eval item: the task's ``oracle_reply`` (judge-based tasks, whose eval
+    data holds no gold answer) or the item's ``answer`` (extend here for other answer formats)."""
+    oracle = getattr(load_task_module(TASKS[task_id], "evaluate.py"), "oracle_reply", None) if task_id else None
+    if oracle is not None:
+        return str(oracle(item))
     answer = str(item["answer"])
     match = re.search(r"####\s*(\S+)\s*$", answer)
     if match:
@@ -51,14 +71,15 @@ def _gold_reply(item: dict[str, Any]) -> str:
 class OracleEngine:
     """Answers each conversation with the gold reply of the eval item it asks about."""
 
-    def __init__(self, items: list[dict[str, Any]]) -> None:
+    def __init__(self, items: list[dict[str, Any]], task_id: str | None = None) -> None:
         self.items = sorted(items, key=lambda it: -len(str(it["question"])))
+        self.task_id = task_id
         self.calls = 0
 
     def _reply(self, prompt: str) -> str:
         item = next((it for it in self.items if str(it["question"]) in prompt), None)
         assert item is not None, f"prompt matches no eval item: {prompt[-200:]!r}"
-        return _gold_reply(item)
+        return _gold_reply(item, self.task_id)
 
     def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int,
                       stop: list[str] | None = None) -> list[str]:
@@ -105,6 +126,14 @@ def test_manifest_valid(task_id: str) -> None:
 
 
 @pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_run_config_matches_manifest(task_id: str) -> None:
+    cfg = _run_config(task_id)
+    assert cfg["name"] == task_id and cfg["source"] in TASKS[task_id].sources
+    for source in TASKS[task_id].sources:
+        assert source in cfg["build"] and source in cfg["eval"], f"conf/task/{task_id}.yaml lacks {source} options"
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
 def test_description_non_empty(task_id: str) -> None:
     assert len(TASKS[task_id].description_md.read_text(encoding="utf-8").strip()) > 200
 
@@ -142,21 +171,21 @@ def test_public_reveals_nothing_private(task_id: str, built: dict[str, TaskData]
                 assert value not in public_text, value
 
 
-@pytest.mark.parametrize("task_id", sorted(TASKS))
+@pytest.mark.parametrize("task_id", STATIC)
 def test_oracle_scores_100(task_id: str, built: dict[str, TaskData]) -> None:
     data = built[task_id]
     items = _rows(data.private_dir)
-    engine = OracleEngine(items)
-    result = load_evaluator(TASKS[task_id])(engine, data.private_dir, options={})
+    engine = OracleEngine(items, task_id)
+    result = load_evaluator(TASKS[task_id])(engine, data.private_dir, options=_fixture_eval_options(task_id))
     assert isinstance(result, EvalResult)
     assert result.score == 100.0 and result.num_examples == len(items)
     assert engine.calls <= 4, "the evaluator must batch its engine calls"
 
 
-@pytest.mark.parametrize("task_id", sorted(TASKS))
+@pytest.mark.parametrize("task_id", STATIC)
 def test_garbage_scores_0(task_id: str, built: dict[str, TaskData]) -> None:
     data = built[task_id]
-    result = load_evaluator(TASKS[task_id])(GarbageEngine(), data.private_dir, options={})
+    result = load_evaluator(TASKS[task_id])(GarbageEngine(), data.private_dir, options=_fixture_eval_options(task_id))
     assert isinstance(result, EvalResult)
     assert result.score == 0.0 and result.num_examples == len(_rows(data.private_dir))
 

@@ -24,6 +24,6 @@ class ScriptedAgent:
             "--sft-lr", str(sft["learning_rate"]), "--sft-max-length", str(sft["max_length"]),
             "--grpo-steps", str(grpo["steps"]), "--grpo-batch-size", str(grpo["batch_size"]),
             "--grpo-generations", str(grpo["num_generations"]), "--grpo-lr", str(grpo["learning_rate"]),
-            "--grpo-max-completion", str(grpo["max_completion_length"]),
+            "--grpo-max-completion", str(grpo["max_completion_length"]), "--seed", str(ctx.seed),
         ]
         return AgentLaunch(command, dict(ctx.env))

@@ -18,7 +18,12 @@ from pathlib import Path
 from autorl.agents.scripted.common import log
 
 # task id -> recipe module; a task without an entry gets no submission (exit code 3).
-RECIPES = {"gsm8k": "autorl.agents.scripted.gsm8k"}
+RECIPES = {"gsm8k": "autorl.agents.scripted.gsm8k",
+           "humaneval": "autorl.agents.scripted.humaneval",
+           "alpacaeval": "autorl.agents.scripted.alpacaeval",
+           "alfworld": "autorl.agents.scripted.alfworld",
+           "webshop": "autorl.agents.scripted.webshop",
+           "deepsearchqa": "autorl.agents.scripted.deepsearchqa"}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -28,6 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                        ("grpo-steps", int), ("grpo-batch-size", int), ("grpo-generations", int), ("grpo-lr", float),
                        ("grpo-max-completion", int)]:
         parser.add_argument(f"--{name}", type=kind, required=True)
+    parser.add_argument("--seed", type=int, default=0, help="the cell's seed: data order and sampling vary with it")
     return parser.parse_args(argv)
 
 
@@ -36,7 +42,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     import torch
 
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     task = os.environ["TASK"]
     if task not in RECIPES:

@@ -44,14 +44,14 @@ def remaining_s() -> float:
     return float(api("GET", "/time")["remaining"])
 
 
-def _trainer_args(output_dir: Path) -> dict[str, Any]:
+def _trainer_args(output_dir: Path, seed: int) -> dict[str, Any]:
     """Trainer settings shared by SFT and GRPO (CPU needs bf16=False, use_cpu=True; stack-notes.md §4)."""
     import torch
 
     on_gpu = torch.cuda.is_available()
     return dict(
         output_dir=str(output_dir), report_to="none", logging_steps=10, save_strategy="no",
-        dataloader_num_workers=0, bf16=on_gpu, use_cpu=not on_gpu, disable_tqdm=True,
+        dataloader_num_workers=0, bf16=on_gpu, use_cpu=not on_gpu, disable_tqdm=True, seed=seed,
     )
 
 
@@ -66,7 +66,7 @@ def sft(args: argparse.Namespace, conversations: list[list[dict[str, str]]], bas
     config = SFTConfig(
         max_steps=args.sft_steps, per_device_train_batch_size=args.sft_batch_size, learning_rate=args.sft_lr,
         lr_scheduler_type="cosine", warmup_steps=min(20, args.sft_steps // 10), max_length=args.sft_max_length,
-        **_trainer_args(Path("code/runs/sft")),
+        **_trainer_args(Path("code/runs/sft"), args.seed),
     )
     trainer = SFTTrainer(model=base, args=config, train_dataset=dataset, processing_class=tokenizer)
     result = trainer.train()
@@ -85,7 +85,7 @@ def grpo(args: argparse.Namespace, rows: list[ChatRow], reward: Reward, start: P
     config = GRPOConfig(
         max_steps=args.grpo_steps, per_device_train_batch_size=args.grpo_batch_size, num_generations=args.grpo_generations,
         max_completion_length=args.grpo_max_completion, learning_rate=args.grpo_lr, beta=0.0, temperature=1.0,
-        **_trainer_args(Path("code/runs/grpo")),
+        **_trainer_args(Path("code/runs/grpo"), args.seed),
     )
     trainer = GRPOTrainer(
         model=str(start), reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer
@@ -100,3 +100,17 @@ def grpo(args: argparse.Namespace, rows: list[ChatRow], reward: Reward, start: P
 def completion_texts(completions: list[Any]) -> list[str]:
     """The text of each TRL completion (conversational or plain)."""
     return [c[0]["content"] if isinstance(c, list) else str(c) for c in completions]
+
+
+def with_overrides(args: argparse.Namespace, **changes: Any) -> argparse.Namespace:
+    """A copy of the recipe's knobs with some changed (e.g. a task that needs longer sequences)."""
+    return argparse.Namespace(**{**vars(args), **changes})
+
+
+def longest_conversation_tokens(base: str, conversations: list[list[dict[str, str]]]) -> int:
+    """Tokens of the longest conversation rendered with ``base``'s chat template."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    rendered = [str(tokenizer.apply_chat_template(c, tokenize=False)) for c in conversations]
+    return max((len(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]), default=0)

@@ -1,0 +1,118 @@
+"""What the five coding-agent CLI adapters share: finding the installed CLI, installing it, and
+the launch skeleton (prompt, per-cell HOME, gateway variables).
+
+A CLI is installed from its registry at the version pinned in ``conf/agent/<name>.yaml``
+(``install: {manager, package, version, bin}``) into a project-local prefix:
+``<agents_dir>/node_modules/.bin/<bin>`` for npm, ``<agents_dir>/<name>-venv/bin/<bin>`` for pip.
+``agents_dir`` is ``agent.agents_dir``, else ``$AUTORL_AGENTS_DIR``, else ``<repo>/.cache/agents``.
+``agent.binary`` names the executable directly; a CLI on ``PATH`` is the last resort.
+Install with ``python -m autorl.agents.install <agent> ...``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from autorl.agents.base import AgentLaunch, LaunchContext
+from autorl.agents.prompt import build_prompt
+from autorl.errors import ConfigError
+
+REPO_DIR = Path(__file__).resolve().parents[2]
+# Variables through which the gateway is handed to an adapter (set by the Workspace actor).
+GATEWAY_URL_ENV = "AUTORL_DRIVER_URL"
+GATEWAY_TOKEN_ENV = "AUTORL_DRIVER_TOKEN"
+# Provider credentials and endpoints a CLI would otherwise pick up from the node's environment.
+PROVIDER_ENV = (
+    "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL", "CLAUDE_CODE_OAUTH_TOKEN", "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL",
+    "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_GENAI_USE_VERTEXAI", "CODEX_API_KEY", "LLM_API_KEY", "LLM_BASE_URL",
+    "LLM_MODEL", "OPENROUTER_API_KEY", "AZURE_API_KEY", "AZURE_OPENAI_API_KEY",
+)
+
+
+def agents_dir(agent_cfg: dict[str, Any]) -> Path:
+    """Where CLIs are installed."""
+    configured = agent_cfg["agents_dir"] or os.environ.get("AUTORL_AGENTS_DIR")
+    return Path(configured).expanduser().resolve() if configured else REPO_DIR / ".cache" / "agents"
+
+
+def _installed_path(agent_cfg: dict[str, Any]) -> Path:
+    install = agent_cfg["install"]
+    root = agents_dir(agent_cfg)
+    if install["manager"] == "npm":
+        return root / "node_modules" / ".bin" / install["bin"]
+    return root / f"{agent_cfg['name']}-venv" / "bin" / install["bin"]
+
+
+def install_commands(agent_cfg: dict[str, Any]) -> list[list[str]]:
+    """The commands that install the agent's CLI at its pinned version into :func:`agents_dir`.
+
+    >>> cfg = {"name": "codex", "agents_dir": "/x", "install": {"manager": "npm", "package": "@openai/codex", "version": "1.0", "bin": "codex"}}
+    >>> install_commands(cfg)
+    [['npm', 'install', '--prefix', '/x', '--no-audit', '--no-fund', '--no-save', '@openai/codex@1.0']]
+    """
+    install = agent_cfg["install"]
+    root = agents_dir(agent_cfg)
+    if install["manager"] == "npm":
+        return [["npm", "install", "--prefix", str(root), "--no-audit", "--no-fund", "--no-save", f"{install['package']}@{install['version']}"]]
+    if install["manager"] == "pip":
+        venv = root / f"{agent_cfg['name']}-venv"
+        return [[install["python"], "-m", "venv", str(venv)],
+                [str(venv / "bin" / "python"), "-m", "pip", "install", f"{install['package']}=={install['version']}"]]
+    raise ConfigError(f"agent {agent_cfg['name']!r}: install.manager must be npm or pip, got {install['manager']!r}")
+
+
+def find_binary(agent_cfg: dict[str, Any]) -> str:
+    """The agent's CLI executable.
+
+    Raises:
+        ConfigError: when it is not installed, with the command that installs it.
+    """
+    if agent_cfg["binary"]:
+        path = Path(str(agent_cfg["binary"])).expanduser()
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise ConfigError(f"agent {agent_cfg['name']!r}: agent.binary={path} is not an executable file")
+        return str(path)
+    installed = _installed_path(agent_cfg)
+    if installed.exists():
+        return str(installed)
+    on_path = shutil.which(agent_cfg["install"]["bin"])
+    if on_path:
+        return on_path
+    command = " && ".join(" ".join(c) for c in install_commands(agent_cfg))
+    raise ConfigError(
+        f"the {agent_cfg['name']} CLI ({agent_cfg['install']['package']}) is not installed: looked for {installed} and "
+        f"{agent_cfg['install']['bin']!r} on PATH. Install it with `python -m autorl.agents.install {agent_cfg['name']}` "
+        f"({command}), or set agent.binary=/path/to/{agent_cfg['install']['bin']}"
+    )
+
+
+class CLIAgent:
+    """Base of the CLI adapters: subclasses set :attr:`stream_format` and implement :meth:`command`."""
+
+    stream_format = ""
+
+    def launch(self, ctx: LaunchContext) -> AgentLaunch:
+        """Write the CLI's config files into the cell's HOME and build its command line."""
+        if GATEWAY_URL_ENV not in ctx.env or GATEWAY_TOKEN_ENV not in ctx.env:
+            raise ConfigError(f"agent {ctx.agent_cfg['name']!r} needs a driver gateway; run it with a driver (driver=...)")
+        binary = find_binary(ctx.agent_cfg)
+        prompt = build_prompt(ctx.workspace, ctx.agent_cfg)
+        if ctx.cell_dir is not None:
+            (ctx.cell_dir / "prompt.md").write_text(prompt)
+        home = Path(ctx.env["HOME"])
+        env = {k: v for k, v in ctx.env.items() if k not in PROVIDER_ENV}
+        command, extra_env = self.command(binary, prompt, ctx, home)
+        return AgentLaunch(command, env | extra_env)
+
+    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
+        """The command line and the extra environment of this CLI (config files go under ``home``)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def gateway(ctx: LaunchContext) -> tuple[str, str]:
+        """The cell's gateway root URL and token."""
+        return ctx.env[GATEWAY_URL_ENV], ctx.env[GATEWAY_TOKEN_ENV]

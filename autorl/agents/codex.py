@@ -1,0 +1,50 @@
+"""OpenAI Codex CLI (``@openai/codex``): ``codex exec --json`` speaking the Responses API.
+
+The cell's ``$HOME/.codex/config.toml`` (``CODEX_HOME``) defines a model provider ``autorl`` at
+the gateway's ``/v1`` with the gateway token in ``AUTORL_DRIVER_TOKEN``; web search (a leakage
+channel of the reference, which ran ``--search``), update checks and analytics are off.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autorl.agents.base import LaunchContext
+from autorl.agents.cli import GATEWAY_TOKEN_ENV, CLIAgent
+
+
+def _toml(value: object) -> str:
+    return json.dumps(value)  # a JSON string or number is valid TOML
+
+
+class CodexAgent(CLIAgent):
+    """Adapter for Codex."""
+
+    stream_format = "codex"
+
+    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
+        """``codex exec --json`` with a per-cell CODEX_HOME pointing at the gateway."""
+        url, _ = self.gateway(ctx)
+        codex_home = home / ".codex"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        model = str(ctx.driver_cfg["model"])
+        (codex_home / "config.toml").write_text(
+            f"model = {_toml(model)}\n"
+            'model_provider = "autorl"\n'
+            'approval_policy = "never"\n'
+            'sandbox_mode = "danger-full-access"\n'
+            'web_search = "disabled"\n'
+            "check_for_update_on_startup = false\n\n"
+            "[analytics]\nenabled = false\n\n"
+            "[model_providers.autorl]\n"
+            'name = "autorl driver gateway"\n'
+            f"base_url = {_toml(url + '/v1')}\n"
+            f"env_key = {_toml(GATEWAY_TOKEN_ENV)}\n"
+            'wire_api = "responses"\n'
+        )
+        command = [
+            binary, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+            "--cd", str(ctx.workspace), "--model", model, *map(str, ctx.agent_cfg["extra_args"]), prompt,
+        ]
+        return command, {"CODEX_HOME": str(codex_home)}

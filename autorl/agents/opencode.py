@@ -1,0 +1,45 @@
+"""OpenCode (``opencode-ai``): ``opencode run --format json`` speaking OpenAI chat completions.
+
+``$XDG_CONFIG_HOME/opencode/opencode.json`` (in the cell's HOME) defines a provider ``autorl``
+(``@ai-sdk/openai-compatible``) at the gateway's ``/v1`` with the gateway token, makes the
+driver's model both the main and the small model, allows every tool without asking, and turns
+sharing and auto-update off. OpenCode fetches the provider package from the npm registry into
+the cell's HOME on first use.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autorl.agents.base import LaunchContext
+from autorl.agents.cli import GATEWAY_TOKEN_ENV, CLIAgent
+
+
+class OpenCodeAgent(CLIAgent):
+    """Adapter for OpenCode."""
+
+    stream_format = "opencode"
+
+    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
+        """``opencode run`` with a per-cell config pointing at the gateway."""
+        url, _ = self.gateway(ctx)
+        model = str(ctx.driver_cfg["model"])
+        config_home = home / ".config"
+        (config_home / "opencode").mkdir(parents=True, exist_ok=True)
+        config = {
+            "$schema": "https://opencode.ai/config.json",
+            "provider": {"autorl": {
+                "npm": "@ai-sdk/openai-compatible", "name": "autorl driver gateway",
+                "options": {"baseURL": f"{url}/v1", "apiKey": f"{{env:{GATEWAY_TOKEN_ENV}}}"},
+                "models": {model: {"name": model, "tool_call": True}},
+            }},
+            "model": f"autorl/{model}", "small_model": f"autorl/{model}",
+            "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
+            "autoupdate": False, "share": "disabled",
+        }
+        (config_home / "opencode" / "opencode.json").write_text(json.dumps(config, indent=2))
+        env = {"XDG_CONFIG_HOME": str(config_home), "OPENCODE_DISABLE_MODELS_FETCH": "1",
+               "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
+        command = [binary, "run", "--format", "json", "--model", f"autorl/{model}", *map(str, ctx.agent_cfg["extra_args"]), prompt]
+        return command, env

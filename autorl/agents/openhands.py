@@ -1,0 +1,31 @@
+"""OpenHands CLI (``openhands`` on PyPI): ``openhands --headless --json`` speaking OpenAI chat
+completions through its bundled LiteLLM.
+
+The LLM settings come from the environment (``--override-with-envs``): ``LLM_MODEL``
+``openai/<driver model>`` (LiteLLM's name for an OpenAI-compatible endpoint), ``LLM_BASE_URL``
+the gateway's ``/v1`` and ``LLM_API_KEY`` the gateway token. Its state lives in the cell's HOME
+(``~/.openhands``). OpenHands needs Python >= 3.12, so it is installed into a venv of its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autorl.agents.base import LaunchContext
+from autorl.agents.cli import CLIAgent
+
+
+class OpenHandsAgent(CLIAgent):
+    """Adapter for OpenHands."""
+
+    stream_format = "openhands"
+
+    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
+        """``openhands --headless --json`` with its LLM pointed at the gateway."""
+        url, token = self.gateway(ctx)
+        (home / ".openhands").mkdir(parents=True, exist_ok=True)
+        env = {"LLM_MODEL": f"openai/{ctx.driver_cfg['model']}", "LLM_BASE_URL": f"{url}/v1", "LLM_API_KEY": token,
+               # The bundled LiteLLM would fetch its price map from GitHub at start.
+               "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"}
+        command = [binary, "--headless", "--json", "--override-with-envs", *map(str, ctx.agent_cfg["extra_args"]), "--task", prompt]
+        return command, env

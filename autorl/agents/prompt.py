@@ -1,0 +1,97 @@
+"""The task prompt every CLI agent starts with, and the paper's operating modes as variants of it.
+
+The prompt carries everything the agent needs without asking anyone: the task
+(``description.md``), the rules, budget and grading API (``instructions.md``), a look at the
+workspace and the training data, and the mode (``agent.mode``):
+
+- ``free``: any method;
+- ``sft_only``: supervised fine-tuning only;
+- ``rl_oriented``: the final model must come from reinforcement learning (an SFT warm-up allowed).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from autorl.errors import ConfigError
+
+MODES: dict[str, str] = {
+    "free": (
+        "Mode: free. Any post-training method is allowed (SFT, LoRA, DPO, GRPO, PPO, rejection sampling, ...). "
+        "Choose whatever you expect to raise the score most within the budget."
+    ),
+    "sft_only": (
+        "Mode: SFT only. Use supervised fine-tuning only (full or LoRA fine-tuning on the training data, or on data "
+        "you derive from it). Do not use reinforcement-learning or preference methods (GRPO, PPO, RLOO, DPO, ...)."
+    ),
+    "rl_oriented": (
+        "Mode: RL-oriented. The goal is reinforcement learning: your final submissions should come from an RL method "
+        "(GRPO, PPO, RLOO, ...) with a reward you build from the task (for example exact-match on the training answers). "
+        "A short SFT warm-up before RL is allowed."
+    ),
+}
+
+_ROLE = (
+    "You are an autonomous AI researcher doing post-training of a small language model. "
+    "Complete the whole task on your own: nobody will answer questions or approve actions."
+)
+_SAMPLE_LINES = 3
+_SAMPLE_CHARS = 400
+
+
+def _data_sample(data_dir: Path) -> str:
+    lines: list[str] = []
+    for path in sorted(data_dir.rglob("*"))[:20]:
+        if not path.is_file():
+            continue
+        lines.append(f"- data/{path.relative_to(data_dir)} ({path.stat().st_size} bytes)")
+        if path.suffix in (".jsonl", ".json", ".txt", ".csv"):
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                for _, line in zip(range(_SAMPLE_LINES), handle):
+                    lines.append("    " + line.rstrip("\n")[:_SAMPLE_CHARS])
+    return "\n".join(lines) or "(no data files)"
+
+
+def _budget_s(workspace: Path) -> float | None:
+    meta = workspace / "run_meta.json"
+    if not meta.exists():
+        return None
+    value = json.loads(meta.read_text()).get("timeout_s")
+    return None if value is None else float(value)
+
+
+def build_prompt(workspace: Path, agent_cfg: dict[str, Any]) -> str:
+    """The full task prompt for an agent working in ``workspace``.
+
+    Raises:
+        ConfigError: if ``agent.mode`` is not one of :data:`MODES`.
+    """
+    mode = str(agent_cfg["mode"])
+    if mode not in MODES:
+        raise ConfigError(f"agent.mode must be one of {', '.join(MODES)}, got {mode!r}")
+    entries = sorted(p.name + ("/" if p.is_dir() else "") for p in workspace.iterdir())
+    budget = _budget_s(workspace)
+    budget_line = (
+        f"You have {budget:.0f} seconds of wall-clock time in total, counted from `start_time` in run_meta.json; "
+        "check what is left with `curl -s -H \"Authorization: Bearer $GRADING_TOKEN\" $GRADING_SERVER_URL/time`. "
+        "Every process you start is stopped when the time is up, so submit early and often."
+        if budget is not None else "Check the remaining time with `GET $GRADING_SERVER_URL/time`."
+    )
+    parts = [
+        _ROLE,
+        MODES[mode],
+        f"# Task (description.md)\n\n{(workspace / 'description.md').read_text()}",
+        f"# Instructions (instructions.md)\n\n{(workspace / 'instructions.md').read_text()}",
+        f"# Your workspace (the current directory)\n\n{', '.join(entries)}\n\nTraining data:\n{_data_sample(workspace / 'data')}",
+        "# Time budget\n\n" + budget_line,
+        "# How to work\n\n"
+        "1. Read the files above; write your training code in code/ (for example code/train.py) and run it.\n"
+        "2. Save each trained model as a full model folder under output/ (output/v1, output/v2, ...), with its tokenizer.\n"
+        "3. Submit it: `curl -s -X POST \"$GRADING_SERVER_URL/submit\" -H \"Authorization: Bearer $GRADING_TOKEN\" "
+        "-H 'Content-Type: application/json' -d '{\"model_path\": \"output/v1\"}'` and read the score.\n"
+        "4. Iterate: improve the method, submit again; the best valid submission counts.\n"
+        "Start with a simple approach that gets a valid score quickly, then improve it.",
+    ]
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,35 @@
+"""Scripted recipe for alpacaeval: SFT on the training answers (the task has no rule reward for RL)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from autorl.agents.scripted.common import log, longest_conversation_tokens, remaining_s, sft, submit, with_overrides
+
+MAX_SEQUENCE = 1024  # the longest SFT sequence this recipe asks for
+
+
+def load_conversations(data_dir: Path) -> list[list[dict[str, str]]]:
+    """One chat per training row: the ``question`` as the user turn, the ``answer`` as the reply."""
+    conversations = []
+    for line in (data_dir / "train.jsonl").read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        conversations.append([{"role": "user", "content": item["question"]},
+                              {"role": "assistant", "content": item["answer"]}])
+    return conversations
+
+
+def run(args: argparse.Namespace) -> int:
+    """SFT → submit v1."""
+    conversations = load_conversations(Path(os.environ["DATA_PATH"]))
+    output = Path(os.environ["OUTPUT_DIR"])
+    base = os.environ["MODEL_PATH"]
+    log(f"alpacaeval: {len(conversations)} training rows; budget left {remaining_s():.0f} s")
+    needed = min(MAX_SEQUENCE, longest_conversation_tokens(base, conversations))
+    sft(with_overrides(args, sft_max_length=max(args.sft_max_length, needed)), conversations, base, output / "v1")
+    submit("output/v1")
+    log("alpacaeval has no rule reward; stopping after SFT")
+    return 0

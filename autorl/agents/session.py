@@ -1,0 +1,77 @@
+"""What surrounds a CLI agent's run in its cell: the driver gateway, the agent's environment
+without provider secrets, and the live trace of its output stream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autorl.agents.cli import PROVIDER_ENV
+from autorl.agents.trace import TraceFollower
+from autorl.records.store import TraceSummary
+
+TRACE_FILE = "trace.jsonl"
+
+
+class DriverSession:
+    """One agent run's driver side, owned by the Workspace actor.
+
+    Args:
+        cell_id: The cell.
+        cell_dir: The cell folder (``agent.log`` and ``trace.jsonl`` live there).
+        agent_cfg: The cell's agent config.
+        driver_cfg: The cell's driver config.
+        recorder: The Recorder actor handle.
+        host: Loopback address for the gateway.
+    """
+
+    def __init__(self, cell_id: str, cell_dir: Path, agent_cfg: dict[str, Any], driver_cfg: dict[str, Any], recorder: Any, host: str) -> None:
+        self.cell_id = cell_id
+        self.cell_dir = cell_dir
+        self.agent_cfg = agent_cfg
+        self.driver_cfg = driver_cfg
+        self.recorder = recorder
+        self.host = host
+        self.gateway: Any = None
+        self.follower: TraceFollower | None = None
+
+    def agent_env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` without provider keys, plus the gateway's URL and token when the agent needs a driver.
+
+        Raises:
+            ConfigError: if the driver's key variable is unset (the gateway cannot start).
+        """
+        secret = self.driver_cfg["api_key_env"]
+        clean = {k: v for k, v in env.items() if k not in PROVIDER_ENV and k != secret}
+        if not self.agent_cfg["needs_driver"]:
+            return clean
+        from autorl.gateway.cell import CellGateway
+
+        self.gateway = CellGateway(self.driver_cfg, self.cell_id, self.recorder, host=self.host)
+        return clean | self.gateway.start()
+
+    def follow(self, adapter: Any) -> None:
+        """Parse the agent's output into ``trace.jsonl`` while it runs, if its adapter has a format."""
+        stream_format = getattr(adapter, "stream_format", "")  # the scripted agent has none
+        if stream_format:
+            self.follower = TraceFollower(self.cell_dir / "agent.log", self.cell_dir / TRACE_FILE, stream_format, self.agent_cfg["name"])
+            self.follower.start()
+
+    def close(self) -> dict[str, Any]:
+        """Finish the trace and the gateway; returns the cell's driver usage fields (gateway side)."""
+        import ray
+
+        usage: dict[str, Any] = {}
+        try:
+            if self.follower is not None:
+                stats = self.follower.stop()
+                summary = TraceSummary(
+                    cell_id=self.cell_id, agent=self.agent_cfg["name"], events=stats.events, messages=stats.messages,
+                    tool_calls=stats.tool_calls, tokens_in=stats.tokens_in, tokens_out=stats.tokens_out,
+                    unparsed_lines=stats.unparsed_lines, path=str(self.cell_dir / TRACE_FILE),
+                )
+                ray.get(self.recorder.record_trace.remote(summary))
+        finally:
+            if self.gateway is not None:
+                usage = self.gateway.close()
+        return usage

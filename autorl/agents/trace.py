@@ -1,0 +1,163 @@
+"""The agent's JSON output stream, parsed into the cell's normalised trace (``trace.jsonl``).
+
+Each CLI prints its own event format on stdout (Codex ``--json``, Claude Code ``stream-json``,
+Gemini CLI ``stream-json``, OpenCode ``--format json``, OpenHands ``--json``); the parsers in
+:mod:`autorl.agents.streams` turn each event into zero or more normalised events:
+
+``{"seq", "agent", "kind", "raw_type", ...}`` with ``kind`` one of ``session``, ``message``
+(``role``, ``text``), ``reasoning`` (``text``), ``tool_call`` (``tool``, ``call_id``, ``input``),
+``tool_result`` (``call_id``, ``output``, ``status``), ``usage`` (``tokens_in``, ``tokens_out``,
+``scope``: ``step`` to add up or ``total`` for a CLI's own running total), ``error``
+(``text``) and ``result`` (``status``).
+
+Lines that are not JSON objects (stderr noise shares ``agent.log``) are counted, not parsed;
+a malformed event never stops the parse. The follower tails ``agent.log`` while the agent runs,
+so the trace grows live and survives a killed agent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autorl.agents.streams import PARSERS
+
+_POLL_S = 1.0
+
+
+@dataclass
+class TraceStats:
+    """Counts of what the trace holds (the trace-side token counts included)."""
+
+    events: int = 0
+    messages: int = 0
+    tool_calls: int = 0
+    step_in: int = 0
+    step_out: int = 0
+    total_in: int | None = None
+    total_out: int | None = None
+    unparsed_lines: int = 0
+
+    @property
+    def tokens_in(self) -> int:
+        """Input tokens: the CLI's own total when it reports one, else the sum of its steps."""
+        return self.total_in if self.total_in is not None else self.step_in
+
+    @property
+    def tokens_out(self) -> int:
+        """Output tokens, like :attr:`tokens_in`."""
+        return self.total_out if self.total_out is not None else self.step_out
+
+
+class TraceParser:
+    """Turns lines of one agent's output into normalised events, keeping :class:`TraceStats`.
+
+    Args:
+        stream_format: Key of :data:`autorl.agents.streams.PARSERS` (the agent's format).
+        agent: Agent name, written into every event.
+    """
+
+    def __init__(self, stream_format: str, agent: str) -> None:
+        if stream_format not in PARSERS:
+            raise ValueError(f"unknown stream format {stream_format!r}; known: {', '.join(sorted(PARSERS))}")
+        self.parse_event = PARSERS[stream_format]()
+        self.agent = agent
+        self.stats = TraceStats()
+
+    def line(self, line: str) -> list[dict[str, Any]]:
+        """The normalised events of one output line (none for noise)."""
+        text = line.strip()
+        if not text:
+            return []
+        try:
+            event = json.loads(text)
+        except json.JSONDecodeError:
+            self.stats.unparsed_lines += 1
+            return []
+        if not isinstance(event, dict):
+            self.stats.unparsed_lines += 1
+            return []
+        try:
+            produced = self.parse_event(event)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            produced = [{"kind": "error", "text": f"unparseable {event.get('type')!r} event: {error}"}]
+        out = []
+        for item in produced:
+            self._count(item)
+            out.append({"seq": self.stats.events, "agent": self.agent, "raw_type": event.get("type")} | item)
+        return out
+
+    def _count(self, item: dict[str, Any]) -> None:
+        stats = self.stats
+        stats.events += 1
+        kind = item["kind"]
+        if kind == "message" and item.get("role") == "assistant":
+            stats.messages += 1
+        elif kind == "tool_call":
+            stats.tool_calls += 1
+        elif kind == "usage":
+            if item.get("scope") == "total":
+                stats.total_in, stats.total_out = int(item["tokens_in"]), int(item["tokens_out"])
+            else:
+                stats.step_in += int(item["tokens_in"])
+                stats.step_out += int(item["tokens_out"])
+
+
+def parse_file(log_path: Path, trace_path: Path, stream_format: str, agent: str) -> TraceStats:
+    """Parse a whole output file into ``trace_path`` (replacing it); returns the stats."""
+    parser = TraceParser(stream_format, agent)
+    with open(log_path, encoding="utf-8", errors="replace") as src, open(trace_path, "w", encoding="utf-8") as out:
+        for line in src:
+            for event in parser.line(line):
+                out.write(json.dumps(event) + "\n")
+    return parser.stats
+
+
+class TraceFollower:
+    """Tails ``agent.log`` on a thread while the agent runs and appends to ``trace.jsonl``."""
+
+    def __init__(self, log_path: Path, trace_path: Path, stream_format: str, agent: str) -> None:
+        """Prepare; :meth:`start` begins tailing."""
+        self.log_path = log_path
+        self.trace_path = trace_path
+        self.parser = TraceParser(stream_format, agent)
+        self._stop = threading.Event()
+        self._offset = 0
+        self._pending = b""
+        self._thread = threading.Thread(target=self._run, name="agent-trace", daemon=True)
+
+    def start(self) -> None:
+        """Start tailing (the log may not exist yet; what an earlier attempt left in it is skipped)."""
+        self.trace_path.write_text("")
+        self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._thread.start()
+
+    def stop(self) -> TraceStats:
+        """Read what is left, stop, and return the stats."""
+        self._stop.set()
+        self._thread.join(timeout=30)
+        self._drain(final=True)
+        return self.parser.stats
+
+    def _run(self) -> None:
+        while not self._stop.wait(_POLL_S):
+            self._drain(final=False)
+
+    def _drain(self, final: bool) -> None:
+        if not self.log_path.exists():
+            return
+        with open(self.log_path, "rb") as src:
+            src.seek(self._offset)
+            data = src.read()
+        self._offset += len(data)
+        data = self._pending + data
+        lines = data.split(b"\n")
+        # The last piece is a line still being written, unless the agent is gone.
+        self._pending = b"" if final else lines.pop()
+        with open(self.trace_path, "a", encoding="utf-8") as out:
+            for raw in lines:
+                for event in self.parser.line(raw.decode("utf-8", errors="replace")):
+                    out.write(json.dumps(event) + "\n")

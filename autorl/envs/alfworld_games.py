@@ -1,0 +1,224 @@
+"""ALFWorld games on disk: the alfworld-download layout, task types, and the fixture generator.
+
+Both sources share one layout: ``<split>/<task_type>-<Obj>-<MRecep>-<Recep>-<scene>/<trial>/``
+holding ``game.tw-pddl`` (PDDL domain + problem + text grammar, the format ALFWorld's TextWorld
+engine loads) and ``traj_data.json`` (``task_type`` and ``pddl_params``). The official data comes
+from ``alfworld-download`` (``$ALFWORLD_DATA/json_2.1.1/{train,valid_seen,valid_unseen}``); the
+fixture is generated here as PDDL problems for the domain and grammar bundled in the ``alfworld``
+wheel, from the goal definitions of ``alfworld.gen.goal_library``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# ALFWorld's six task types (alfworld.agents.environment.alfred_tw_env.TASK_TYPES) and the short
+# names the reference's ReAct prompts use for them.
+TASK_TYPES = {
+    "pick_and_place_simple": "put",
+    "pick_clean_then_place_in_recep": "clean",
+    "pick_heat_then_place_in_recep": "heat",
+    "pick_cool_then_place_in_recep": "cool",
+    "look_at_obj_in_light": "examine",
+    "pick_two_obj_and_place": "puttwo",
+}
+SHORT_TYPES = tuple(TASK_TYPES.values())
+
+
+def task_short_name(game_name: str) -> str | None:
+    """The short task type of a game folder name (``pick_heat_then_…-Apple-…`` → ``heat``).
+
+    >>> task_short_name("pick_two_obj_and_place-Pen-None-Desk-301/trial_T1")
+    'puttwo'
+    >>> task_short_name("pick_and_place_with_movable_recep-Pen-Mug-Desk-1/trial_1") is None
+    True
+    """
+    head = game_name.split("-", 1)[0]
+    return TASK_TYPES.get(head)
+
+
+def collect_games(split_dir: Path) -> list[tuple[str, Path]]:
+    """Playable games under one split folder, sorted by name, as ALFWorld's ``AlfredTWEnv`` selects them.
+
+    A game needs ``traj_data.json`` of one of the six task types, a ``game.tw-pddl`` marked
+    ``solvable``, and no movable-receptacle or sliced variant.
+
+    Returns:
+        ``(name, game file)`` with name = the last two path parts (``<task folder>/<trial>``).
+    """
+    games = []
+    for root, _dirs, files in os.walk(split_dir):
+        if "traj_data.json" not in files or "movable" in root or "Sliced" in root:
+            continue
+        folder = Path(root)
+        traj = json.loads((folder / "traj_data.json").read_text(encoding="utf-8"))
+        game_file = folder / "game.tw-pddl"
+        if traj.get("task_type") not in TASK_TYPES or not game_file.is_file():
+            continue
+        if not json.loads(game_file.read_text(encoding="utf-8")).get("solvable"):
+            continue
+        games.append((f"{folder.parent.name}/{folder.name}", game_file))
+    return sorted(games)
+
+
+# ---- fixture generation --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Recep:
+    kind: str
+    openable: bool
+
+
+_RECEPS = {r.kind: r for r in (
+    _Recep("CounterTop", False), _Recep("Cabinet", True), _Recep("Drawer", True), _Recep("Fridge", True),
+    _Recep("Microwave", True), _Recep("SinkBasin", False), _Recep("StoveBurner", False), _Recep("DiningTable", False),
+    _Recep("Shelf", False), _Recep("Desk", False), _Recep("SideTable", False), _Recep("GarbageCan", False),
+    _Recep("Dresser", False),
+)}
+_FOOD = ("CounterTop", "DiningTable", "Fridge", "Cabinet")
+_DISH = ("CounterTop", "Cabinet", "Shelf", "DiningTable", "SinkBasin")
+_SMALL = ("Desk", "SideTable", "Shelf", "Drawer", "Dresser")
+# object type -> (properties, receptacle types it may start in or be put in)
+_OBJECTS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
+    "Apple": (frozenset({"heatable", "coolable", "cleanable"}), _FOOD + ("GarbageCan",)),
+    "Tomato": (frozenset({"heatable", "coolable", "cleanable"}), _FOOD),
+    "Potato": (frozenset({"heatable", "coolable", "cleanable"}), _FOOD + ("GarbageCan",)),
+    "Egg": (frozenset({"heatable", "coolable"}), _FOOD),
+    "Lettuce": (frozenset({"coolable", "cleanable"}), _FOOD),
+    "Bread": (frozenset({"heatable", "coolable"}), _FOOD),
+    "Mug": (frozenset({"heatable", "coolable", "cleanable"}), _DISH + ("Desk",)),
+    "Cup": (frozenset({"heatable", "coolable", "cleanable"}), _DISH),
+    "Plate": (frozenset({"heatable", "coolable", "cleanable"}), _DISH),
+    "Bowl": (frozenset({"heatable", "coolable", "cleanable"}), _DISH + ("Fridge",)),
+    "Pan": (frozenset({"cleanable"}), ("StoveBurner", "CounterTop", "Cabinet", "DiningTable")),
+    "Knife": (frozenset({"cleanable"}), ("Drawer", "CounterTop", "DiningTable")),
+    "Spoon": (frozenset({"cleanable"}), ("Drawer", "CounterTop", "DiningTable")),
+    "Fork": (frozenset({"cleanable"}), ("Drawer", "CounterTop", "DiningTable")),
+    "Pen": (frozenset(), _SMALL), "Pencil": (frozenset(), _SMALL), "Book": (frozenset(), _SMALL + ("Dresser",)),
+    "CellPhone": (frozenset(), _SMALL), "KeyChain": (frozenset(), _SMALL), "CreditCard": (frozenset(), _SMALL),
+    "AlarmClock": (frozenset(), _SMALL), "CD": (frozenset(), _SMALL), "Watch": (frozenset(), _SMALL),
+    "Vase": (frozenset(), ("Shelf", "SideTable", "Desk", "Dresser")),
+}
+_LAMP_RECEPS = ("Desk", "SideTable", "Dresser")
+_TYPE_NEEDS = {"clean": "SinkBasin", "heat": "Microwave", "cool": "Fridge"}
+_TYPE_PROP = {"clean": "cleanable", "heat": "heatable", "cool": "coolable"}
+_LONG_TYPE = {short: long for long, short in TASK_TYPES.items()}
+
+
+def _mangle(kind: str, index: int) -> str:
+    """An ALFRED-style object id; the Demangler turns it into ``<kind lowercase> <n>``."""
+    coords = f"_bar__plus_0{index % 10}_dot_{(index * 37) % 100:02d}_bar__plus_00_dot_90_bar__minus_0{index // 10}_dot_50"
+    if kind == "SinkBasin":
+        return f"Sink{coords}_bar_SinkBasin"
+    return f"{kind}{coords}"
+
+
+def _pick_target(rng: random.Random, short: str) -> tuple[str, str, str]:
+    """(object type, target receptacle type, toggle type) for one task."""
+    if short == "examine":
+        obj = rng.choice([k for k, (props, _) in _OBJECTS.items() if not props and k != "Vase"])
+        return obj, "None", "DeskLamp"
+    candidates = [k for k, (props, _) in _OBJECTS.items() if short not in _TYPE_PROP or _TYPE_PROP[short] in props]
+    obj = rng.choice(candidates)
+    targets = [r for r in _OBJECTS[obj][1] if r not in ("SinkBasin", "Microwave") and (short != "cool" or r != "Fridge")]
+    return obj, rng.choice(targets), "None"
+
+
+def generate_game(rng: random.Random, short: str, goal_templates: dict[str, Any], domain: str, grammar: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """One solvable-by-construction ALFWorld game of task type ``short``.
+
+    Returns:
+        (folder name without scene suffix, ``game.tw-pddl`` content, ``traj_data.json`` content).
+    """
+    obj, target, toggle = _pick_target(rng, short)
+    kinds = {"CounterTop"} | ({target} if target != "None" else set())
+    if short in _TYPE_NEEDS:
+        kinds.add(_TYPE_NEEDS[short])
+    if short == "examine":
+        kinds.add(rng.choice(_LAMP_RECEPS))
+    start_options = [r for r in _OBJECTS[obj][1] if r != target and r not in ("SinkBasin",)]
+    kinds.add(rng.choice(start_options))
+    kinds |= set(rng.sample(sorted(_RECEPS), 3))
+    receps: list[tuple[str, str]] = []  # (id, kind)
+    counter = 0
+    for kind in sorted(kinds):
+        copies = 1 if kind in ("Fridge", "Microwave", "SinkBasin", "GarbageCan", "DiningTable", "Desk") else rng.randint(1, 2)
+        for _ in range(copies):
+            counter += 1
+            receps.append((_mangle(kind, counter), kind))
+    placed: list[tuple[str, str, str]] = []  # (object id, kind, receptacle id)
+
+    def place(kind: str, allowed: tuple[str, ...]) -> None:
+        nonlocal counter
+        options = [rid for rid, rk in receps if rk in allowed]
+        if options:
+            counter += 1
+            placed.append((_mangle(kind, counter), kind, rng.choice(options)))
+
+    needed = 2 if short == "puttwo" else 1
+    for _ in range(needed):
+        place(obj, tuple(start_options))
+    if short == "examine":
+        place("DeskLamp", _LAMP_RECEPS)
+    for kind in rng.sample(sorted(_OBJECTS), 3):
+        if kind != obj:
+            place(kind, tuple(r for r in _OBJECTS[kind][1] if r != target))
+    if sum(1 for _, k, _ in placed if k == obj) < needed:
+        raise ValueError("could not place the task's objects")  # unreachable: start_options is never empty
+
+    otypes = sorted({k for _, k, _ in placed})
+    rtypes = sorted({k for _, k in receps})
+    locs = {rid: f"loc_{i}" for i, (rid, _) in enumerate(receps, start=1)}
+    init = ["(atLocation agent1 loc_start)"]
+    for rid, kind in receps:
+        init += [f"(receptacleAtLocation {rid} {locs[rid]})", f"(receptacleType {rid} {kind}Type)"]
+        if _RECEPS[kind].openable:
+            init.append(f"(openable {rid})")
+    for oid, kind, rid in placed:
+        init += [f"(objectAtLocation {oid} {locs[rid]})", f"(inReceptacle {oid} {rid})", f"(objectType {oid} {kind}Type)"]
+        if kind == "DeskLamp":
+            init.append(f"(toggleable {oid})")
+            continue
+        init.append(f"(pickupable {oid})")
+        init += [f"({prop} {oid})" for prop in sorted(_OBJECTS[kind][0])]
+    for kind in otypes:
+        allowed = set(_OBJECTS.get(kind, ((), ()))[1]) | ({target} if kind == obj and target != "None" else set())
+        init += [f"(canContain {rt}Type {kind}Type)" for rt in rtypes if rt in allowed]
+    objects = (["agent1 - agent", " ".join(["loc_start", *locs.values()]) + " - location",
+                " ".join(oid for oid, _, _ in placed) + " - object", " ".join(rid for rid, _ in receps) + " - receptacle",
+                " ".join(f"{k}Type" for k in otypes) + " - otype", " ".join(f"{k}Type" for k in rtypes) + " - rtype"])
+    long_type = _LONG_TYPE[short]
+    goal = goal_templates[long_type]["pddl"].replace("#", "-").format(obj=obj, recep=target, toggle=toggle, mrecep="None")
+    problem = ("(define (problem plan_trial)\n (:domain alfred)\n (:objects\n   " + "\n   ".join(objects) + "\n )\n"
+               " (:init\n   " + "\n   ".join(init + ["(= (total-cost) 0)"]) + "\n )\n" + goal)
+    params = {"object_target": obj, "parent_target": "" if target == "None" else target,
+              "toggle_target": "" if toggle == "None" else toggle, "mrecep_target": "", "object_sliced": False}
+    template = rng.choice(goal_templates[long_type]["templates"])
+    desc = template.format(obj=obj.lower(), recep=target.lower(), toggle=toggle.lower(), mrecep="")
+    game = {"pddl_domain": domain, "grammar": grammar.replace("UNKNOWN GOAL", desc), "pddl_problem": problem, "solvable": True}
+    traj = {"task_type": long_type, "pddl_params": params, "generated_by": "autorl fixture"}
+    return f"{long_type}-{obj}-None-{target}", game, traj
+
+
+def write_fixture_split(root: Path, split: str, count: int, rng: random.Random, first_scene: int) -> list[tuple[str, Path]]:
+    """Write ``count`` generated games (task types in turn) under ``root/<split>/``; returns (name, file)."""
+    from alfworld.gen import goal_library
+    from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
+
+    domain = Path(ALFRED_PDDL_PATH).read_text(encoding="utf-8")
+    grammar = Path(ALFRED_TWL2_PATH).read_text(encoding="utf-8")
+    games = []
+    for index in range(count):
+        short = SHORT_TYPES[index % len(SHORT_TYPES)]
+        stem, game, traj = generate_game(rng, short, goal_library.gdict, domain, grammar)
+        folder = root / split / f"{stem}-{first_scene + index}" / "trial_00001"
+        folder.mkdir(parents=True)
+        (folder / "game.tw-pddl").write_text(json.dumps(game), encoding="utf-8")
+        (folder / "traj_data.json").write_text(json.dumps(traj, indent=1, sort_keys=True), encoding="utf-8")
+        games.append((f"{folder.parent.name}/{folder.name}", folder / "game.tw-pddl"))
+    return games

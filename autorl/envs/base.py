@@ -1,0 +1,145 @@
+"""The environment contract shared by every interactive task.
+
+An episode is named by an :class:`EpisodeSpec`: which task data it belongs to (an
+:class:`EnvSource`, enough to rebuild that data on any node through the task cache) and its
+episode id inside that data (``"train/12"``, ``"eval/3"``, ...). An :class:`Env` instance plays one
+episode at a time: :meth:`Env.reset` starts it, :meth:`Env.step` takes one text action.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from autorl.errors import AutorlError
+
+TRAIN_PREFIX = "train/"
+EVAL_PREFIX = "eval/"
+
+
+class EnvError(AutorlError):
+    """An environment could not be created, reset or stepped (bad episode id, missing data, ...)."""
+
+
+@dataclass(frozen=True)
+class EnvSource:
+    """Which built task data an episode comes from.
+
+    Attributes:
+        task_id: The task (``tasks/<id>``).
+        source: Its data source (``fixture``, ``hub``).
+        seed: Seed of the data build.
+        build_options: Options of the data build (part of its cache key).
+        env_options: Options of the environment itself (search backend, judge, step limit ...).
+    """
+
+    task_id: str
+    source: str
+    seed: int = 0
+    build_options: dict[str, Any] = field(default_factory=dict, hash=False)
+    env_options: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def key(self) -> str:
+        """A string key of the data this source names (options included).
+
+        >>> EnvSource("webshop", "fixture", 0, {"a": 1}).key()
+        'webshop:fixture:0:{"a": 1}'
+        """
+        import json
+
+        return f"{self.task_id}:{self.source}:{self.seed}:{json.dumps(self.build_options, sort_keys=True)}"
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode: its data source and its id within that data (``train/…`` or ``eval/…``)."""
+
+    source: EnvSource
+    episode_id: str
+
+
+@dataclass
+class StepResult:
+    """What the environment answers after a reset or a step.
+
+    Attributes:
+        observation: The text the agent sees.
+        reward: The task's reward so far (ALFWorld: 1 when won; WebShop: the purchase reward;
+            DeepSearchQA: 1 when the answer was judged correct).
+        done: The episode is over.
+        admissible_actions: Actions the environment accepts now (may be empty when any text goes).
+        info: Task-specific extras (``won``, ``task_type``, ``expert_action`` ...).
+    """
+
+    observation: str
+    reward: float
+    done: bool
+    admissible_actions: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the grading API's env endpoints send this)."""
+        return {"observation": self.observation, "reward": self.reward, "done": self.done,
+                "admissible_actions": list(self.admissible_actions), "info": dict(self.info)}
+
+
+@dataclass(frozen=True)
+class EnvData:
+    """The built task data an environment reads (public: training episodes; private: eval episodes)."""
+
+    public_dir: Path
+    private_dir: Path
+
+
+class Env(Protocol):
+    """One environment instance; plays one episode at a time."""
+
+    def reset(self, episode: EpisodeSpec, data: EnvData) -> StepResult:
+        """Start ``episode`` (any earlier episode of this instance is abandoned)."""
+        ...
+
+    def step(self, action: str) -> StepResult:
+        """Apply one text action to the running episode."""
+        ...
+
+    def close(self) -> None:
+        """Release what the instance holds (game processes, files, connections)."""
+        ...
+
+
+# kind -> "module:factory"; a factory takes no arguments and returns a fresh Env.
+ENV_KINDS = {
+    "alfworld": "autorl.envs.alfworld:AlfworldEnv",
+    "webshop": "autorl.envs.webshop:WebShopEnv",
+    "deepsearchqa": "autorl.envs.deepsearchqa:DeepSearchEnv",
+}
+
+
+def make_env(kind: str) -> Env:
+    """A fresh environment instance of ``kind``.
+
+    Raises:
+        EnvError: Unknown kind (the message lists the known ones).
+    """
+    if kind not in ENV_KINDS:
+        raise EnvError(f"unknown environment kind {kind!r}; known kinds: {', '.join(ENV_KINDS)}")
+    module_name, _, attr = ENV_KINDS[kind].partition(":")
+    env: Env = getattr(importlib.import_module(module_name), attr)()
+    return env
+
+
+def split_of(episode_id: str) -> str:
+    """``"train"`` or ``"eval"`` for a well-formed episode id.
+
+    >>> split_of("train/3"), split_of("eval/pick_and_place_simple-Apple/trial_1")
+    ('train', 'eval')
+
+    Raises:
+        EnvError: The id does not start with ``train/`` or ``eval/``.
+    """
+    for prefix in (TRAIN_PREFIX, EVAL_PREFIX):
+        if isinstance(episode_id, str) and episode_id.startswith(prefix) and len(episode_id) > len(prefix):
+            return prefix[:-1]
+    raise EnvError(f"episode id {episode_id!r} must look like 'train/<name>' or 'eval/<name>'")

@@ -1,0 +1,79 @@
+"""The DeepSearchQA ReAct protocol of the reference, with its stop-string bug fixed.
+
+Raw completion (no chat template): :data:`SYSTEM_PROMPT`, then ``"\\n\\nQuestion: …\\nAnswer type:
+…\\n\\nThought:"``. Each step the model writes a thought and an ``Action: search[query]`` or
+``Action: answer[…]`` line; generation stops at ``"\\nObservation:"`` or ``"\\nThought:"``. The
+reference also stopped at ``"\\nAction:"``, which cut every step before its action, so search
+never ran; here the action line is kept and parsed from this step's output only. After a search
+the prompt continues ``"\\nObservation: <results>\\nThought:"``. Greedy, at most 256 tokens, at most
+6 steps; a step without an action gets the env's "Invalid action" observation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from autorl.envs.rollout import Episode
+
+SYSTEM_PROMPT = (
+    "Answer the question by interleaving Thought, Action and Observation steps. Thought reasons about the "
+    "current situation. Action is one of:\n"
+    "(1) search[query]: search the web for the query and read the top results.\n"
+    "(2) answer[your final answer]: give the final answer and finish.\n"
+    "Rules: search when you are not sure; keep the final answer short; for Set Answer questions, list all "
+    "items separated by commas."
+)
+STOP = ["\nObservation:", "\nThought:"]
+_ACTION = re.compile(r"Action:\s*(search|answer)\[(.+?)\]", re.DOTALL)
+
+
+def first_prompt(question_observation: str) -> str:
+    """The prompt before the first step (the env's first observation holds question and answer type)."""
+    return f"{SYSTEM_PROMPT}\n\n{question_observation}\n\nThought:"
+
+
+def parse_step(output: str) -> tuple[str, str]:
+    """``(action, text kept in the transcript)`` of one step's output.
+
+    >>> parse_step(" I need the year.\\nAction: search[Varnholm founded]\\nObservation: x")
+    ('search[Varnholm founded]', ' I need the year.\\nAction: search[Varnholm founded]')
+    >>> parse_step(" no idea")
+    ('no idea', ' no idea')
+    """
+    match = _ACTION.search(output)
+    if match is None:
+        return output.strip(), output.rstrip()
+    return f"{match.group(1)}[{match.group(2).strip()}]", output[: match.end()]
+
+
+def render_prompt(question_observation: str, steps: list[tuple[str, str]]) -> str:
+    """The prompt after ``steps`` (``(kept step text, observation)`` pairs)."""
+    text = first_prompt(question_observation)
+    for kept, observation in steps:
+        text += f"{kept}\nObservation: {observation}\nThought:"
+    return text
+
+
+@dataclass
+class DeepSearchProtocol:
+    """:class:`autorl.envs.rollout.EpisodeProtocol` for DeepSearchQA."""
+
+    max_new_tokens: int = 256
+    mode: str = "text"
+    stop: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        """The fixed stop strings (no ``"\\nAction:"``)."""
+        if self.stop is None:
+            self.stop = list(STOP)
+
+    def render(self, episode: Episode) -> str:
+        """The prompt for the episode's next step."""
+        kept = [parse_step(out)[1] for out in episode.raw_outputs]
+        observations = [obs for _, obs in episode.history]
+        return render_prompt(episode.first.observation, list(zip(kept, observations, strict=True)))
+
+    def parse(self, episode: Episode, output: str) -> str:
+        """The env action of a step's output."""
+        return parse_step(output)[0]

@@ -1,0 +1,171 @@
+"""Agent-side helpers for interactive tasks: the grading API's env endpoints as an env client, a
+sampling engine, and small SFT and REINFORCE loops over (prompt, completion) pairs.
+
+Used by the scripted agent's interactive recipes (:mod:`autorl.agents.scripted.alfworld` ...);
+a coding agent would write the same. Everything runs in the agent's own process on its own CPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autorl.envs.base import StepResult
+
+
+def env_api(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Call the cell's grading API (``$GRADING_SERVER_URL``) with its token; errors raise with the API's message."""
+    request = urllib.request.Request(
+        os.environ["GRADING_SERVER_URL"] + path, data=None if body is None else json.dumps(body).encode(), method=method,
+        headers={"Authorization": f"Bearer {os.environ['GRADING_TOKEN']}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=600) as response:  # noqa: S310 - loopback URL from env
+            return json.loads(response.read())  # type: ignore[no-any-return]
+    except urllib.error.HTTPError as error:
+        raise RuntimeError(f"{method} {path} -> HTTP {error.code}: {error.read().decode(errors='replace')}") from error
+
+
+def _result(body: dict[str, Any]) -> StepResult:
+    return StepResult(body["observation"], float(body["reward"]), bool(body["done"]), list(body["admissible_actions"]),
+                      dict(body.get("info") or {}))
+
+
+class ApiEpisodes:
+    """:class:`autorl.envs.rollout.EpisodeEnvs` over the env endpoints (training episodes only)."""
+
+    def episodes(self) -> list[str]:
+        """The training episode ids."""
+        return list(env_api("GET", "/env/episodes")["episodes"])
+
+    def reset(self, episode_ids: list[str]) -> list[tuple[str, StepResult]]:
+        """Start episodes (one request each)."""
+        out = []
+        for episode_id in episode_ids:
+            body = env_api("POST", "/env/reset", {"episode_id": episode_id})
+            out.append((str(body["session_id"]), _result(body)))
+        return out
+
+    def step(self, moves: list[tuple[str, str]]) -> list[StepResult]:
+        """Step sessions (one request each)."""
+        return [_result(env_api("POST", "/env/step", {"session_id": s, "action": a})) for s, a in moves]
+
+    def close(self, handles: list[str]) -> None:
+        """End sessions."""
+        for handle in handles:
+            env_api("POST", "/env/close", {"session_id": handle})
+
+
+@dataclass
+class Sample:
+    """One training pair: the prompt text (chat already rendered) and the completion to learn."""
+
+    prompt: str
+    completion: str
+    weight: float = 1.0
+
+
+class LocalPolicy:
+    """A causal LM being trained: sampling or greedy generation, SFT and REINFORCE updates."""
+
+    def __init__(self, model_dir: str | Path, max_length: int) -> None:
+        """Load model and tokenizer; sequences are cut to ``max_length`` tokens (prompt cut on the left)."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.max_length = max_length
+        self.sample = True
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> str:
+        """A conversation rendered with the model's chat template, ready for the assistant turn."""
+        return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+    # ---- GenerationEngine ---------------------------------------------------------------------
+
+    def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int,
+                      stop: list[str] | None = None) -> list[str]:
+        """Generate assistant replies."""
+        return self.generate_text([self.chat_prompt(c) for c in conversations], max_new_tokens=max_new_tokens, stop=stop)
+
+    def generate_text(self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
+        """Sample (or greedily decode, with ``sample = False``) a completion of each prompt."""
+        from autorl.engine.hf import cut_at_stop
+
+        self.tokenizer.truncation_side = "left"
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, truncation=True,
+                             max_length=max(1, self.max_length - max_new_tokens), add_special_tokens=False)
+        self.model.eval()
+        with self.torch.no_grad():
+            out = self.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=self.sample, temperature=1.0 if self.sample else None,
+                                      top_k=0 if self.sample else None, pad_token_id=self.tokenizer.pad_token_id)
+        texts = self.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return [cut_at_stop(t, stop) for t in texts]
+
+    # ---- training -----------------------------------------------------------------------------
+
+    def _batch_loss(self, batch: list[Sample]) -> Any:
+        """Weighted mean over samples of the completion tokens' negative log-likelihood."""
+        torch = self.torch
+        rows, masks = [], []
+        for s in batch:
+            completion = self.tokenizer(s.completion, add_special_tokens=False)["input_ids"][: self.max_length // 2]
+            prompt = self.tokenizer(s.prompt, add_special_tokens=False)["input_ids"]
+            prompt = prompt[max(0, len(prompt) - (self.max_length - len(completion))):]
+            rows.append(prompt + completion)
+            masks.append([0] * len(prompt) + [1] * len(completion))
+        width = max(map(len, rows))
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+        mask = torch.tensor([[0] * (width - len(m)) + m for m in masks], dtype=torch.float32)
+        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1]
+        logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        per_sample = -(logp * mask[:, 1:]).sum(1) / mask[:, 1:].sum(1).clamp(min=1)
+        weights = torch.tensor([s.weight for s in batch])
+        return (per_sample * weights).mean()
+
+    def train(self, samples: list[Sample], *, steps: int, batch_size: int, lr: float, seed: int = 0,
+              deadline: float | None = None) -> tuple[float, int]:
+        """Up to ``steps`` AdamW updates on random batches, stopping at ``deadline`` (``time.monotonic``).
+
+        Returns:
+            The last loss and the number of steps taken.
+        """
+        import time
+
+        if not samples:
+            return 0.0, 0
+        rng = random.Random(seed)
+        optimizer = self.torch.optim.AdamW(self.model.parameters(), lr=lr)
+        self.model.train()
+        loss_value, taken = 0.0, 0
+        for _ in range(steps):
+            if deadline is not None and taken and time.monotonic() > deadline:
+                break
+            taken += 1
+            batch = [rng.choice(samples) for _ in range(batch_size)]
+            loss = self._batch_loss(batch)
+            optimizer.zero_grad()
+            loss.backward()
+            self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            optimizer.step()
+            loss_value = float(loss.detach())
+        self.model.eval()
+        return loss_value, taken
+
+    def save(self, target: Path) -> None:
+        """Save model and tokenizer (a full model folder the grader can load)."""
+        self.model.save_pretrained(str(target))
+        self.tokenizer.save_pretrained(str(target))

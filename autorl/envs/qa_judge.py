@@ -1,0 +1,124 @@
+"""Judging DeepSearchQA answers: the reference's judge prompt, an OpenAI-compatible judge, and the
+fixture's rule-based judging model.
+
+The judge is a configured driver (``judge_driver``: ``conf/driver/<name>.yaml``) or a local judging
+model served on loopback by :class:`autorl.judge.server.LocalJudgeServer` (``judge_server: rules``),
+both reached through :class:`autorl.judge.client.JudgeClient` (cached, bounded concurrency).
+Fixes of the reference: an empty prediction is never correct (it is not sent to the judge), and a
+failed judge call is an error, not a substring fallback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import string
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from autorl.engine.base import ChatMessage
+from autorl.errors import ConfigError
+
+SYSTEM = "You are a strict answer evaluator."
+_FIELDS = re.compile(r"Answer type: (.*)\nGold answer: (.*)\nPredicted answer: (.*)\n\nRules:", re.DOTALL)
+
+
+def judge_messages(answer_type: str, gold: str, prediction: str) -> list[ChatMessage]:
+    """The reference's judge chat for one prediction."""
+    user = (f"Answer type: {answer_type}\nGold answer: {gold}\nPredicted answer: {prediction}\n\n"
+            "Rules:\n- Single Answer: correct if the prediction gives the same key information as the gold answer.\n"
+            "- Set Answer: correct only if the prediction contains ALL items of the gold answer (order and minor "
+            "wording differences are OK).\n\nReply with exactly one word: correct or incorrect.")
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+def is_correct_reply(reply: str) -> bool:
+    """The reference's reading of a judge reply: its first line, punctuation stripped, equals "correct".
+
+    >>> is_correct_reply("Correct."), is_correct_reply("incorrect"), is_correct_reply("")
+    (True, False, False)
+    """
+    lines = reply.strip().splitlines()
+    first = lines[0] if lines else ""
+    return first.strip().strip(string.punctuation + " ").lower() == "correct"
+
+
+def _norm(text: str) -> str:
+    return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
+
+
+def rule_judgement(answer_type: str, gold: str, prediction: str) -> bool:
+    """The fixture judge's decision: normalised containment of the gold (Single) or of every item (Set).
+
+    >>> rule_judgement("Single Answer", "1742", "It was founded in 1742.")
+    True
+    >>> rule_judgement("Set Answer", "Ostra, Lindel", "Ostra and Lindel")
+    True
+    >>> rule_judgement("Set Answer", "Ostra, Lindel", "Ostra")
+    False
+    >>> rule_judgement("Single Answer", "1742", "")
+    False
+    """
+    pred = f" {_norm(prediction)} "
+    if not pred.strip():
+        return False
+    items = [gold] if answer_type.lower().startswith("single") else [g for g in gold.split(",") if g.strip()]
+    return all(f" {_norm(item)} " in pred for item in items)
+
+
+class RuleQAJudge:
+    """The fixture's judging model (not a language model): reads the judge prompt, answers by rule."""
+
+    name = "qa-rules"
+
+    def __call__(self, messages: list[ChatMessage]) -> str:
+        """``correct`` or ``incorrect`` for a chat built by :func:`judge_messages`."""
+        match = _FIELDS.search(messages[-1]["content"])
+        if match is None:
+            return "incorrect"
+        return "correct" if rule_judgement(*match.groups()) else "incorrect"
+
+
+LOCAL_JUDGES = {"rules": RuleQAJudge}
+
+
+@contextlib.contextmanager
+def open_judge(options: dict[str, Any], cache_dir: Path | None) -> Iterator[Any]:
+    """A :class:`autorl.judge.client.JudgeClient` for ``judge_driver`` or ``judge_server`` options.
+
+    Raises:
+        ConfigError: Neither or both are set, or the local judge is unknown.
+    """
+    from autorl.judge.client import JudgeClient, JudgeSpec, load_judge_spec
+
+    driver, server = options.get("judge_driver"), options.get("judge_server")
+    if bool(driver) == bool(server):
+        raise ConfigError("deepsearchqa needs exactly one of the options judge_driver (a conf/driver name, e.g. "
+                          f"gemini-2.5-flash) and judge_server ({', '.join(LOCAL_JUDGES)}); got {driver!r}, {server!r}")
+    params = dict(options.get("judge_params") or {})
+    concurrency = int(options.get("judge_concurrency", 8))
+    if driver:
+        with JudgeClient(load_judge_spec(str(driver)), params=params, concurrency=concurrency, cache_dir=cache_dir) as client:
+            yield client
+        return
+    if server not in LOCAL_JUDGES:
+        raise ConfigError(f"unknown local judge {server!r}; valid: {', '.join(LOCAL_JUDGES)}")
+    from autorl.judge.server import LocalJudgeServer
+
+    model = LOCAL_JUDGES[str(server)]()
+    with LocalJudgeServer({model.name: model}) as running, JudgeClient(
+        JudgeSpec(name=f"local-{server}", model=model.name, base_url=running.base_url), params=params,
+        concurrency=concurrency, cache_dir=cache_dir,
+    ) as client:
+        yield client
+
+
+def judge_answers(client: Any, items: list[tuple[str, str, str]]) -> list[bool]:
+    """Judge ``(answer_type, gold, prediction)`` triples; empty predictions are incorrect without a call."""
+    asked = [i for i, (_, _, pred) in enumerate(items) if pred.strip()]
+    replies = client.complete_many([judge_messages(*items[i]) for i in asked])
+    verdict = [False] * len(items)
+    for i, reply in zip(asked, replies, strict=True):
+        verdict[i] = is_correct_reply(reply)
+    return verdict

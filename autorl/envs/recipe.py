@@ -1,0 +1,152 @@
+"""The scripted agent's recipe for interactive tasks: SFT on expert trajectories, then online RL.
+
+1. Expert trajectories are played through the grading API's env endpoints on training episodes
+   (the task supplies the expert: ALFWorld's planner and the built-in WebShop's shopper arrive as
+   ``info["expert_action"]``; DeepSearchQA searches the question and answers the public gold).
+   Each step becomes a (prompt in the eval protocol, expert completion) pair; SFT on them; submit.
+2. Online RL (REINFORCE with a group baseline, GRPO-style): each iteration plays ``group`` sampled
+   rollouts of a few training episodes through the env endpoints, gives every step of a rollout the
+   advantage ``episode reward - group mean``, and takes one policy-gradient step; submit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autorl.envs.policy import ApiEpisodes, LocalPolicy, Sample
+from autorl.envs.rollout import Episode, EpisodeProtocol, play
+
+
+@dataclass
+class InteractiveRecipe:
+    """What differs between tasks.
+
+    Attributes:
+        protocol: The eval protocol (prompts and action parsing).
+        expert: The expert's raw completion for an episode's next step (None: stop).
+        max_steps: Step limit of training rollouts.
+        max_length: Token limit of training sequences.
+        expert_episodes: How many training episodes to play with the expert.
+    """
+
+    protocol: EpisodeProtocol
+    expert: Callable[[Episode], str | None]
+    max_steps: int
+    max_length: int
+    expert_episodes: int
+
+
+class _Recording:
+    """Wraps a protocol to keep the rendered prompt of every step of every episode."""
+
+    def __init__(self, inner: EpisodeProtocol, policy: LocalPolicy) -> None:
+        self.inner, self.policy = inner, policy
+        self.mode, self.max_new_tokens, self.stop = inner.mode, inner.max_new_tokens, inner.stop
+        self.prompts: dict[int, list[str]] = {}
+
+    def text(self, rendered: Any) -> str:
+        return rendered if isinstance(rendered, str) else self.policy.chat_prompt(rendered)
+
+    def render(self, episode: Episode) -> Any:
+        rendered = self.inner.render(episode)
+        self.prompts.setdefault(id(episode), []).append(self.text(rendered))
+        return rendered
+
+    def parse(self, episode: Episode, output: str) -> str:
+        return self.inner.parse(episode, output)
+
+
+def expert_samples(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], policy: LocalPolicy,
+                   deadline: float) -> tuple[list[Sample], list[float]]:
+    """Play ``ids`` with the expert until ``deadline`` (at least two episodes); returns the
+    (prompt, completion) pairs and the expert's reward per episode played."""
+    recorder = _Recording(recipe.protocol, policy)
+    samples: list[Sample] = []
+    rewards: list[float] = []
+    eos = policy.tokenizer.eos_token or ""
+    for episode_id in ids:
+        if len(rewards) >= 2 and time.monotonic() > deadline:
+            break
+        ((handle, first),) = envs.reset([episode_id])
+        episode = Episode(episode_id, handle, first)
+        try:
+            while not episode.current.done and episode.steps < recipe.max_steps:
+                completion = recipe.expert(episode)
+                if completion is None:
+                    break
+                prompt = recorder.text(recipe.protocol.render(episode))
+                samples.append(Sample(prompt, completion + (eos if recipe.protocol.mode == "chat" else "")))
+                action = recipe.protocol.parse(episode, completion)
+                (result,) = envs.step([(handle, action)])
+                episode.raw_outputs.append(completion)
+                episode.history.append((action, result.observation))
+                episode.last, episode.steps = result, episode.steps + 1
+        finally:
+            envs.close([handle])
+        rewards.append(episode.current.reward)
+    return samples, rewards
+
+
+def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], group: int, policy: LocalPolicy,
+                 lr: float) -> float:
+    """One REINFORCE step on ``group`` sampled rollouts of each of ``ids``; returns their mean reward."""
+    recorder = _Recording(recipe.protocol, policy)
+    policy.sample = True
+    played = play(policy, envs, [e for e in ids for _ in range(group)], recorder, max_steps=recipe.max_steps,
+                  concurrency=len(ids) * group)
+    rewards = [e.current.reward for e in played]
+    samples = []
+    for start in range(0, len(played), group):
+        chunk = played[start:start + group]
+        mean = sum(e.current.reward for e in chunk) / len(chunk)
+        for episode in chunk:
+            advantage = episode.current.reward - mean
+            if advantage == 0:
+                continue
+            for prompt, output in zip(recorder.prompts[id(episode)], episode.raw_outputs, strict=True):
+                samples.append(Sample(prompt, output, weight=advantage))
+    if samples:
+        policy.train(samples, steps=1, batch_size=len(samples), lr=lr)
+    policy.sample = False
+    return sum(rewards) / max(1, len(rewards))
+
+
+def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callable[[str], None],
+               submit: Callable[[str], Any], remaining_s: Callable[[], float]) -> int:
+    """SFT on expert trajectories → submit ``output/v1`` → online RL → submit ``output/v2``."""
+    envs = ApiEpisodes()
+    ids = envs.episodes()
+    rng = random.Random(0)
+    output = Path(os.environ["OUTPUT_DIR"])
+    policy = LocalPolicy(os.environ["MODEL_PATH"], recipe.max_length)
+    # Enough expert episodes for the SFT steps (about 8 samples per episode), at most the recipe's cap.
+    expert_ids = ids[: min(recipe.expert_episodes, max(2, args.sft_steps * args.sft_batch_size // 8))]
+    # Time shares of what is left: expert play 15 %, SFT 35 % (the rest: grading, RL, the final submission).
+    left = remaining_s()
+    samples, rewards = expert_samples(recipe, envs, expert_ids, policy, time.monotonic() + 0.15 * left)
+    log(f"{len(ids)} training episodes; expert played {len(rewards)} (mean reward {sum(rewards) / len(rewards):.2f}) "
+        f"-> {len(samples)} SFT samples; budget left {remaining_s():.0f} s")
+    loss, taken = policy.train(samples, steps=args.sft_steps, batch_size=args.sft_batch_size, lr=args.sft_lr,
+                               deadline=time.monotonic() + 0.35 * left)
+    log(f"SFT done: {taken} of {args.sft_steps} steps, last loss {loss:.3f}")
+    policy.save(output / "v1")
+    submit("output/v1")
+    group = max(2, args.grpo_generations)
+    per_iteration = max(1, args.grpo_batch_size // group)
+    for iteration in range(args.grpo_steps):
+        if remaining_s() < 60:
+            log("less than 60 s left; stopping RL")
+            break
+        batch = rng.sample(ids, min(per_iteration, len(ids)))
+        mean = rl_iteration(recipe, envs, batch, group, policy, args.grpo_lr)
+        log(f"RL iteration {iteration + 1}/{args.grpo_steps}: mean rollout reward {mean:.3f}")
+    policy.save(output / "v2")
+    submit("output/v2")
+    return 0

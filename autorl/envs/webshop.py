@@ -1,0 +1,49 @@
+"""WebShop environment: the built-in catalogue shop, or a running WebShop server (``backend`` option)."""
+
+from __future__ import annotations
+
+from autorl.envs.base import Env, EnvData, EnvError, EpisodeSpec, StepResult
+
+BACKENDS = ("builtin", "server")
+
+
+class WebShopEnv:
+    """Dispatches to :class:`~autorl.envs.webshop_builtin.BuiltinWebShop` or
+    :class:`~autorl.envs.webshop_http.WebShopServerEnv` by the episode's ``backend`` env option."""
+
+    def __init__(self) -> None:
+        """No backend chosen yet."""
+        self.backend: Env | None = None
+        self.kind = ""
+
+    def reset(self, episode: EpisodeSpec, data: EnvData) -> StepResult:
+        """Start the episode on the configured backend."""
+        kind = str(episode.source.env_options.get("backend", "builtin"))
+        if kind not in BACKENDS:
+            raise EnvError(f"unknown WebShop backend {kind!r}; valid: {', '.join(BACKENDS)}")
+        if kind != self.kind:
+            self.close()
+            if kind == "builtin":
+                from autorl.envs.webshop_builtin import BuiltinWebShop
+
+                self.backend = BuiltinWebShop()
+            else:
+                from autorl.envs.webshop_http import WebShopServerEnv
+
+                self.backend = WebShopServerEnv()
+            self.kind = kind
+        assert self.backend is not None
+        return self.backend.reset(episode, data)
+
+    def step(self, action: str) -> StepResult:
+        """One action."""
+        if self.backend is None:
+            raise EnvError("step() before reset(): start an episode first")
+        return self.backend.step(action)
+
+    def close(self) -> None:
+        """Close the backend."""
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
+            self.kind = ""

@@ -1,0 +1,12 @@
+"""The per-cell driver gateway (SPEC §7): the agent's only way to its driver LLM.
+
+Each cell's Workspace actor starts one :class:`~autorl.gateway.app.Gateway` on loopback before the
+agent. The agent's CLI is pointed at it with a per-cell token; the gateway forwards every call to
+the driver's provider with the real key (read from the environment variable the driver config
+names), retries provider 429/5xx with exponential backoff, enforces the optional token and cost
+budgets, and records every call (latency, tokens in/out, cost) through a sink.
+
+Modules: ``settings`` (the driver config as a typed object), ``usage`` (token counts from JSON
+and SSE bodies of each protocol), ``upstream`` (where and how a call is forwarded), ``translate``
+(LiteLLM, for a protocol the provider does not speak), ``app`` (the FastAPI app and server).
+"""

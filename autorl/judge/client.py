@@ -1,0 +1,218 @@
+"""Judge LLM client: OpenAI-compatible chat completions, cached on disk, bounded in concurrency.
+
+A judge is configured by name like an agent's driver: ``conf/driver/<name>.yaml`` (``provider,
+model, base_url, api_key_env, price_per_mtok``). Any provider that speaks OpenAI's chat
+completions API works (``openai``, ``openai_compatible``, ``google`` through its OpenAI endpoint).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autorl.engine.base import ChatMessage
+from autorl.errors import AutorlError, ConfigError, PrerequisiteError
+from autorl.judge.cache import JudgeCache
+
+logger = logging.getLogger(__name__)
+
+DRIVER_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "driver"
+OPENAI_COMPATIBLE = ("openai", "openai_compatible", "google")
+_RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+class JudgeError(AutorlError):
+    """The judge endpoint failed (after retries) or answered something unusable."""
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """Where a judge lives and how to pay for it.
+
+    Attributes:
+        name: The driver's name (``conf/driver/<name>.yaml``) or a local server's name.
+        model: Model id sent in each request.
+        base_url: API root, e.g. ``https://api.openai.com/v1``.
+        api_key_env: Environment variable holding the API key; ``None`` for keyless local servers.
+        price_per_mtok: ``{"input": usd, "output": usd}`` per million tokens, if known.
+    """
+
+    name: str
+    model: str
+    base_url: str
+    api_key_env: str | None = None
+    price_per_mtok: dict[str, float] | None = None
+
+    @property
+    def identity(self) -> str:
+        """What the cache keys answers by: the judge's name and model (not its URL)."""
+        return f"{self.name}/{self.model}"
+
+
+def load_judge_spec(name: str, driver_dir: Path = DRIVER_DIR) -> JudgeSpec:
+    """Read the judge from ``conf/driver/<name>.yaml``.
+
+    The chat completions root is the driver's ``protocols.chat`` (interpolations such as
+    ``${driver.base_url}`` resolved), or its ``base_url`` for a config without ``protocols`` whose
+    provider is OpenAI-compatible.
+
+    Raises:
+        ConfigError: No such driver, or it serves no OpenAI chat completions route.
+    """
+    from omegaconf import OmegaConf
+
+    path = driver_dir / f"{name}.yaml"
+    if not path.is_file():
+        valid = sorted(p.stem for p in driver_dir.glob("*.yaml"))
+        raise ConfigError(f"unknown judge driver {name!r} (no {path}); valid drivers: {', '.join(valid)}")
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    driver = OmegaConf.to_container(OmegaConf.create({"driver": raw}), resolve=True)["driver"]  # type: ignore[index]
+    protocols = driver.get("protocols")
+    if protocols is None:
+        chat = driver.get("base_url") if driver.get("provider") in OPENAI_COMPATIBLE else None
+    else:
+        chat = (protocols or {}).get("chat")
+    if not chat or not driver.get("model"):
+        raise ConfigError(
+            f"driver {name!r} ({path}) cannot judge: a judge needs a model and an OpenAI chat completions route "
+            f"(protocols.chat, or base_url with provider one of {', '.join(OPENAI_COMPATIBLE)})"
+        )
+    return JudgeSpec(name=name, model=str(driver["model"]), base_url=str(chat).rstrip("/"),
+                     api_key_env=driver.get("api_key_env"), price_per_mtok=driver.get("price_per_mtok"))
+
+
+@dataclass
+class JudgeUsage:
+    """What a client spent: requests sent, answers served from the cache, tokens and cost."""
+
+    requests: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def as_dict(self, price: dict[str, float] | None) -> dict[str, Any]:
+        """JSON-ready summary; ``cost_usd`` is ``None`` when the price is unknown."""
+        cost = None
+        if price:
+            cost = (self.prompt_tokens * price["input"] + self.completion_tokens * price["output"]) / 1e6
+        return {"requests": self.requests, "cache_hits": self.cache_hits, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "cost_usd": cost}
+
+
+class JudgeClient:
+    """Sends chat requests to one judge; answers are cached and at most ``concurrency`` are in flight."""
+
+    def __init__(self, spec: JudgeSpec, *, params: dict[str, Any], concurrency: int, cache_dir: Path | None,
+                 timeout_s: float = 120.0, max_retries: int = 4) -> None:
+        """Prepare the HTTP client.
+
+        Args:
+            spec: The judge.
+            params: Extra request fields sent verbatim (e.g. ``{"max_completion_tokens": 100}``);
+                part of the cache key.
+            concurrency: Most requests in flight at once.
+            cache_dir: Root of the answer cache; ``None`` disables caching.
+            timeout_s: Per-request timeout.
+            max_retries: Retries of a request that failed with a transport error, 408/409/429 or 5xx.
+
+        Raises:
+            PrerequisiteError: The judge needs an API key that is not set.
+        """
+        import httpx
+
+        if concurrency < 1:
+            raise ConfigError(f"judge concurrency must be at least 1, got {concurrency}")
+        headers = {"Content-Type": "application/json"}
+        if spec.api_key_env:
+            key = os.environ.get(spec.api_key_env)
+            if not key:
+                raise PrerequisiteError(
+                    f"judge {spec.name!r} needs an API key: set {spec.api_key_env} in the grader's environment"
+                )
+            headers["Authorization"] = f"Bearer {key}"
+        self.spec = spec
+        self.params = dict(params)
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.cache = JudgeCache(cache_dir, spec.identity) if cache_dir is not None else None
+        self.usage = JudgeUsage()
+        self._http = httpx.Client(base_url=spec.base_url, headers=headers, timeout=timeout_s,
+                                  limits=httpx.Limits(max_connections=concurrency))
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self._http.close()
+
+    def __enter__(self) -> JudgeClient:
+        """Use as a context manager that closes the client."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the client."""
+        self.close()
+
+    def _request(self, messages: list[ChatMessage]) -> dict[str, Any]:
+        return {"model": self.spec.model, "messages": messages, **self.params}
+
+    def complete(self, messages: list[ChatMessage]) -> str:
+        """The judge's answer to one chat (from the cache when it has it)."""
+        request = self._request(messages)
+        if self.cache is not None and (cached := self.cache.get(request)) is not None:
+            with self.usage.lock:
+                self.usage.cache_hits += 1
+            return cached
+        answer = self._post(request)
+        if self.cache is not None:
+            self.cache.put(request, answer)
+        return answer
+
+    def complete_many(self, chats: list[list[ChatMessage]]) -> list[str]:
+        """Answers to many chats, in order, with at most ``concurrency`` requests in flight."""
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="judge") as pool:
+            return list(pool.map(self.complete, chats))
+
+    def _post(self, request: dict[str, Any]) -> str:
+        import httpx
+
+        delay = 1.0
+        for attempt in range(self.max_retries + 1):
+            last = attempt == self.max_retries
+            try:
+                response = self._http.post("/chat/completions", json=request)
+            except httpx.TransportError as error:
+                if last:
+                    raise JudgeError(
+                        f"judge {self.spec.identity} at {self.spec.base_url} unreachable: {error}") from error
+                logger.warning("judge request failed (%s); retrying in %.0f s", error, delay)
+            else:
+                if response.status_code == 200:
+                    return self._answer(response.json())
+                if response.status_code not in _RETRY_STATUS or last:
+                    raise JudgeError(f"judge {self.spec.identity} answered HTTP {response.status_code}: "
+                                     f"{response.text[:500]}")
+                logger.warning("judge answered HTTP %s; retrying in %.0f s", response.status_code, delay)
+            time.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    def _answer(self, body: dict[str, Any]) -> str:
+        try:
+            content = body["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as error:
+            raise JudgeError(
+                f"judge {self.spec.identity} sent no choices[0].message.content: {str(body)[:300]}") from error
+        usage = body.get("usage") or {}
+        with self.usage.lock:
+            self.usage.requests += 1
+            self.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
+            self.usage.completion_tokens += int(usage.get("completion_tokens") or 0)
+        return str(content or "")

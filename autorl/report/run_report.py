@@ -1,0 +1,206 @@
+"""The structured run report of one cell (SPEC §8): one entry per submission.
+
+Each entry has the score, the training method detected from the code revision it was submitted
+with (SFT / GRPO / PPO / DPO / copy / unknown), the key hyperparameters found in that code, the
+code diff since the previous submission and a failure type with its evidence. The report is
+written as ``run_report.json`` (facts) and ``run_report.md`` (the same facts, readable).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from autorl.records.store import CodeRevision, SubmissionRecord
+from autorl.report.cell_metrics import RunTimes, best_so_far, compute_cell_metrics, is_valid
+from autorl.report.code_facts import METHODS, added_text, scan_files, trainer_class_in_model
+from autorl.report.failures import Failure, classify_cell, classify_submission, log_segments
+from autorl.report.sources import CellSources, model_files, revision_diff, revision_files
+
+REPORT_VERSION = 1
+MAX_DIFF_CHARS = 20_000
+
+
+def _iso(t: float | None) -> str | None:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) if t else None
+
+
+def _stored_code(revisions: list[CodeRevision], revision: str) -> dict[str, str]:
+    """Without the git repository: the lines every stored diff up to ``revision`` added, per file."""
+    files: dict[str, str] = {}
+    for rev in revisions:
+        for path, text in added_text(rev.diff).items():
+            files[path] = (files.get(path, "") + "\n" + text).strip("\n")
+        if rev.revision == revision:
+            break
+    return files
+
+
+def _stored_diff(revisions: list[CodeRevision], previous: str | None, revision: str) -> str:
+    ids = [r.revision for r in revisions]
+    end = ids.index(revision) if revision in ids else len(ids) - 1
+    start = ids.index(previous) + 1 if previous in ids else 0
+    return "".join(r.diff for r in revisions[start : end + 1])
+
+
+def _detect_method(
+    sub: SubmissionRecord, files: dict[str, str], diff: str, model: dict[str, bytes]
+) -> tuple[str, list[str], list[str]]:
+    """(method, candidates, evidence) for one submission; see :func:`build_run_report`."""
+    if sub.status == "copy_of_base":
+        return "copy", [], ["status copy_of_base: weights equal the base model's"]
+    facts = scan_files(files)
+    candidates = facts.methods
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for e in facts.evidence:
+        grouped.setdefault((e.path, e.method), []).append(e.text)
+    evidence = [f"{path} shows {m}: {', '.join(texts[:3])}{' …' if len(texts) > 3 else ''}"
+                for (path, m), texts in grouped.items()]
+    from_model = trainer_class_in_model(model)
+    if len(candidates) == 1:
+        if from_model and from_model != candidates[0]:
+            evidence.append(f"note: {sub.model_path}/training_args.bin says {from_model}")
+        return candidates[0], candidates, evidence
+    if len(candidates) > 1:
+        changed = [m for m in scan_files(added_text(diff)).methods if m in candidates]
+        if len(changed) == 1:
+            return changed[0], candidates, [f"only {changed[0]} code changed since the previous submission", *evidence]
+    if from_model:
+        return from_model, candidates, [f"{sub.model_path}/training_args.bin holds {from_model}Config", *evidence]
+    return "unknown", candidates, evidence or ["no training method found in the code"]
+
+
+def _entry(
+    src: CellSources, index: int, sub: SubmissionRecord, previous: SubmissionRecord | None,
+    running: list[float | None], segment: str, times: RunTimes,
+) -> tuple[dict[str, Any], Failure | None]:
+    running_best = running[index]
+    before = running[index - 1] if index else None
+    new_best = running_best is not None and (before is None or running_best > before)
+    previous_rev = previous.code_revision if previous else None
+    diff = ""
+    files: dict[str, str] = {}
+    if sub.code_revision:
+        from_git = revision_files(src.repo, sub.code_revision)
+        files = from_git if from_git is not None else _stored_code(src.revisions, sub.code_revision)
+        if previous_rev != sub.code_revision:
+            diff = revision_diff(src.repo, previous_rev, sub.code_revision) or _stored_diff(
+                src.revisions, previous_rev, sub.code_revision
+            )
+    model = model_files(src.cell_dir / "workspace", sub.model_path)
+    method, candidates, method_evidence = _detect_method(sub, files, diff, model)
+    facts = scan_files(files)
+    failure = classify_submission(sub, src.cell.baseline, method, segment)
+    score = float(sub.score) if is_valid(sub) else None  # type: ignore[arg-type]
+    baseline = src.cell.baseline
+    return {
+        "iteration": index + 1,
+        "submission_id": sub.submission_id,
+        "model_path": sub.model_path,
+        "status": sub.status,
+        "score": score,
+        "improvement": round(score - baseline, 6) if score is not None and baseline is not None else None,
+        "best_so_far": running_best,
+        "new_best": new_best,
+        "submitted_at": _iso(sub.submitted_at),
+        "t_since_start_s": round(sub.submitted_at - times.start_time, 3) if times.start_time else None,
+        "scoring_s": round(sub.finished_at - sub.started_at, 3) if sub.finished_at and sub.started_at else None,
+        "queue_wait_s": sub.queue_wait_s,
+        "error": sub.error,
+        "code_revision": sub.code_revision,
+        "method": method,
+        "method_candidates": candidates,
+        "method_evidence": method_evidence,
+        "hyperparameters": facts.hyperparameters_for(method if method in METHODS else None),
+        "diff_files": sorted(added_text(diff)) if diff else [],
+        "diff": diff[:MAX_DIFF_CHARS],
+        "diff_truncated": len(diff) > MAX_DIFF_CHARS,
+        "code_unchanged": bool(sub.code_revision) and previous_rev == sub.code_revision,
+        "failure_type": failure.type if failure else None,
+        "failure_evidence": list(failure.evidence) if failure else [],
+    }, failure
+
+
+def build_run_report(src: CellSources) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cell's metrics and structured run report.
+
+    Args:
+        src: The cell's records and files.
+
+    Returns:
+        ``(metrics, report)``, both JSON-ready; ``report["entries"]`` has one entry per submission.
+    """
+    times = RunTimes.from_run_meta(src.run_meta)
+    metrics = compute_cell_metrics(src.cell, src.submissions, times, src.calls)
+    segments = log_segments(src.agent_log, src.submissions)
+    running = best_so_far(src.submissions)
+    entries, failures = [], []
+    for i, sub in enumerate(src.submissions):
+        entry, failure = _entry(src, i, sub, src.submissions[i - 1] if i else None, running, segments[i], times)
+        entries.append(entry)
+        failures.append(failure)
+    cell_failure = classify_cell(
+        submissions=len(src.submissions), valid=metrics["valid_submissions"], improvement=metrics["improvement"],
+        exit_class=src.cell.exit_class, exit_code=src.cell.exit_code, log=src.agent_log, entry_failures=failures,
+    )
+    c = src.cell
+    report = {
+        "report_version": REPORT_VERSION,
+        "sweep_id": c.sweep_id, "cell_id": c.cell_id, "agent": c.agent, "driver": c.driver, "task": c.task,
+        "task_version": c.task_version, "model": c.model, "seed": c.seed, "mode": src.mode, "status": c.status,
+        "task_source": c.task_source, "budget_s": c.budget_s, "exit_class": c.exit_class, "exit_code": c.exit_code,
+        "baseline": c.baseline, "best_score": metrics["best_score"], "improvement": metrics["improvement"],
+        "methods_used": list(dict.fromkeys(e["method"] for e in entries)),
+        "failure_type": cell_failure.type if cell_failure else None,
+        "failure_evidence": list(cell_failure.evidence) if cell_failure else [],
+        "metrics": {k: metrics[k] for k in (
+            "valid_submission_rate", "first_valid_idx", "time_to_first_improvement", "time_to_best", "monotonic_ratio",
+            "copy_model_count", "time_used_ratio", "last_submit_gap", "tokens", "cost_usd")},
+        "notes": list(src.notes) + ([] if src.repo.is_dir() else ["no code_history.git: code read from stored diffs"]),
+        "entries": entries,
+    }
+    return metrics, report
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The run report as Markdown (the same facts as the JSON)."""
+    r = report
+    lines = [
+        f"# Run report: {r['cell_id']}", "",
+        f"agent **{r['agent']}** · driver **{r['driver']}** · task **{r['task']}** v{r['task_version']} "
+        f"({r['task_source']}) · model **{r['model']}** · seed {r['seed']} · mode {r['mode']}", "",
+        f"- status: {r['status']}; agent exit: {_fmt(r['exit_class'])} (code {_fmt(r['exit_code'])}); budget {r['budget_s']:.0f} s",
+        f"- baseline {_fmt(r['baseline'])} → best {_fmt(r['best_score'])} (improvement {_fmt(r['improvement'])})",
+        f"- methods used: {', '.join(r['methods_used']) or '—'}",
+        f"- failure type: {_fmt(r['failure_type'])}" + (f" — {'; '.join(r['failure_evidence'])}" if r["failure_evidence"] else ""),
+        "", "| metric | value |", "|---|---|",
+        *(f"| {k} | {_fmt(v)} |" for k, v in r["metrics"].items()),
+    ]
+    for note in r["notes"]:
+        lines.append(f"\n> note: {note}")
+    for e in r["entries"]:
+        lines += [
+            "", f"## Iteration {e['iteration']}: submission {e['submission_id']} ({e['model_path']})", "",
+            f"- status {e['status']}, score {_fmt(e['score'])}, improvement {_fmt(e['improvement'])}, "
+            f"best so far {_fmt(e['best_so_far'])}{' (new best)' if e['new_best'] else ''}",
+            f"- submitted {e['submitted_at']} (t = {_fmt(e['t_since_start_s'])} s), scoring {_fmt(e['scoring_s'])} s",
+            f"- method: **{e['method']}**" + (f" (evidence: {'; '.join(e['method_evidence'][:4])})" if e["method_evidence"] else ""),
+            f"- hyperparameters: {', '.join(f'{k}={v}' for k, v in e['hyperparameters'].items()) or '—'}",
+            f"- failure type: {_fmt(e['failure_type'])}" + (f" — {'; '.join(e['failure_evidence'])}" if e["failure_evidence"] else ""),
+        ]
+        if e["error"]:
+            lines.append(f"- error: {e['error']}")
+        if e["code_unchanged"]:
+            lines.append("- code unchanged since the previous submission")
+        elif e["diff"]:
+            lines += [f"- code diff ({', '.join(e['diff_files'])}){' (truncated)' if e['diff_truncated'] else ''}:", "",
+                      "```diff", e["diff"][:6000].rstrip(), "```"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,131 @@
+"""The sections of the sweep report page, from the computed analyses and figures."""
+
+from __future__ import annotations
+
+import html as html_lib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from autorl.report.html_page import esc, figure, page, table
+
+_METRIC_COLUMNS = (
+    "valid_submission_rate", "first_valid_idx", "time_to_first_improvement", "time_to_best", "monotonic_ratio",
+    "copy_model_count", "time_used_ratio", "last_submit_gap", "tokens", "cost_usd",
+)
+_CAPTIONS = {
+    "heatmap_agent_driver": "mean improvement of completed cells per agent × driver (n = runs)",
+    "heatmap_mode_task": "mean improvement per operating mode × task (n = runs)",
+    "seed_stats": "bars: mean over seeds; whiskers: ± standard error; dots: each seed",
+    "pass_at_k": "expected maximum improvement of k runs drawn without replacement from the seeds (exact)",
+    "scaling_time": "best-so-far improvement against the agent's wall time",
+    "scaling_submissions": "best-so-far improvement against the submission index",
+    "scaling_tokens": "best-so-far improvement against the driver tokens spent before each submission (gateway records)",
+    "trajectories": "score of each submission (× = no valid score); dashed: the cell's baseline",
+}
+
+
+def _fig(figs: dict[str, bytes], name: str, file_name: str) -> str:
+    return figure(figs[name], name.replace("_", " "), _CAPTIONS[name], file_name)
+
+
+def _signed(value: float | None) -> str:
+    if value is None:
+        return "—"
+    css = "good" if value > 0 else "bad" if value < 0 else ""
+    return f'<span class="{css}">{value:+.4g}</span>'
+
+
+def _results(cells: list[dict[str, Any]]) -> str:
+    columns = ("cell", "agent", "driver", "task", "mode", "model", "seed", "status", "baseline", "best", "improvement",
+               "valid/subs", "methods", "failure type", "exit", "duration s", "tokens", "cost $")
+    rows = []
+    for c in cells:
+        cell, m, r = c["src"].cell, c["metrics"], c["report"]
+        link = f'<a href="../cells/{esc(cell.cell_id)}/run_report.md">{esc(cell.cell_id)}</a>'
+        rows.append((
+            link, cell.agent, cell.driver, cell.task, c["src"].mode, cell.model, cell.seed, cell.status, m["baseline"],
+            m["best_score"], _signed(m["improvement"]), f"{m['valid_submissions']}/{m['submissions']}",
+            ", ".join(r["methods_used"]) or "—", r["failure_type"], cell.exit_class,
+            round(cell.duration_s) if cell.duration_s is not None else None, m["tokens"], cell.cost_usd,
+        ))
+    return table(columns, rows, raw=("cell", "improvement"))
+
+
+def _stats_table(stats: list[dict[str, Any]]) -> str:
+    rows = [(s["label"], s["n"], s["no_valid"], s["mean"], s["se"], s["min"], s["max"], ", ".join(map(str, s["seeds"])))
+            for s in stats]
+    return table(("configuration", "n", "no valid", "mean", "± se", "min", "max", "seeds"), rows)
+
+
+def _pass_table(stats: list[dict[str, Any]]) -> str:
+    width = max((s["n"] for s in stats), default=0)
+    columns = ("configuration", "n", *(f"pass@{k}" for k in range(1, width + 1)))
+    rows = [(s["label"], s["n"], *(s["pass_at_k"].get(k) for k in range(1, width + 1))) for s in stats]
+    return table(columns, rows)
+
+
+def _run_reports(cells: list[dict[str, Any]]) -> str:
+    out = []
+    for c in cells:
+        r = c["report"]
+        head = (f"{r['cell_id']}: {r['status']}, improvement {esc(r['improvement'])}, "
+                f"failure type {esc(r['failure_type'])}")
+        facts = (f"<p>methods: {esc(', '.join(r['methods_used']) or '—')}; exit {esc(r['exit_class'])} "
+                 f"(code {esc(r['exit_code'])}); failure evidence: {esc('; '.join(r['failure_evidence']) or '—')}</p>")
+        notes = "".join(f'<p class="note">note: {esc(n)}</p>' for n in r["notes"])
+        rows = [(
+            e["iteration"], e["submission_id"], e["model_path"], e["status"], e["score"], _signed(e["improvement"]),
+            e["method"], ", ".join(f"{k}={v}" for k, v in e["hyperparameters"].items()) or "—",
+            e["failure_type"], "; ".join(e["failure_evidence"]) or "—", _diff(e),
+        ) for e in r["entries"]]
+        entries = table(("#", "submission", "model path", "status", "score", "improvement", "method", "hyperparameters",
+                         "failure type", "evidence", "code diff"), rows, raw=("improvement", "code diff"))
+        summary = ""
+        if c["summary"]:
+            summary = (f"<h4>LLM summary (<code>run_summary.md</code>)</h4>"
+                       f'<pre style="white-space: pre-wrap">{html_lib.escape(c["summary"])}</pre>')
+        files = (f'<p class="note">files: <a href="../cells/{esc(r["cell_id"])}/run_report.json">run_report.json</a>, '
+                 f'<a href="../cells/{esc(r["cell_id"])}/metrics.json">metrics.json</a></p>')
+        out.append(f"<details><summary>{esc(head)}</summary>{facts}{notes}{entries}{summary}{files}</details>")
+    return "".join(out) or "<p>no cells</p>"
+
+
+def _diff(entry: dict[str, Any]) -> str:
+    if entry["code_unchanged"]:
+        return "unchanged"
+    if not entry["diff"]:
+        return "—"
+    files = ", ".join(entry["diff_files"]) or "diff"
+    return f"<details><summary>{esc(files)}</summary><pre>{esc(entry['diff'][:8000])}</pre></details>"
+
+
+def render_sections(
+    *, title: str, generated: str, sweep_dir: Path, cells: list[dict[str, Any]], stats: list[dict[str, Any]],
+    figs: dict[str, bytes],
+) -> str:
+    """The complete HTML page of a sweep report."""
+    counts = Counter(c["src"].cell.status for c in cells)
+    tasks = sorted({c["src"].cell.task for c in cells})
+    overview = (
+        f"<p>sweep folder <code>{esc(sweep_dir)}</code>; generated {esc(generated)}; {len(cells)} cell(s): "
+        f"{esc(', '.join(f'{n} {s}' for s, n in sorted(counts.items())))}; task(s): {esc(', '.join(tasks))}.</p>"
+        "<p class=\"note\">Statistics use completed cells only; a completed cell without a valid submission counts "
+        "as improvement 0 (it keeps the base model). A submission is valid when the grader scored it.</p>"
+    )
+    metrics_rows = [(c["src"].cell.cell_id, *(c["metrics"][k] for k in _METRIC_COLUMNS)) for c in cells]
+    sections = [
+        ("overview", "Overview", overview),
+        ("results", "Results", _results(cells)),
+        ("seeds", "Mean ± standard error over seeds", _fig(figs, "seed_stats", "seed_stats.png") + _stats_table(stats)),
+        ("heatmaps", "Improvement heatmaps",
+         _fig(figs, "heatmap_agent_driver", "heatmap_agent_driver.png") + _fig(figs, "heatmap_mode_task", "heatmap_mode_task.png")),
+        ("pass-at-k", "pass@k: expected best improvement", _fig(figs, "pass_at_k", "pass_at_k.png") + _pass_table(stats)),
+        ("scaling", "Scaling curves",
+         _fig(figs, "scaling_time", "scaling_time.png") + _fig(figs, "scaling_submissions", "scaling_submissions.png")
+         + _fig(figs, "scaling_tokens", "scaling_tokens.png")),
+        ("trajectories", "Score trajectories", _fig(figs, "trajectories", "score_trajectories.png")),
+        ("process-metrics", "Process metrics", table(("cell", *_METRIC_COLUMNS), metrics_rows)),
+        ("run-reports", "Run reports", _run_reports(cells)),
+    ]
+    return page(title, sections)

@@ -1,0 +1,208 @@
+"""Everything the report reads, and only from the sweep folder.
+
+``<sweep_dir>/records.sqlite`` (cells, submissions, code revisions) plus, per cell,
+``cells/<cell_id>/workspace/run_meta.json``, ``agent.log``, ``code_history.git`` and the submitted
+model folders under ``workspace/``. A cell folder may be missing (a cell that ran on another
+node); the report then works from the records alone and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autorl.errors import AutorlError
+from autorl.records.store import CellRecord, CodeRevision, RecordStore, SubmissionRecord
+
+logger = logging.getLogger(__name__)
+_TEXT_SUFFIXES = (".py", ".json", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".ini", ".txt", ".md", ".jsonl")
+_MAX_FILE_BYTES = 256_000
+_GIT_TIMEOUT_S = 30
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+class ReportError(AutorlError):
+    """The report cannot be built from what the sweep folder holds."""
+
+
+@dataclass
+class CellSources:
+    """One cell's records and files.
+
+    Attributes:
+        cell: The cell record.
+        submissions: Its submissions in order.
+        revisions: Its code revisions, oldest first.
+        config: The frozen cell config (``cells.config_json``).
+        cell_dir: ``<sweep_dir>/cells/<cell_id>`` (may not exist).
+        run_meta: Parsed ``workspace/run_meta.json``, or None.
+        agent_log: The agent's stdout/stderr, or "".
+        notes: What the report could not read for this cell.
+        calls: ``(started_at, tokens in + out)`` per driver call the gateway recorded.
+    """
+
+    cell: CellRecord
+    submissions: list[SubmissionRecord]
+    revisions: list[CodeRevision]
+    config: dict[str, Any]
+    cell_dir: Path
+    run_meta: dict[str, Any] | None
+    agent_log: str
+    notes: list[str] = field(default_factory=list)
+    calls: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def mode(self) -> str:
+        """The agent's operating mode (``agent.mode`` of the cell config), ``free`` when unset."""
+        agent = self.config.get("agent")
+        mode = agent.get("mode") if isinstance(agent, dict) else None
+        return str(mode) if mode else "free"
+
+    @property
+    def repo(self) -> Path:
+        """The cell's code-revision git repository."""
+        return self.cell_dir / "code_history.git"
+
+
+def open_store(sweep_dir: Path) -> RecordStore:
+    """Open the sweep's record store for reading.
+
+    Raises:
+        ReportError: when ``sweep_dir`` is not a folder or holds no ``records.sqlite``.
+    """
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise ReportError(f"{sweep_dir} is not a folder; pass a sweep folder such as outputs/default")
+    db = sweep_dir / "records.sqlite"
+    if not db.is_file():
+        found = sorted(p.parent.name for p in sweep_dir.glob("*/records.sqlite"))
+        hint = f" Sweep folders inside it: {', '.join(found)}." if found else ""
+        raise ReportError(
+            f"{sweep_dir} has no records.sqlite, so it is not a sweep folder "
+            f"(a sweep writes <out_dir>/<sweep_id>/records.sqlite).{hint}"
+        )
+    return RecordStore(db)
+
+
+def _read_text(path: Path, limit: int | None = None) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    if limit is not None and len(data) > limit:
+        data = data[-limit:]
+    return data.decode("utf-8", errors="replace")
+
+
+def load_cells(sweep_dir: Path, store: RecordStore) -> list[CellSources]:
+    """Every cell of every sweep in the store, with its files.
+
+    Args:
+        sweep_dir: The sweep folder.
+        store: Its open record store.
+
+    Returns:
+        One :class:`CellSources` per cell, in the store's order (task, agent, driver, model, seed).
+    """
+    out = []
+    for cell in store.list_cells():
+        cell_dir = Path(sweep_dir) / "cells" / cell.cell_id
+        meta = None
+        meta_path = cell_dir / "workspace" / "run_meta.json"
+        notes = []
+        try:
+            meta = json.loads(meta_path.read_text())
+        except FileNotFoundError:
+            notes.append(f"no {meta_path.relative_to(sweep_dir)}: budget metrics are unknown")
+        except (OSError, ValueError) as error:
+            notes.append(f"unreadable {meta_path.name}: {error}")
+        try:
+            config = json.loads(cell.config_json)
+        except ValueError:
+            config = {}
+        out.append(CellSources(
+            cell, store.list_submissions(cell.cell_id), store.list_code_revisions(cell.cell_id), config,
+            cell_dir, meta if isinstance(meta, dict) else None,
+            _read_text(cell_dir / "agent.log", limit=4_000_000), notes, _driver_calls(store, cell.cell_id),
+        ))
+    return out
+
+
+def _driver_calls(store: RecordStore, cell_id: str) -> list[tuple[float, int]]:
+    # Stores written before the driver gateway existed have no driver_calls table.
+    lister = getattr(store, "list_driver_calls", None)
+    if lister is None:
+        return []
+    return [(c.started_at, (c.tokens_in or 0) + (c.tokens_out or 0)) for c in lister(cell_id)]
+
+
+def _git(repo: Path, *args: str) -> str:
+    result = subprocess.run(
+        ["git", f"--git-dir={repo}", *args], capture_output=True, text=True, timeout=_GIT_TIMEOUT_S, check=True,
+        errors="replace",
+    )
+    return result.stdout
+
+
+def revision_files(repo: Path, revision: str) -> dict[str, str] | None:
+    """The text files of ``code/`` at ``revision`` (path → content), or None without the repository.
+
+    Files with another suffix, and files over 256 kB, are listed with empty content (their names
+    can still tell, e.g. ``runs/grpo/...``). Two git processes per revision, whatever its size.
+    """
+    if not repo.is_dir():
+        return None
+    try:
+        files: dict[str, str] = {}
+        wanted: list[tuple[str, str]] = []
+        for line in _git(repo, "ls-tree", "-r", "-l", "-z", revision).split("\0"):
+            if not line:
+                continue
+            meta, _, name = line.partition("\t")
+            _mode, kind, blob, size = meta.split()
+            files[name] = ""
+            if kind == "blob" and name.endswith(_TEXT_SUFFIXES) and size.isdigit() and int(size) <= _MAX_FILE_BYTES:
+                wanted.append((name, blob))
+        if wanted:
+            batch = subprocess.run(
+                ["git", f"--git-dir={repo}", "cat-file", "--batch"], input="".join(f"{b}\n" for _, b in wanted).encode(),
+                capture_output=True, timeout=_GIT_TIMEOUT_S, check=True,
+            ).stdout
+            pos = 0
+            for name, _ in wanted:
+                header_end = batch.index(b"\n", pos)
+                length = int(batch[pos:header_end].split()[2])
+                files[name] = batch[header_end + 1 : header_end + 1 + length].decode("utf-8", errors="replace")
+                pos = header_end + 1 + length + 1  # the content is followed by a newline
+        return files
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError) as error:
+        logger.warning("cannot read revision %s of %s: %s", revision, repo, error)
+        return None
+
+
+def revision_diff(repo: Path, previous: str | None, revision: str) -> str | None:
+    """``git diff previous revision`` (from the empty tree when ``previous`` is None), or None."""
+    if not repo.is_dir():
+        return None
+    try:
+        return _git(repo, "diff", previous or EMPTY_TREE, revision)
+    except (subprocess.SubprocessError, OSError) as error:
+        logger.warning("cannot diff %s..%s in %s: %s", previous, revision, repo, error)
+        return None
+
+
+def model_files(workspace: Path, model_path: str) -> dict[str, bytes]:
+    """Small metadata files of a submitted model folder (``training_args.bin``), if still there."""
+    folder = (workspace / model_path).resolve()
+    if not folder.is_relative_to(workspace.resolve()) or not folder.is_dir():
+        return {}
+    out = {}
+    for name in ("training_args.bin",):
+        path = folder / name
+        if path.is_file() and path.stat().st_size <= 1_000_000:
+            out[name] = path.read_bytes()
+    return out

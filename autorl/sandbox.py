@@ -1,0 +1,400 @@
+"""Run untrusted Python source in a sandboxed subprocess (code-execution graders and rewards).
+
+Each run gets a fresh empty directory as its working directory, ``HOME`` and ``TMPDIR``, limits
+(``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, no core files, a task cap), a
+wall-clock timeout after which it is killed, and at most ``max_output_bytes`` of its output kept.
+
+Two isolation modes:
+
+- ``namespaces`` (used whenever the kernel allows it): ``unshare`` puts the run in new user,
+  mount, network and PID namespaces. The network namespace has no interfaces up, so every
+  connection fails. A small launcher then makes the whole filesystem read-only except the run's
+  directory (``mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)``), empties the capability
+  bounding set and sets ``no_new_privs`` before it execs the program, so the program holds no
+  capabilities and cannot undo the mounts. At the timeout the PID namespace dies with everything in it.
+- ``rlimits`` (fallback, logged as a warning): limits, private directory and kill only, no network or
+  filesystem isolation; as root the program runs as ``nobody`` (uid 65534).
+
+The number of tasks (processes and threads) of a run is capped with a ``pids`` cgroup of its own
+when one can be created (cgroup v1, or v2 with ``pids`` delegated): every task of the run is in
+it, also ones that called ``setsid()``, and all of them are killed when the run ends. Otherwise
+``RLIMIT_NPROC`` is set to the tasks the program's user already has plus ``max_processes`` (the
+kernel counts ``RLIMIT_NPROC`` per user, and never for uid 0: as root without a usable cgroup the
+task count is not capped, which is logged).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import logging
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from autorl.errors import PrerequisiteError
+
+logger = logging.getLogger(__name__)
+
+Mode = Literal["namespaces", "rlimits"]
+_NOBODY = 65534
+_PR_SET_PDEATHSIG = 1
+# Loaded at import: a preexec_fn must not import anything (it runs between fork and exec).
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+# Runs in the namespaces as their root (argv: workdir, hidden dirs joined by newlines, python, args): hide
+# dirs, make every mount read-only but the workdir, drop every capability for good, exec the program.
+_LAUNCHER = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        sys.stderr.write(f"sandbox launcher: {what} failed: {os.strerror(err)}\n")
+        os._exit(125)
+class MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+def setattr_(path, set_, clr):
+    attr = MountAttr(set_, clr, 0, 0)
+    # 442 = mount_setattr on x86_64 and aarch64; AT_FDCWD=-100, AT_RECURSIVE=0x8000, RDONLY=1.
+    check(libc.syscall(442, -100, path.encode(), 0x8000, ctypes.byref(attr), ctypes.sizeof(attr)),
+          f"mount_setattr {path}")
+workdir, hidden = sys.argv[1], [p for p in sys.argv[2].split("\n") if p]
+for path in hidden:  # an empty tmpfs over each hidden directory
+    check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", 0, b"size=4k,mode=0555"), f"hiding {path}")
+check(libc.mount(workdir.encode(), workdir.encode(), None, 4096 | 16384, None), "bind mount")
+setattr_("/", 1, 0)
+setattr_(workdir, 0, 1)
+for cap in range(64):
+    if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # PR_CAPBSET_DROP
+        check(-1, f"dropping capability {cap}")
+check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
+os.chdir(workdir)
+os.execv(sys.argv[3], sys.argv[3:])
+"""
+
+
+class SandboxError(PrerequisiteError):
+    """The sandbox itself does not work here (not the program's fault); the message says why."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Limits of one sandboxed run.
+
+    Attributes:
+        timeout_s: Wall-clock seconds before the run's process group (and PID namespace) is killed.
+        cpu_s: ``RLIMIT_CPU`` per process, in seconds.
+        memory_bytes: ``RLIMIT_AS`` (address space) per process.
+        max_processes: Tasks (processes and threads) the run may have at once (see the module docstring).
+        max_file_bytes: ``RLIMIT_FSIZE``: largest file the run may write (its output file included).
+        max_open_files: ``RLIMIT_NOFILE``.
+        max_output_bytes: Bytes of combined stdout and stderr kept in the result.
+    """
+
+    timeout_s: float = 10.0
+    cpu_s: int = 10
+    memory_bytes: int = 1 << 30
+    max_processes: int = 32
+    max_file_bytes: int = 16 << 20
+    max_open_files: int = 256
+    max_output_bytes: int = 64 << 10
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What one run did.
+
+    Attributes:
+        returncode: Exit status (negative: killed by that signal); ``None`` when it timed out.
+        timed_out: Killed at the wall-clock timeout.
+        output: The first ``max_output_bytes`` of stdout and stderr, decoded leniently.
+        output_truncated: The program wrote more than was kept.
+        elapsed_s: Wall-clock seconds from start to exit.
+        mode: The isolation mode it ran under.
+    """
+
+    returncode: int | None
+    timed_out: bool
+    output: str
+    output_truncated: bool
+    elapsed_s: float
+    mode: Mode
+
+    @property
+    def ok(self) -> bool:
+        """The program exited with status 0 before the timeout."""
+        return self.returncode == 0 and not self.timed_out
+
+
+def _cgroup_parent() -> Path | None:
+    """This process's cgroup in a hierarchy with the ``pids`` controller, if we may create children there."""
+    try:
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+        memberships = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in memberships:
+        _, controllers, path = line.split(":", 2)
+        for mount in mounts:
+            fields, _, tail = mount.partition(" - ")
+            fstype, _, options = (tail.split() + ["", "", ""])[:3]
+            root, mount_point = fields.split()[3:5]
+            # The mount shows the hierarchy from `root` down (containers mount their own subtree).
+            parent = Path(mount_point) / os.path.relpath(path, root)
+            if controllers and fstype == "cgroup" and "pids" in options.split(",") and "pids" in controllers.split(","):
+                return parent
+            if not controllers and fstype == "cgroup2":
+                try:
+                    if "pids" in (parent / "cgroup.subtree_control").read_text().split():
+                        return parent
+                except OSError:
+                    pass
+    return None
+
+
+@functools.cache
+def _usable_cgroup_parent() -> Path | None:
+    parent = _cgroup_parent()
+    if parent is None:
+        return None
+    probe = parent / f"autorl-sbx-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        (probe / "pids.max").write_text("8")
+        probe.rmdir()
+    except OSError:
+        return None
+    return parent
+
+
+class _TaskCap:
+    """Caps a run's tasks with its own ``pids`` cgroup, or with ``RLIMIT_NPROC`` (see the module docstring)."""
+
+    def __init__(self, max_tasks: int, run_uid: int) -> None:
+        self.cgroup: Path | None = None
+        self.nproc: int | None = None
+        parent = _usable_cgroup_parent()
+        if parent is not None:
+            self.cgroup = parent / f"autorl-sbx-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            self.cgroup.mkdir()
+            (self.cgroup / "pids.max").write_text(str(max_tasks))
+        elif run_uid != 0:
+            self.nproc = _tasks_of(run_uid) + max_tasks
+        else:
+            _warn_once("sandbox: running as root without a usable pids cgroup: the number of processes of a "
+                       "sandboxed program is not capped (only its time, memory and the timeout kill are)")
+
+    def enter(self) -> None:
+        """In the child before exec: join the cgroup (or set ``RLIMIT_NPROC``)."""
+        if self.cgroup is not None:
+            (self.cgroup / "cgroup.procs").write_text(str(os.getpid()))
+        elif self.nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (self.nproc, self.nproc))
+
+    def kill_and_remove(self) -> None:
+        """SIGKILL whatever is left in the cgroup and remove it."""
+        if self.cgroup is None:
+            return
+        for _ in range(200):
+            try:
+                pids = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()]
+            except OSError:
+                pids = []
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                self.cgroup.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                time.sleep(0.05)  # killed tasks take a moment to leave the cgroup
+                continue
+            self.cgroup = None
+            return
+        logger.warning("sandbox: could not remove cgroup %s", self.cgroup)
+
+
+def _tasks_of(uid: int) -> int:
+    """Tasks (threads included) whose real uid is ``uid``: what ``RLIMIT_NPROC`` counts."""
+    count = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            if int(fields.get("Uid", "-1 0").split()[0]) == uid:
+                count += int(fields.get("Threads", "1").strip())
+        except (OSError, ValueError):
+            continue
+    return count
+
+
+_warn_once = functools.cache(logger.warning)
+
+
+def _preexec(limits: SandboxLimits, cap: _TaskCap, drop_to_nobody: bool) -> Callable[[], None]:
+    """The child's ``preexec_fn``: join the task cap, set resource limits, maybe become ``nobody``."""
+
+    def apply() -> None:
+        cap.enter()
+        cpu = max(1, int(limits.cpu_s))
+        for which, value in (
+            (resource.RLIMIT_CPU, cpu),
+            (resource.RLIMIT_AS, int(limits.memory_bytes)),
+            (resource.RLIMIT_FSIZE, int(limits.max_file_bytes)),
+            (resource.RLIMIT_NOFILE, int(limits.max_open_files)),
+            (resource.RLIMIT_CORE, 0),
+        ):
+            resource.setrlimit(which, (value, value))
+        if drop_to_nobody:
+            os.setgroups([])
+            os.setgid(_NOBODY)
+            os.setuid(_NOBODY)
+        # If the grader dies mid-run, the run dies too (set last: changing uid clears it).
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return apply
+
+
+def _namespace_prefix(workdir: Path, python: str, hidden: tuple[Path, ...]) -> list[str]:
+    unshare = shutil.which("unshare") or "unshare"
+    return [unshare, "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child",
+            "--mount-proc", "--", python, "-I", "-S", "-c", _LAUNCHER, str(workdir),
+            "\n".join(str(p) for p in hidden if Path(p).is_dir())]
+
+
+def _run(source: str, limits: SandboxLimits, mode: Mode, python: str, tmp_root: Path | None,
+         stdlib_only: bool = True, hidden: tuple[Path, ...] = ()) -> SandboxResult:
+    """Run ``source`` as ``program.py`` in a fresh directory under ``mode``; the directory is removed after."""
+    workdir = Path(tempfile.mkdtemp(prefix="autorl-sbx-", dir=tmp_root))
+    out_dir = Path(tempfile.mkdtemp(prefix="autorl-sbx-out-", dir=tmp_root))
+    drop = mode == "rlimits" and os.geteuid() == 0
+    cap = _TaskCap(limits.max_processes, _NOBODY if drop else os.getuid())
+    try:
+        (workdir / "program.py").write_text(source, encoding="utf-8")
+        if drop:
+            for path in (workdir, workdir / "program.py"):
+                os.chown(path, _NOBODY, _NOBODY)
+        # -I: ignore PYTHON* variables and the user site; -S: no site-packages (faster start, stdlib only).
+        argv = [python, "-I", *(["-S"] if stdlib_only else []), "program.py"]
+        if mode == "namespaces":
+            argv = _namespace_prefix(workdir, python, hidden) + argv
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir),
+               "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+        started = time.monotonic()
+        with open(out_dir / "output", "wb") as sink:
+            try:
+                proc = subprocess.Popen(  # noqa: S603 - running untrusted code is the point of this module
+                    argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                    start_new_session=True, preexec_fn=_preexec(limits, cap, drop), close_fds=True,
+                )
+            except OSError as error:  # e.g. the interpreter cannot be executed
+                return SandboxResult(127, False, f"cannot start {argv[0]}: {error}", False, 0.0, mode)
+            timed_out = False
+            try:
+                returncode: int | None = proc.wait(timeout=limits.timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out, returncode = True, None
+            finally:
+                _kill_group(proc)
+                cap.kill_and_remove()
+        elapsed = time.monotonic() - started
+        with open(out_dir / "output", "rb") as fh:
+            raw = fh.read(limits.max_output_bytes + 1)
+        return SandboxResult(returncode, timed_out, raw[: limits.max_output_bytes].decode("utf-8", "replace"),
+                             len(raw) > limits.max_output_bytes, elapsed, mode)
+    finally:
+        cap.kill_and_remove()
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the run's process group (in namespace mode this also ends its PID namespace)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@functools.cache
+def detect_mode() -> Mode:
+    """``"namespaces"`` if the real launcher runs a trivial program here, else ``"rlimits"`` (logged)."""
+    if shutil.which("unshare") is None:
+        logger.warning("sandbox: `unshare` (util-linux) not found; falling back to rlimit-only mode "
+                       "(no network or filesystem isolation)")
+        return "rlimits"
+    probe = _run("print('sandbox-ok')", SandboxLimits(timeout_s=30, cpu_s=30), "namespaces", sys.executable, None)
+    if probe.ok and "sandbox-ok" in probe.output:
+        return "namespaces"
+    logger.warning("sandbox: namespaces unavailable (exit %s: %s); falling back to rlimit-only mode "
+                   "(no network or filesystem isolation)", probe.returncode, probe.output.strip()[-500:])
+    return "rlimits"
+
+
+class Sandbox:
+    """Runs Python programs under :class:`SandboxLimits` in the best available isolation mode.
+
+    Example:
+        >>> box = Sandbox(SandboxLimits(timeout_s=20))
+        >>> box.run_python("print(6 * 7)").output
+        '42\\n'
+    """
+
+    def __init__(self, limits: SandboxLimits = SandboxLimits(), *, mode: Mode | None = None,
+                 python: str | None = None, tmp_root: Path | None = None, stdlib_only: bool = True,
+                 hidden: tuple[Path, ...] = ()) -> None:
+        """Choose the interpreter and the isolation mode.
+
+        Args:
+            limits: Limits of every run.
+            mode: Force ``"namespaces"`` or ``"rlimits"``; ``None`` detects the best one.
+            python: Interpreter for the programs (default: this process's).
+            tmp_root: Where run directories are created (default: the system temp dir).
+            stdlib_only: Start programs without site-packages (``python -S``): only the standard
+                library is importable, and start-up is faster.
+            hidden: Directories the program must not see (e.g. the private eval data): in
+                namespace mode each is covered by an empty read-only tmpfs.
+        """
+        self.limits = limits
+        self.python = python or sys.executable
+        self.mode: Mode = mode or detect_mode()
+        self.tmp_root = tmp_root
+        self.stdlib_only = stdlib_only
+        self.hidden = tuple(Path(p) for p in hidden)
+
+    def run_python(self, source: str) -> SandboxResult:
+        """Run ``source`` as ``program.py`` in a fresh directory and return what happened."""
+        return _run(source, self.limits, self.mode, self.python, self.tmp_root, self.stdlib_only, self.hidden)
+
+    def run_many(self, sources: list[str], *, workers: int) -> list[SandboxResult]:
+        """Run each source in its own sandbox, ``workers`` at a time; results in input order."""
+        with ThreadPoolExecutor(max(1, workers)) as pool:  # threads suffice: each run is a subprocess
+            return list(pool.map(self.run_python, sources))
+
+    def check(self) -> None:
+        """Fail loudly if a trivial program does not run (a broken sandbox must never score 0).
+
+        Raises:
+            SandboxError: naming the mode, the interpreter and the program's output.
+        """
+        result = self.run_python("print('sandbox-ok')")
+        if not (result.ok and "sandbox-ok" in result.output):
+            raise SandboxError(
+                f"the sandbox ({self.mode} mode, python {self.python}) cannot run a trivial program: "
+                f"exit {result.returncode}, timed out {result.timed_out}, output {result.output[-500:]!r}. "
+                "In rlimit mode as root the program runs as uid 65534, which must be able to execute the "
+                "interpreter; pass a world-readable one (e.g. /usr/bin/python3)."
+            )

@@ -1,0 +1,56 @@
+"""What happens when a sweep's cells are done: W&B comparison table, then the HTML report.
+
+Both are outputs, not results: any failure here is logged (and shown as a note) and the sweep's
+exit code stays what its cells decided.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def finish_sweep(
+    recorder: Any, sweep_id: str, sweep_dir: Path, tracking_cfg: dict[str, Any], note: Callable[[str], None]
+) -> Path | None:
+    """Ask the Recorder to close W&B, then build ``<sweep_dir>/report/``.
+
+    Args:
+        recorder: The Recorder actor handle.
+        sweep_id: The sweep.
+        sweep_dir: Its folder.
+        tracking_cfg: The ``tracking`` config block.
+        note: Prints a one-line message for the user.
+
+    Returns:
+        The report's ``index.html``, or None when it is off or could not be built.
+    """
+    import ray
+
+    if tracking_cfg["wandb"]["enabled"]:
+        try:
+            # The recorder bounds its own wait; the margin covers the actor call itself.
+            timeout = float(tracking_cfg["wandb"]["finish_timeout_s"]) + 30
+            if ray.get(recorder.finish_sweep.remote(sweep_id), timeout=timeout):
+                note(f"W&B runs of this sweep are under {sweep_dir / 'wandb'} ({tracking_cfg['wandb']['mode']} mode)")
+        except Exception as error:  # noqa: BLE001 - W&B must never fail a sweep
+            logger.warning("W&B finish failed: %s", error)
+            note(f"W&B: could not finish the runs ({error}); the sweep's results are unaffected")
+    if not tracking_cfg["report"]["enabled"]:
+        return None
+    try:
+        from autorl.report.build import build_report
+
+        report_cfg = tracking_cfg["report"]
+        index = build_report(sweep_dir, summarizer_driver=report_cfg["summarizer_driver"],
+                             summarizer_timeout_s=float(report_cfg["summarizer_timeout_s"]))
+    except Exception as error:  # noqa: BLE001 - a report failure must never fail the sweep
+        logger.exception("report of sweep %s failed", sweep_id)
+        note(f"report failed: {error} (rebuild it with: python -m autorl.report {sweep_dir})")
+        return None
+    note(f"report: {index}")
+    return index

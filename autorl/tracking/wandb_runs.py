@@ -1,0 +1,206 @@
+"""W&B for a sweep (SPEC §8): one run per cell, grouped by sweep, and a comparison table per sweep.
+
+The Recorder owns one :class:`WandbTracker` and tells it what it records. All W&B calls happen on
+one background thread fed by a queue, so a slow, unreachable or misconfigured W&B never blocks
+the Recorder (and with it the sweep): every W&B error is logged and dropped. Offline mode
+(``tracking.wandb.mode: offline``) writes the runs under ``<sweep_dir>/wandb/`` with no network;
+``wandb sync`` uploads them later.
+
+Per cell run: ``name`` = cell id, ``group`` = sweep id, ``job_type`` = ``cell``, ``config`` = the
+frozen cell config (``cells.config_json``); one history row per submission that reached a final
+status (``submission_id``, ``score``, ``improvement``, ``best_score``, ``valid``), and the cell's
+outcome in the summary. Per sweep: a run with ``job_type`` = ``comparison`` that logs the table
+``comparison`` (one row per cell, :data:`TABLE_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from autorl.records.store import FINAL_STATUSES, CellRecord, SubmissionRecord
+
+logger = logging.getLogger(__name__)
+
+TABLE_COLUMNS = (
+    "cell_id", "agent", "driver", "task", "model", "seed", "mode", "status", "baseline", "best_score", "improvement",
+    "submissions", "valid_submissions", "duration_s", "tokens_in", "tokens_out", "cost_usd", "exit_class",
+)
+SCORED = ("scored", "duplicate", "copy_of_base")
+_MAX_INIT_FAILURES = 2  # after this many failed wandb.init calls the tracker stops trying
+
+
+def _mode_of(cell: CellRecord) -> str:
+    try:
+        agent = json.loads(cell.config_json).get("agent") or {}
+    except ValueError:
+        return "free"
+    return str(agent.get("mode") or "free") if isinstance(agent, dict) else "free"
+
+
+def table_rows(cells: list[CellRecord]) -> list[list[Any]]:
+    """One comparison-table row per cell, in :data:`TABLE_COLUMNS` order."""
+    rows = []
+    for cell in cells:
+        values = {"mode": _mode_of(cell)} | {c: getattr(cell, c) for c in TABLE_COLUMNS if c != "mode"}
+        rows.append([values[c] for c in TABLE_COLUMNS])
+    return rows
+
+
+class WandbTracker:
+    """Queue-fed W&B writer; a no-op when ``cfg['enabled']`` is false.
+
+    Args:
+        cfg: The ``tracking.wandb`` config block (enabled, project, entity, mode, init_timeout_s,
+            finish_timeout_s).
+        sweep_dir: The sweep folder; runs are written under ``<sweep_dir>/wandb/``.
+    """
+
+    def __init__(self, cfg: dict[str, Any], sweep_dir: Path) -> None:
+        """Start the background thread (only when enabled)."""
+        self.enabled = bool(cfg["enabled"])
+        self.cfg = cfg
+        self.sweep_dir = Path(sweep_dir)
+        self._runs: dict[str, Any] = {}
+        self._logged: set[tuple[str, int]] = set()
+        self._best: dict[str, float] = {}
+        self._init_failures = 0
+        self._queue: queue.Queue[tuple[Callable[..., None], tuple[Any, ...]] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        if self.enabled:
+            self._thread = threading.Thread(target=self._work, name="wandb-tracker", daemon=True)
+            self._thread.start()
+
+    # What the Recorder calls: cheap, never blocking, never raising.
+
+    def submission(self, cell: CellRecord, sub: SubmissionRecord) -> None:
+        """Log a submission once it reached a final status (replays are ignored)."""
+        if self.enabled and sub.status not in ("queued", "scoring"):
+            self._queue.put((self._log_submission, (cell, sub)))
+
+    def new_attempt(self, cell_id: str) -> None:
+        """Forget what was logged for an earlier attempt of the cell (its submissions were dropped)."""
+        if self.enabled:
+            self._queue.put((self._forget, (cell_id,)))
+
+    def cell_status(self, cell: CellRecord) -> None:
+        """Close the cell's run when the cell reached a final status."""
+        if self.enabled and cell.status in FINAL_STATUSES:
+            self._queue.put((self._finish_cell, (cell,)))
+
+    def finish_sweep(self, sweep_id: str, cells: list[CellRecord]) -> bool:
+        """Close every open run and write the sweep's comparison table; wait for W&B at most
+        ``finish_timeout_s``.
+
+        Returns:
+            True when everything was handed to W&B in time (or W&B is off).
+        """
+        if not self.enabled or self._thread is None:
+            return True
+        done = threading.Event()
+        self._queue.put((self._write_table, (sweep_id, cells)))
+        self._queue.put((lambda: done.set(), ()))
+        if not done.wait(float(self.cfg["finish_timeout_s"])):
+            logger.warning("W&B did not finish within %ss; the sweep goes on without it", self.cfg["finish_timeout_s"])
+            return False
+        return True
+
+    # The background thread.
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, args = item
+            try:
+                fn(*args)
+            except Exception as error:  # noqa: BLE001 - W&B trouble must never reach the sweep
+                logger.warning("W&B call %s failed: %s", getattr(fn, "__name__", fn), error)
+
+    def _init(self, **kwargs: Any) -> Any:
+        if self._init_failures >= _MAX_INIT_FAILURES:
+            return None
+        import wandb
+
+        try:
+            return wandb.init(
+                project=self.cfg["project"], entity=self.cfg["entity"], mode=self.cfg["mode"], dir=str(self.sweep_dir),
+                reinit="create_new",
+                settings=wandb.Settings(init_timeout=float(self.cfg["init_timeout_s"]), console="off", silent=True),
+                **kwargs,
+            )
+        except Exception as error:  # noqa: BLE001 - e.g. no API key online, network down, bad entity
+            self._init_failures += 1
+            logger.warning("wandb.init failed (%d/%d): %s", self._init_failures, _MAX_INIT_FAILURES, error)
+            return None
+
+    def _cell_run(self, cell: CellRecord) -> Any:
+        run = self._runs.get(cell.cell_id)
+        if run is None:
+            try:
+                config = json.loads(cell.config_json)
+            except ValueError:
+                config = {}
+            run = self._init(name=cell.cell_id, group=cell.sweep_id, job_type="cell", config=config,
+                             tags=[cell.agent, cell.driver, cell.task])
+            if run is not None:
+                run.define_metric("submission_id")
+                run.define_metric("*", step_metric="submission_id")
+                self._runs[cell.cell_id] = run
+        return run
+
+    def _forget(self, cell_id: str) -> None:
+        self._logged = {key for key in self._logged if key[0] != cell_id}
+        self._best.pop(cell_id, None)
+        run = self._runs.pop(cell_id, None)
+        if run is not None:
+            run.finish()
+
+    def _log_submission(self, cell: CellRecord, sub: SubmissionRecord) -> None:
+        if (cell.cell_id, sub.submission_id) in self._logged:
+            return
+        run = self._cell_run(cell)
+        if run is None:
+            return
+        self._logged.add((cell.cell_id, sub.submission_id))
+        valid = sub.status in SCORED and sub.score is not None
+        row: dict[str, Any] = {"submission_id": sub.submission_id, "valid": int(valid)}
+        if valid:
+            score = float(sub.score)  # type: ignore[arg-type]
+            self._best[cell.cell_id] = max(score, self._best.get(cell.cell_id, score))
+            row |= {"score": score, "best_score": self._best[cell.cell_id]}
+            if cell.baseline is not None:
+                row["improvement"] = score - cell.baseline
+        run.log(row)
+
+    def _finish_cell(self, cell: CellRecord) -> None:
+        run = self._cell_run(cell)
+        if run is None:
+            return
+        run.summary.update({c: v for c, v in zip(TABLE_COLUMNS, table_rows([cell])[0]) if v is not None})
+        run.finish()
+        self._runs.pop(cell.cell_id, None)
+
+    def _write_table(self, sweep_id: str, cells: list[CellRecord]) -> None:
+        import wandb
+
+        for cell_id in list(self._runs):
+            self._runs.pop(cell_id).finish()
+        run = self._init(name=f"{sweep_id}-comparison", group=sweep_id, job_type="comparison")
+        if run is None:
+            return
+        run.log({"comparison": wandb.Table(columns=list(TABLE_COLUMNS), data=table_rows(cells))})
+        run.summary["cells"] = len(cells)
+        run.finish()
+
+    def close(self) -> None:
+        """Stop the background thread after the queued work (bounded by ``finish_timeout_s``)."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(float(self.cfg["finish_timeout_s"]))

@@ -1,0 +1,144 @@
+"""Evaluator for alpacaeval: chat-template generation, a pairwise LLM judge, AlpacaEval 2.0's LC win rate.
+
+1. Every eval instruction goes to the engine in one batched call: one user turn with the model's
+   chat template, greedy, at most ``max_new_tokens`` (512) new tokens; outputs are stripped.
+2. A judge compares each output with the reference output using AlpacaEval's pairwise prompt
+   (:mod:`autorl.judge.pairwise`), output order randomised per instruction. Answers are cached
+   on disk by (judge, request) under the grader's cache dir and at most ``judge_concurrency``
+   requests are in flight.
+3. The score is AlpacaEval 2.0's length-controlled win rate (:mod:`autorl.judge.lc`).
+
+The judge is either a configured driver (``judge_driver: gpt-5.2`` reads
+``conf/driver/gpt-5.2.yaml``; the reference judged with GPT-5.2) or a judging model served by a
+local OpenAI-compatible server that this evaluator starts and stops (``judge_server: rules``:
+the fixture's rule-based judge, :mod:`autorl.judge.rules`; it is not a language model).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from autorl.engine.base import GenerationEngine
+from autorl.errors import ConfigError, TaskError
+from autorl.judge.client import JudgeClient, JudgeError, JudgeSpec, load_judge_spec
+from autorl.judge.lc import LCPrior, length_controlled_win_rate
+from autorl.judge.pairwise import comparison, preference
+from autorl.judge.rules import RuleJudge, ideal_answer
+from autorl.tasks import EvalResult
+
+DEFAULT_MAX_NEW_TOKENS = 512
+DEFAULT_CONCURRENCY = 8
+NUM_SAMPLES = 5
+LOCAL_JUDGES = {"rules": RuleJudge}
+
+
+def oracle_reply(item: dict[str, Any]) -> str:
+    """A reply the fixture judge ranks above the reference on every fixture item (for contract tests)."""
+    return ideal_answer(str(item["question"]))
+
+
+@contextlib.contextmanager
+def judge_spec(options: dict[str, Any]) -> Iterator[JudgeSpec]:
+    """The judge the options name, with a local server running for the ``with`` block if it is one.
+
+    Raises:
+        ConfigError: Neither or both of ``judge_driver`` and ``judge_server`` are set, or unknown names.
+    """
+    driver, server = options.get("judge_driver"), options.get("judge_server")
+    if bool(driver) == bool(server):
+        raise ConfigError("alpacaeval needs exactly one of eval options judge_driver (a conf/driver name, e.g. "
+                          f"gpt-5.2) and judge_server (a local judging model: {', '.join(LOCAL_JUDGES)}); "
+                          f"got judge_driver={driver!r}, judge_server={server!r}")
+    if driver:
+        yield load_judge_spec(str(driver))
+        return
+    if server not in LOCAL_JUDGES:
+        raise ConfigError(f"unknown local judge {server!r}; valid: {', '.join(LOCAL_JUDGES)}")
+    from autorl.judge.server import LocalJudgeServer
+
+    model = LOCAL_JUDGES[str(server)]()
+    with LocalJudgeServer({model.name: model}) as running:
+        yield JudgeSpec(name=f"local-{server}", model=model.name, base_url=running.base_url)
+
+
+def _read_items(private_dir: Path, limit: Any) -> list[dict[str, Any]]:
+    with (Path(private_dir) / "eval.jsonl").open(encoding="utf-8") as fh:
+        items = [json.loads(line) for line in fh if line.strip()]
+    if limit is not None:
+        items = items[: int(limit)]
+    if not items:
+        raise TaskError(f"no eval items in {private_dir / 'eval.jsonl'}")
+    return items
+
+
+def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, Any],
+             cache_dir: Path | None = None) -> EvalResult:
+    """Score ``engine`` on ``private_dir/eval.jsonl``.
+
+    Args:
+        engine: Greedy generation engine.
+        private_dir: Folder holding ``eval.jsonl`` (``question``, ``reference``, ...) and, for the
+            ``length_controlled_v1`` GLM, ``lc_prior.csv``.
+        options: ``judge_driver`` or ``judge_server`` (see the module docstring), ``judge_params``
+            (request fields sent verbatim, e.g. ``{max_completion_tokens: 100}``),
+            ``judge_concurrency`` (8), ``lc_glm`` (``length_controlled_v1`` or
+            ``length_controlled_minimal``), ``max_new_tokens`` (512), ``limit`` (first N items).
+        cache_dir: Where judge answers are cached (the grader passes its cache dir); ``None``
+            disables the cache.
+
+    Returns:
+        The LC win rate (0-100), with the raw win rate, judge usage and samples in details.
+
+    Raises:
+        TaskError: Missing eval data or LC prior, or the engine returned the wrong count.
+        ConfigError: Bad judge options.
+        JudgeError: The judge failed, or none of its answers could be read.
+    """
+    items = _read_items(private_dir, options.get("limit"))
+    glm = str(options.get("lc_glm", "length_controlled_v1"))
+    prior = None
+    if glm == "length_controlled_v1":
+        prior_path = Path(private_dir) / "lc_prior.csv"
+        if not prior_path.is_file():
+            raise TaskError(f"lc_glm length_controlled_v1 needs {prior_path} (AlpacaEval's df_gamed.csv, built with "
+                            "the hub source); use lc_glm: length_controlled_minimal for other data")
+        prior = LCPrior.from_csv(prior_path)
+    max_new_tokens = int(options.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
+
+    # The judge is set up first, so a missing API key or a bad judge option fails before generating.
+    with judge_spec(options) as spec, JudgeClient(
+        spec, params=dict(options.get("judge_params") or {}),
+        concurrency=int(options.get("judge_concurrency", DEFAULT_CONCURRENCY)),
+        cache_dir=None if cache_dir is None else Path(cache_dir) / "judge",
+    ) as client:
+        conversations = [[{"role": "user", "content": str(item["question"])}] for item in items]
+        raw = engine.generate_chat(conversations, max_new_tokens=max_new_tokens)
+        if len(raw) != len(items):
+            raise TaskError(f"engine returned {len(raw)} generations for {len(items)} prompts")
+        outputs = [(text or "").strip() for text in raw]
+        comparisons = [comparison(item["question"], item["reference"], out) for item, out in zip(items, outputs)]
+        answers = client.complete_many([c.messages for c in comparisons])
+        usage = client.usage.as_dict(spec.price_per_mtok)
+    preferences = [preference(answer, c.switched) for answer, c in zip(answers, comparisons)]
+    unusable = sum(p != p for p in preferences)
+    if unusable == len(preferences):
+        raise JudgeError(f"judge {spec.identity} gave no usable answer (expected 'm' or 'M'); first: {answers[0]!r}")
+
+    metrics = length_controlled_win_rate(preferences, [len(i["reference"]) for i in items], [len(o) for o in outputs],
+                                         glm=glm, prior=prior)
+    # Details reach the agent through the grading API: no instruction or reference from the private split.
+    samples = [{"output": out, "judge_answer": answer, "preference": pref}
+               for out, answer, pref in list(zip(outputs, answers, preferences))[:NUM_SAMPLES]]
+    details = {
+        "length_controlled_winrate": metrics["length_controlled_winrate"], "win_rate": metrics["win_rate"],
+        "discrete_win_rate": metrics["discrete_win_rate"], "n_wins": metrics["n_wins"],
+        "n_wins_base": metrics["n_wins_base"], "n_draws": metrics["n_draws"], "n_unusable": unusable,
+        "avg_length": sum(map(len, outputs)) / len(outputs), "lc_glm": glm,
+        "judge": {"name": spec.name, "model": spec.model, **usage}, "max_new_tokens": max_new_tokens,
+        "samples": samples,
+    }
+    return EvalResult(score=float(metrics["length_controlled_winrate"]), num_examples=len(items), details=details)

@@ -1,0 +1,84 @@
+"""Evaluator for deepsearchqa: ReAct with a working search tool, then an LLM judge.
+
+Protocol (reference ``benchmarks/deepsearchqa/eval.py``, bugs fixed): raw-completion ReAct
+(:mod:`autorl.envs.deepsearchqa_react`), greedy, at most 256 tokens a step, at most 6 steps, all
+questions advancing together (one batched engine call per step, searches in parallel in the
+EnvPool). The final answer is the ``answer[…]`` action; an episode that never answers has an empty
+prediction, which is incorrect (never sent to the judge). Answers are judged after all episodes
+by the configured judge (:mod:`autorl.envs.qa_judge`): "correct"/"incorrect", Set answers must
+contain every item. Score = % correct.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from autorl.engine.base import GenerationEngine
+from autorl.envs.deepsearchqa import load_questions
+from autorl.envs.deepsearchqa_react import DeepSearchProtocol
+from autorl.envs.host import EpisodeClient, local_episode_client
+from autorl.envs.qa_judge import judge_answers, open_judge
+from autorl.envs.rollout import PlayStats, play
+from autorl.errors import TaskError
+from autorl.tasks import EvalResult
+
+DEFAULTS: dict[str, Any] = {"max_steps": 6, "max_new_tokens": 256, "concurrency": 200, "limit": None,
+                            "search": {"backend": "bm25"}, "judge_driver": None, "judge_server": None,
+                            "judge_params": {}, "judge_concurrency": 8}
+NUM_SAMPLES = 5
+
+
+def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, Any],
+             envs: EpisodeClient | None = None, cache_dir: Path | None = None) -> EvalResult:
+    """Answer every eval question and score the percentage judged correct.
+
+    Args:
+        engine: Greedy generation engine.
+        private_dir: Holds ``questions.jsonl`` (and the fixture's ``corpus.jsonl``).
+        options: ``max_steps`` (6), ``max_new_tokens`` (256), ``concurrency``, ``limit``, ``search``
+            (``{backend: bm25}`` or ``{backend: web, endpoint, api_key_env, num_results}``),
+            ``judge_driver`` or ``judge_server``, ``judge_params``, ``judge_concurrency``.
+        envs: Episodes bound to this task's data in the EnvPool; ``None``: play in-process.
+        cache_dir: Where judge answers are cached (``None``: no cache).
+
+    Returns:
+        % correct, with per-answer-type counts and a few samples.
+
+    Raises:
+        TaskError: Unknown options or no questions.
+        ConfigError: Bad judge options (before anything is generated).
+    """
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise TaskError(f"unknown deepsearchqa eval option(s) {unknown}; valid: {sorted(DEFAULTS)}")
+    opts = {**DEFAULTS, **options}
+    rows = load_questions(Path(private_dir))
+    ids = sorted(rows, key=lambda e: int(e.split("/")[1]) if e.split("/")[1].isdigit() else e)
+    if opts["limit"] is not None:
+        ids = ids[: int(opts["limit"])]
+    if not ids:
+        raise TaskError(f"no eval questions in {private_dir}/questions.jsonl")
+    with open_judge(opts, None if cache_dir is None else Path(cache_dir) / "judge") as judge:
+        client = envs or local_episode_client("deepsearchqa", "deepsearchqa", Path(private_dir), opts)
+        stats = PlayStats()
+        played = play(engine, client, ids, DeepSearchProtocol(max_new_tokens=int(opts["max_new_tokens"])),
+                      max_steps=int(opts["max_steps"]), concurrency=int(opts["concurrency"]), stats=stats)
+        predictions = [str(e.current.info.get("answer", "")) if e.current.done else "" for e in played]
+        items = [(rows[e.episode_id].get("answer_type") or "Single Answer", str(rows[e.episode_id]["answer"]), p)
+                 for e, p in zip(played, predictions, strict=True)]
+        verdicts = judge_answers(judge, items)
+    by_type: dict[str, dict[str, int]] = {}
+    for (answer_type, _, _), ok in zip(items, verdicts, strict=True):
+        entry = by_type.setdefault(answer_type, {"correct": 0, "total": 0})
+        entry["correct"] += ok
+        entry["total"] += 1
+    searches = sum(1 for e in played for a, _ in e.history if a.startswith("search["))
+    samples = [{"episode_id": e.episode_id, "predicted": p, "correct": ok, "steps": e.steps}
+               for e, p, ok in list(zip(played, predictions, verdicts, strict=True))[:NUM_SAMPLES]]
+    correct = sum(verdicts)
+    details = {"correct": correct, "total": len(played), "accuracy": correct / len(played), "by_answer_type": by_type,
+               "searches": searches, "answered": sum(1 for p in predictions if p.strip()),
+               "engine_calls": stats.engine_calls, "samples": samples,
+               "env_client": type(getattr(client, "client", client)).__name__}
+    return EvalResult(score=100.0 * correct / len(played), num_examples=len(played), details=details)

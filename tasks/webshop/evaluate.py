@@ -1,0 +1,71 @@
+"""Evaluator for webshop: the reference's protocol, every session played concurrently.
+
+Protocol (reference ``benchmarks/webshop/eval.py``): sessions 0-99, the model's chat template with
+the reference's system message, the instruction, available actions, rules and the last 5
+observation/action pairs (:mod:`autorl.envs.webshop_prompt`), greedy, at most 100 tokens, stop
+``"\\n"``, at most 50 steps. A session succeeds when its purchase reward is at least 0.5
+(the reference's threshold); one not finished within the steps gets reward 0. All sessions advance
+together: one batched engine call per step, env steps in parallel in the EnvPool (``envs``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from autorl.engine.base import GenerationEngine
+from autorl.envs.host import EpisodeClient, local_episode_client
+from autorl.envs.rollout import PlayStats, play
+from autorl.envs.webshop_prompt import WebShopProtocol
+from autorl.errors import TaskError
+from autorl.tasks import EvalResult
+
+DEFAULTS: dict[str, Any] = {"max_steps": 50, "max_new_tokens": 100, "history_window": 5, "success_threshold": 0.5,
+                            "concurrency": 100, "limit": None, "backend": "builtin", "server_url": None,
+                            "server_timeout_s": 30}
+NUM_SAMPLES = 3
+
+
+def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, Any],
+             envs: EpisodeClient | None = None) -> EvalResult:
+    """Play every eval session; score = % with reward >= ``success_threshold``.
+
+    Args:
+        engine: Greedy generation engine.
+        private_dir: Holds ``goals.jsonl`` (the eval sessions).
+        options: ``max_steps`` (50), ``max_new_tokens`` (100), ``history_window`` (5),
+            ``success_threshold`` (0.5), ``concurrency`` (100), ``limit``, ``backend``
+            (``builtin`` or ``server``), ``server_url``, ``server_timeout_s``.
+        envs: Episodes bound to this task's data in the EnvPool; ``None``: play in-process.
+
+    Returns:
+        The success rate x100, with ``avg_reward``, ``avg_steps`` and a few transcripts.
+
+    Raises:
+        TaskError: Unknown options or no eval sessions.
+    """
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise TaskError(f"unknown webshop eval option(s) {unknown}; valid: {sorted(DEFAULTS)}")
+    opts = {**DEFAULTS, **options}
+    path = Path(private_dir) / "goals.jsonl"
+    ids = [json.loads(line)["episode_id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if opts["limit"] is not None:
+        ids = ids[: int(opts["limit"])]
+    if not ids:
+        raise TaskError(f"no eval sessions in {path}")
+    client = envs or local_episode_client("webshop", "webshop", Path(private_dir), opts)
+    protocol = WebShopProtocol(max_new_tokens=int(opts["max_new_tokens"]), history_window=int(opts["history_window"]))
+    stats = PlayStats()
+    played = play(engine, client, ids, protocol, max_steps=int(opts["max_steps"]), concurrency=int(opts["concurrency"]),
+                  stats=stats)
+    rewards = [e.current.reward if e.current.done else 0.0 for e in played]
+    success = sum(r >= float(opts["success_threshold"]) for r in rewards)
+    samples = [{"episode_id": e.episode_id, "reward": r, "steps": e.steps, "actions": [a for a, _ in e.history][:15]}
+               for e, r in list(zip(played, rewards))[:NUM_SAMPLES]]
+    details = {"success_count": success, "total_count": len(played), "success_rate": success / len(played),
+               "avg_reward": sum(rewards) / len(played), "avg_steps": sum(e.steps for e in played) / len(played),
+               "engine_calls": stats.engine_calls, "max_live": stats.max_live, "samples": samples,
+               "env_client": type(getattr(client, "client", client)).__name__}
+    return EvalResult(score=100.0 * success / len(played), num_examples=len(played), details=details)

@@ -1,0 +1,216 @@
+"""The driver gateway over real HTTP against the replay LLM server (a stand-in for a paid API)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from autorl.config import compose
+from autorl.errors import ConfigError
+from autorl.gateway.app import Gateway
+from autorl.gateway.settings import DriverSettings
+from autorl.gateway.usage import SSEUsageParser
+from autorl.records.store import DriverCall
+from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
+
+TOKEN = "cell-token"
+SHELL_TOOL_CHAT = [{"type": "function", "function": {"name": "bash", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
+
+
+def _settings(base_url: str, **overrides: Any) -> DriverSettings:
+    cfg = compose(["driver=local", f"driver.base_url={base_url}"])["driver"]
+    for key, value in overrides.items():
+        section, _, name = key.partition("__")
+        if name:
+            cfg[section][name] = value
+        else:
+            cfg[section] = value
+    return DriverSettings.from_config(cfg)
+
+
+@pytest.fixture()
+def replay(tmp_path: Path) -> Iterator[ReplayServer]:
+    server = ReplayServer(ReplayLLM(["echo hi"], "done", tmp_path / "requests.jsonl")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def gateway_factory() -> Iterator[Any]:
+    started: list[Gateway] = []
+
+    def make(settings: DriverSettings, api_key: str | None = "real-key") -> tuple[Gateway, list[DriverCall]]:
+        calls: list[DriverCall] = []
+        gateway = Gateway(settings, token=TOKEN, api_key=api_key, cell_id="c1", sink=calls.append)
+        gateway.start()
+        started.append(gateway)
+        return gateway, calls
+
+    yield make
+    for gateway in started:
+        gateway.stop()
+
+
+def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> httpx.Response:
+    return httpx.post(url, json=body, headers={"authorization": f"Bearer {TOKEN}"} | (headers or {}), timeout=120)
+
+
+def test_streamed_chat_is_relayed_and_counted(replay: ReplayServer, gateway_factory: Any) -> None:
+    gateway, calls = gateway_factory(_settings(replay.base_url, price_per_mtok={"input": 1.0, "output": 2.0}))
+    body = {"model": "whatever", "stream": True, "messages": [{"role": "user", "content": "go"}], "tools": SHELL_TOOL_CHAT}
+    response = _post(f"{gateway.url}/v1/chat/completions", body)
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    assert '"name": "bash"' in response.text and "data: [DONE]" in response.text
+    # The gateway switched usage reporting on, swapped the model and sent the real key, not the token.
+    sent = json.loads((Path(replay.llm.log_path)).read_text().splitlines()[-1])
+    assert sent["body"]["stream_options"] == {"include_usage": True}
+    assert sent["body"]["model"] == "local-model" and sent["headers"]["authorization"] == "Bearer real-key"
+    [call] = calls
+    assert call.protocol == "chat" and call.stream == 1 and call.requested_model == "whatever"
+    assert call.tokens_in and call.tokens_out and call.status_code == 200
+    assert call.cost_usd == pytest.approx((call.tokens_in * 1.0 + call.tokens_out * 2.0) / 1e6)
+    assert gateway.totals()["tokens_in"] == call.tokens_in
+
+
+def test_responses_json_and_stream(replay: ReplayServer, gateway_factory: Any) -> None:
+    gateway, calls = gateway_factory(_settings(replay.base_url))
+    body = {"model": "m", "input": [{"type": "message", "role": "user", "content": "go"}]}
+    plain = _post(f"{gateway.url}/v1/responses", body)
+    assert plain.status_code == 200 and plain.json()["status"] == "completed"
+    streamed = _post(f"{gateway.url}/v1/responses", body | {"stream": True})
+    assert "event: response.completed" in streamed.text
+    assert [c.stream for c in calls] == [0, 1]
+    assert all(c.tokens_in and c.tokens_out for c in calls) and all(c.cost_usd is None for c in calls)
+
+
+def test_wrong_token_is_refused_and_the_key_never_reaches_the_agent(replay: ReplayServer, gateway_factory: Any) -> None:
+    gateway, calls = gateway_factory(_settings(replay.base_url))
+    response = httpx.post(f"{gateway.url}/v1/chat/completions", json={"messages": []}, headers={"authorization": "Bearer nope"})
+    assert response.status_code == 401 and "gateway token" in response.json()["error"]["message"]
+    anthropic_style = httpx.get(f"{gateway.url}/v1/models", headers={"x-api-key": TOKEN})
+    assert anthropic_style.status_code == 200 and anthropic_style.json()["data"][0]["id"] == "local-model"
+    assert calls == []
+
+
+def test_token_budget_gives_429_with_a_clear_message(replay: ReplayServer, gateway_factory: Any) -> None:
+    gateway, calls = gateway_factory(_settings(replay.base_url, budget__max_tokens=10))
+    body = {"messages": [{"role": "user", "content": "go"}]}
+    assert _post(f"{gateway.url}/v1/chat/completions", body).status_code == 200
+    refused = _post(f"{gateway.url}/v1/chat/completions", body)
+    assert refused.status_code == 429
+    assert "driver.budget.max_tokens=10" in refused.json()["error"]["message"]
+    anthropic = _post(f"{gateway.url}/v1/messages", {"max_tokens": 10, "messages": []})
+    assert anthropic.status_code == 429 and anthropic.json()["type"] == "error"
+    assert [c.status_code for c in calls] == [200, 429, 429] and calls[1].error
+
+
+def test_provider_5xx_is_retried_with_backoff(tmp_path: Path, gateway_factory: Any) -> None:
+    server = ReplayServer(ReplayLLM([], "ok", tmp_path / "r.jsonl", fail_first=2)).start()
+    try:
+        gateway, calls = gateway_factory(_settings(server.base_url, gateway__initial_backoff_s=0.01))
+        response = _post(f"{gateway.url}/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
+        assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == "autorl replay"
+        assert calls[0].attempts == 3 and server.llm.requests == 3
+    finally:
+        server.stop()
+
+
+def test_retries_run_out_and_the_provider_error_is_returned(tmp_path: Path, gateway_factory: Any) -> None:
+    server = ReplayServer(ReplayLLM([], "ok", tmp_path / "r.jsonl", fail_first=10)).start()
+    try:
+        gateway, calls = gateway_factory(_settings(server.base_url, gateway__initial_backoff_s=0.01, gateway__max_attempts=2))
+        response = _post(f"{gateway.url}/v1/chat/completions", {"messages": []})
+        assert response.status_code == 503 and calls[0].attempts == 2 and "503" in (calls[0].error or "")
+    finally:
+        server.stop()
+
+
+def test_anthropic_messages_are_translated_to_chat_by_litellm(replay: ReplayServer, gateway_factory: Any) -> None:
+    # A provider that only speaks chat completions (e.g. GPT via OpenAI) serving Claude Code's protocol.
+    gateway, calls = gateway_factory(_settings(replay.base_url, protocols={"chat": replay.base_url}))
+    tools = [{"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}]
+    body = {"model": "claude-x", "max_tokens": 256, "messages": [{"role": "user", "content": "go"}], "tools": tools}
+    plain = _post(f"{gateway.url}/v1/messages", body, {"anthropic-version": "2023-06-01"})
+    assert plain.status_code == 200, plain.text
+    assert plain.json()["content"][0]["type"] == "tool_use" and plain.json()["content"][0]["input"] == {"command": "echo hi"}
+    streamed = _post(f"{gateway.url}/v1/messages", body | {"stream": True})
+    assert streamed.status_code == 200 and "message_stop" in streamed.text and "input_json_delta" in streamed.text
+    sent = [json.loads(line) for line in Path(replay.llm.log_path).read_text().splitlines()]
+    assert {s["protocol"] for s in sent} == {"chat"}
+    assert all(c.translated == 1 and c.tokens_in and c.tokens_out for c in calls)
+
+
+def test_sse_parser_handles_events_split_across_chunks() -> None:
+    parser = SSEUsageParser("responses")
+    stream = b'event: response.completed\ndata: {"type": "response.completed", "response": {"usage": {"input_tokens": 7, "output_tokens": 2}}}\n\n'
+    for index in range(0, len(stream), 5):
+        parser.feed(stream[index:index + 5])
+    usage = parser.close()
+    assert (usage.tokens_in, usage.tokens_out) == (7, 2)
+
+
+def test_settings_reject_bad_driver_configs() -> None:
+    cfg = compose(["driver=gpt-5"])["driver"]
+    with pytest.raises(ConfigError, match="protocols must map"):
+        DriverSettings.from_config(cfg | {"protocols": {"smoke": "x"}})
+    with pytest.raises(ConfigError, match="no provider"):
+        DriverSettings.from_config(compose(["driver=none"])["driver"])
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        DriverSettings.from_config(cfg).api_key({})
+
+
+def test_responses_are_translated_to_chat_by_litellm(replay: ReplayServer, gateway_factory: Any) -> None:
+    # Codex's protocol served by a chat-only provider (e.g. Claude through its OpenAI-compatible endpoint).
+    gateway, calls = gateway_factory(_settings(replay.base_url, protocols={"chat": replay.base_url}))
+    tools = [{"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
+    body = {"model": "gpt-x", "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}], "tools": tools}
+    plain = _post(f"{gateway.url}/v1/responses", body)
+    assert plain.status_code == 200, plain.text
+    [item] = [i for i in plain.json()["output"] if i["type"] == "function_call"]
+    assert item["name"] == "exec_command" and json.loads(item["arguments"])["cmd"] == "echo hi"
+    streamed = _post(f"{gateway.url}/v1/responses", body | {"stream": True})
+    assert streamed.status_code == 200 and "response.completed" in streamed.text and "exec_command" in streamed.text
+    sent = [json.loads(line) for line in Path(replay.llm.log_path).read_text().splitlines()]
+    assert {s["protocol"] for s in sent} == {"chat"}
+    assert all(c.translated == 1 and c.tokens_in and c.tokens_out for c in calls)
+
+
+def test_recorder_sums_driver_calls_into_the_cell(tmp_path: Path) -> None:
+    from autorl.actors.recorder import Recorder
+    from autorl.records.store import CellRecord, TraceSummary
+
+    recorder = Recorder(str(tmp_path / "records.sqlite"))
+    cell = CellRecord(sweep_id="s", cell_id="c1", agent="codex", driver="gpt-5", task="gsm8k", task_version=1,
+                      model="tiny", seed=0, budget_s=60, status="running")
+    recorder.start_attempt(cell)
+    call = DriverCall(cell_id="c1", call_id="a", started_at=1.0, latency_s=0.1, protocol="responses", requested_model="x",
+                      model="gpt-5", status_code=200, stream=1, attempts=1, tokens_in=100, tokens_out=10, cost_usd=0.5)
+    recorder.record_driver_calls([call, call])  # a replay of the same call is stored once
+    recorder.record_driver_calls([call.__class__(**{**call.__dict__, "call_id": "b", "cost_usd": None})])
+    stored = recorder.get_cell("c1")
+    assert stored is not None and (stored.tokens_in, stored.tokens_out, stored.cost_usd, stored.status) == (200, 20, 0.5, "running")
+    recorder.record_trace(TraceSummary("c1", "codex", 9, 1, 2, 150, 12, 0, "/x/trace.jsonl"))
+    assert recorder.store.get_trace("c1").tool_calls == 2  # type: ignore[union-attr]
+    recorder.start_attempt(cell)  # a new attempt starts from nothing
+    assert recorder.store.list_driver_calls("c1") == [] and recorder.store.get_trace("c1") is None
+
+
+def test_gemini_api_is_passed_through_with_the_google_key_header(replay: ReplayServer, gateway_factory: Any) -> None:
+    root = replay.base_url.removesuffix("/v1")
+    gateway, calls = gateway_factory(_settings(replay.base_url, protocols={"gemini": f"{root}/v1beta"}))
+    body = {"contents": [{"role": "user", "parts": [{"text": "go"}]}],
+            "tools": [{"functionDeclarations": [{"name": "run_shell_command", "parametersJsonSchema": {
+                "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}]}]}
+    response = httpx.post(f"{gateway.url}/v1beta/models/gemini-x:streamGenerateContent?alt=sse", json=body,
+                          headers={"x-goog-api-key": TOKEN}, timeout=60)
+    assert response.status_code == 200 and '"functionCall"' in response.text
+    sent = json.loads(Path(replay.llm.log_path).read_text().splitlines()[-1])
+    assert sent["path"] == "/v1beta/models/local-model:streamGenerateContent" and sent["headers"]["x-goog-api-key"] == "real-key"
+    [call] = calls
+    assert call.protocol == "gemini" and call.requested_model == "gemini-x" and call.tokens_in and call.stream == 1

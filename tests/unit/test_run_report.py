@@ -1,0 +1,187 @@
+"""Run reports from hand-made sweeps: real record stores and real code-revision git repositories."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autorl.records.store import CellRecord, RecordStore, SubmissionRecord
+from autorl.report.build import build_report
+from autorl.report.run_report import build_run_report, render_markdown
+from autorl.report.sources import ReportError, load_cells, open_store
+from autorl.workspace.revisions import CodeRevisions
+
+T0 = 1_700_000_000.0
+SFT_CODE = "from trl import SFTTrainer, SFTConfig\ncfg = SFTConfig(learning_rate=2e-5, max_steps=100, per_device_train_batch_size=8)\n"
+GRPO_CODE = "from trl import GRPOTrainer, GRPOConfig\ncfg = GRPOConfig(learning_rate=1e-6, num_generations=8, max_steps=50)\n"
+
+
+class Cell:
+    """A cell folder with a workspace, an agent log and a code-revision repository, plus its records."""
+
+    def __init__(self, sweep_dir: Path, store: RecordStore, cell_id: str, *, baseline: float | None = 10.0,
+                 exit_class: str = "exited", exit_code: int | None = 0, git: bool = True, **cell_kw: object) -> None:
+        self.store, self.cell_id = store, cell_id
+        self.dir = sweep_dir / "cells" / cell_id
+        self.code = self.dir / "workspace" / "code"
+        self.code.mkdir(parents=True)
+        (self.dir / "workspace" / "run_meta.json").write_text(json.dumps(
+            {"start_time": T0, "timeout_s": 600, "last_submit_time": T0 + 100, "end_time": T0 + 300}))
+        self.log: list[str] = []
+        self.n = 0
+        repo = self.dir / "code_history.git" if git else Path(str(self.dir) + "-elsewhere.git")
+        self.revisions = CodeRevisions(repo, self.code, cell_id, store.add_code_revision)
+        fields = dict(sweep_id="sw", cell_id=cell_id, agent="scripted", driver="none", task="gsm8k", task_version=1,
+                      model="tiny", seed=0, budget_s=600, status="completed", baseline=baseline,
+                      exit_class=exit_class, exit_code=exit_code) | cell_kw
+        store.upsert_cell(CellRecord(**fields))  # type: ignore[arg-type]
+
+    def write(self, name: str, text: str) -> None:
+        (self.code / name).parent.mkdir(parents=True, exist_ok=True)
+        (self.code / name).write_text(text)
+
+    def submit(self, status: str, score: float | None, *, log: str = "", error: str | None = None) -> None:
+        self.n += 1
+        path = f"output/v{self.n}"
+        (self.dir / "workspace" / path).mkdir(parents=True)
+        rev = self.revisions.snapshot("submission")
+        self.log += [log, f"submitted {path}"]
+        self.store.upsert_submission(SubmissionRecord(self.cell_id, self.n, path, status, score=score, error=error,
+                                                      code_revision=rev, submitted_at=T0 + 10 * self.n))
+
+    def finish(self) -> None:
+        (self.dir / "agent.log").write_text("\n".join(self.log) + "\n")
+
+
+@pytest.fixture()
+def sweep(tmp_path: Path) -> tuple[Path, RecordStore]:
+    store = RecordStore(tmp_path / "records.sqlite")
+    yield tmp_path, store
+    store.close()
+
+
+def report_of(sweep_dir: Path, store: RecordStore, cell_id: str) -> dict[str, object]:
+    (src,) = [s for s in load_cells(sweep_dir, store) if s.cell.cell_id == cell_id]
+    return build_run_report(src)[1]
+
+
+def test_methods_hyperparameters_diffs_and_failures(sweep: tuple[Path, RecordStore]) -> None:
+    sweep_dir, store = sweep
+    c = Cell(sweep_dir, store, "c1")
+    c.write("train_sft.py", SFT_CODE)
+    c.submit("scored", 14.0, log="{'loss': 1.2}")
+    c.write("train_grpo.py", GRPO_CODE)
+    c.submit("scored", 9.0, log="{'loss': 0.1, 'reward': 0.0}\n{'loss': 0.1, 'reward': 0.0}")
+    c.submit("copy_of_base", 10.0)
+    c.write("train_grpo.py", GRPO_CODE.replace("1e-6", "1e-3"))
+    c.submit("invalid", None, log="{'loss': nan, 'grad_norm': nan}", error="weights contain NaN values")
+    c.finish()
+    r = report_of(sweep_dir, store, "c1")
+    e = r["entries"]
+    assert [x["method"] for x in e] == ["SFT", "GRPO", "copy", "GRPO"]
+    assert e[0]["hyperparameters"] == {"batch_size": 8, "learning_rate": 2e-05, "steps": 100}
+    assert e[1]["hyperparameters"] == {"learning_rate": 1e-06, "num_generations": 8, "steps": 50}
+    assert e[1]["diff_files"] == ["train_grpo.py"] and "+from trl import GRPOTrainer" in e[1]["diff"]
+    assert "train_sft.py" not in e[1]["diff"] and e[0]["diff_files"] == ["train_sft.py"]
+    assert e[2]["code_unchanged"] and e[2]["diff"] == ""
+    assert "-cfg = GRPOConfig(learning_rate=1e-6" in e[3]["diff"] and e[3]["hyperparameters"]["learning_rate"] == 1e-3
+    assert [x["failure_type"] for x in e] == [None, "rollout_logic_wrong", "copy_model_fallback", "training_diverged"]
+    assert any("logged rewards are 0" in ev for ev in e[1]["failure_evidence"])
+    assert any("NaN" in ev for ev in e[3]["failure_evidence"])
+    assert (r["failure_type"], r["improvement"], r["methods_used"]) == (None, 4.0, ["SFT", "GRPO", "copy"])
+    assert [x["new_best"] for x in e] == [True, False, False, False]
+    md = render_markdown(r)
+    assert "## Iteration 2: submission 2 (output/v2)" in md and "method: **GRPO**" in md and "```diff" in md
+
+
+def test_no_submission_failures(sweep: tuple[Path, RecordStore]) -> None:
+    sweep_dir, store = sweep
+    timeout = Cell(sweep_dir, store, "c-timeout", exit_class="timeout", exit_code=None)
+    timeout.log = ["training epoch 1", "training epoch 2"]
+    timeout.finish()
+    crash = Cell(sweep_dir, store, "c-crash", exit_code=1)
+    crash.log = ["start", "Traceback (most recent call last):", '  File "train.py", line 3', "ValueError: bad lr"]
+    crash.finish()
+    quiet = Cell(sweep_dir, store, "c-quiet")
+    quiet.finish()
+    t, c, q = (report_of(sweep_dir, store, i) for i in ("c-timeout", "c-crash", "c-quiet"))
+    assert t["failure_type"] == "timeout_no_submission" and t["entries"] == []
+    assert c["failure_type"] == "code_error_runtime" and "ValueError: bad lr" in c["failure_evidence"][0]
+    assert q["failure_type"] == "unknown"
+
+
+def test_stored_diffs_stand_in_for_a_missing_repository(sweep: tuple[Path, RecordStore]) -> None:
+    sweep_dir, store = sweep
+    c = Cell(sweep_dir, store, "c2", git=False)
+    c.write("recipe.json", json.dumps({"sft_steps": 10, "sft_lr": 0.003, "grpo_steps": 2, "grpo_generations": 4}))
+    c.write("pipeline.py", SFT_CODE + GRPO_CODE)
+    c.submit("scored", 12.0)
+    c.submit("scored", 11.0)
+    c.finish()
+    # Both methods are in the code and nothing changed, so only the saved model can tell them apart.
+    (c.dir / "workspace" / "output" / "v2" / "training_args.bin").write_bytes(b"\x80\x02ctrl.trainer.grpo_config\nGRPOConfig\nq")
+    r = report_of(sweep_dir, store, "c2")
+    assert any("no code_history.git" in n for n in r["notes"])
+    first, second = r["entries"]
+    assert first["method"] == "unknown" and first["method_candidates"] == ["SFT", "GRPO"]
+    assert second["method"] == "GRPO" and "training_args.bin" in second["method_evidence"][0]
+    assert second["hyperparameters"]["num_generations"] == 4
+    assert "recipe.json" in first["diff_files"] and second["code_unchanged"]
+    assert r["failure_type"] is None
+
+
+def test_build_report_writes_cell_files_and_page(sweep: tuple[Path, RecordStore]) -> None:
+    sweep_dir, store = sweep
+    c = Cell(sweep_dir, store, "c3")
+    c.write("train.py", SFT_CODE)
+    c.submit("scored", 13.0)
+    c.finish()
+    Cell(sweep_dir, store, "c4", seed=1, status="failed").finish()
+    index = build_report(sweep_dir)
+    for name in ("metrics.json", "run_report.json", "run_report.md"):
+        assert (c.dir / name).is_file()
+    assert json.loads((c.dir / "metrics.json").read_text())["improvement"] == 3.0
+    html = index.read_text()
+    assert html.count("data:image/png;base64,") == 8 and "c3" in html and "failed" in html
+    assert len(list((sweep_dir / "report" / "figures").glob("*.png"))) == 8
+
+
+def test_report_cli_rejects_a_folder_without_records(tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match="no records.sqlite"):
+        open_store(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "autorl.report", str(tmp_path)], capture_output=True, text=True)
+    assert done.returncode == 2 and "no records.sqlite, so it is not a sweep folder" in done.stderr
+    missing = subprocess.run([sys.executable, "-m", "autorl.report", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "is not a folder" in missing.stderr
+
+
+def test_a_store_without_cells_is_a_clear_error(sweep: tuple[Path, RecordStore]) -> None:
+    sweep_dir, _ = sweep
+    with pytest.raises(ReportError, match="holds no cells"):
+        build_report(sweep_dir)
+
+
+def test_end_of_sweep_failures_are_notes_not_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autorl.report import build
+    from autorl.tracking.sweep_end import finish_sweep
+
+    class DeadRecorder:
+        class finish_sweep:  # noqa: N801 - mimics an actor method handle
+            @staticmethod
+            def remote(sweep_id: str) -> None:
+                raise RuntimeError("recorder is gone")
+
+    def broken(*args: object, **kwargs: object) -> Path:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(build, "build_report", broken)
+    notes: list[str] = []
+    cfg = {"wandb": {"enabled": True, "finish_timeout_s": 1, "mode": "offline"},
+           "report": {"enabled": True, "summarizer_driver": None, "summarizer_timeout_s": 5}}
+    assert finish_sweep(DeadRecorder(), "sw", tmp_path, cfg, notes.append) is None
+    assert "recorder is gone" in notes[0] and "report failed: disk full" in notes[1]
+    assert f"python -m autorl.report {tmp_path}" in notes[1]

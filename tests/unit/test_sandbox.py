@@ -1,0 +1,204 @@
+"""autorl.sandbox: hostile programs are stopped and harm nothing; ordinary programs just run."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autorl.sandbox import Sandbox, SandboxError, SandboxLimits, detect_mode
+
+
+
+@pytest.fixture(scope="module")
+def box() -> Sandbox:
+    """For programs expected to finish: a generous timeout (the machine may be busy)."""
+    return Sandbox(SandboxLimits(timeout_s=60, cpu_s=60, max_processes=16))
+
+
+@pytest.fixture(scope="module")
+def kill() -> Sandbox:
+    """For programs expected to be killed: a short timeout, small output and file limits."""
+    return Sandbox(SandboxLimits(timeout_s=2, cpu_s=2, max_processes=16, max_file_bytes=1 << 20, max_output_bytes=4096))
+
+
+def _processes_mentioning(marker: str) -> list[int]:
+    """Live processes whose command line contains ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if marker.encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture()
+def real_home_canary() -> Iterator[Path]:
+    """A file in the test user's real home directory (not $HOME, which tests may point elsewhere)."""
+    path = Path(pwd.getpwuid(os.getuid()).pw_dir) / f".autorl-sandbox-canary-{uuid.uuid4().hex[:8]}"
+    path.write_text("alive")
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def test_namespaces_work_on_this_machine(box: Sandbox) -> None:
+    assert detect_mode() == "namespaces"
+    assert box.mode == "namespaces"
+
+
+def test_runs_a_program_in_a_fresh_private_directory(box: Sandbox) -> None:
+    result = box.run_python("import os, sys\nprint(os.getcwd() == os.environ['HOME'] == os.environ['TMPDIR'])\n"
+                            "print(sorted(os.listdir('.')))\nsys.exit(3)")
+    assert result.returncode == 3 and not result.timed_out and not result.ok
+    assert result.output.splitlines() == ["True", "['program.py']"]
+    again = box.run_python("print(6 * 7)")
+    assert again.ok and again.output == "42\n"
+
+
+def test_infinite_loop_is_killed_at_the_timeout(kill: Sandbox) -> None:
+    result = kill.run_python("while True:\n    pass\n")
+    assert result.timed_out and result.returncode is None and not result.ok
+
+
+def test_fork_bomb_is_capped_and_leaves_no_process(box: Sandbox, kill: Sandbox) -> None:
+    counted = box.run_python("import os, time\nn = 0\ntry:\n    while n < 1000:\n        if os.fork() == 0:\n"
+                             "            time.sleep(60)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n")
+    assert counted.ok and 0 < int(counted.output.split()[-1]) < 16, counted.output
+    marker = f"bomb-{uuid.uuid4().hex}"  # each child becomes a sleeper whose command line carries the marker
+    bomb = kill.run_python(f"import os\nwhile True:\n    try:\n        if os.fork() == 0:\n"
+                           f"            os.execv('/bin/sleep', [{marker!r}, '300'])\n"
+                           "    except OSError:\n        pass\n")
+    assert not bomb.ok and bomb.timed_out
+    assert _processes_mentioning(marker) == []
+
+
+def test_setsid_child_dies_with_the_run(kill: Sandbox) -> None:
+    marker = f"escape-{uuid.uuid4().hex}"
+    result = kill.run_python(f"import os, time\nif os.fork() == 0:\n    os.setsid()\n"
+                             f"    os.execv('/bin/sleep', [{marker!r}, '300'])\ntime.sleep(300)\n")
+    assert result.timed_out
+    assert _processes_mentioning(marker) == []
+
+
+def test_rm_rf_home_harms_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_home_canary: Path,
+                                  box: Sandbox) -> None:
+    fake_home = tmp_path / "home"
+    fake_home.mkdir()
+    (fake_home / "canary").write_text("alive")
+    monkeypatch.setenv("HOME", str(fake_home))  # what a leaked $HOME would point rm -rf ~ at
+    result = box.run_python(f"import os\nos.system('rm -rf ~')\nos.remove({str(real_home_canary)!r})\n")
+    assert not result.ok and "Read-only file system" in result.output
+    assert (fake_home / "canary").read_text() == "alive"
+    assert real_home_canary.read_text() == "alive"
+
+
+def test_filesystem_is_read_only_outside_the_run_directory(tmp_path: Path, box: Sandbox) -> None:
+    target = tmp_path / "shared"
+    target.mkdir(mode=0o777)
+    os.chmod(target, 0o777)
+    result = box.run_python(f"open({str(target / 'x')!r}, 'w').write('pwned')\n")
+    assert not result.ok and "Read-only file system" in result.output
+    assert list(target.iterdir()) == []
+
+
+def test_hidden_directories_are_empty_inside(tmp_path: Path) -> None:
+    secret = tmp_path / "private" / "eval.jsonl"
+    secret.parent.mkdir()
+    secret.write_text("the hidden tests")
+    program = f"import os\nprint(os.listdir({str(secret.parent)!r}))\nprint(open({str(secret)!r}).read())\n"
+    seen = Sandbox(SandboxLimits(timeout_s=60, cpu_s=60)).run_python(program)
+    assert seen.ok and "the hidden tests" in seen.output  # readable unless hidden ...
+    hidden = Sandbox(SandboxLimits(timeout_s=60, cpu_s=60), hidden=(secret.parent,)).run_python(program)
+    assert not hidden.ok and "[]" in hidden.output and "the hidden tests" not in hidden.output
+    assert secret.read_text() == "the hidden tests"  # ... and untouched outside
+
+
+def test_network_is_unreachable(box: Sandbox) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    accepted: list[object] = []
+
+    def accept() -> None:
+        try:
+            accepted.append(listener.accept())
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    try:
+        # Reachable from here, so a failure inside the sandbox is the sandbox's doing.
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        thread.join()
+        assert len(accepted) == 1
+        result = box.run_python(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+                                "print('connected')\n")
+        assert not result.ok and "connected" not in result.output
+        with pytest.raises(OSError):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+def test_output_flood_is_capped(kill: Sandbox) -> None:
+    result = kill.run_python("while True:\n    print('x' * 65536)\n")
+    assert not result.ok
+    assert result.output_truncated and len(result.output) <= 4096
+
+
+def test_memory_limit(box: Sandbox) -> None:
+    result = box.run_python("block = bytearray(3 << 30)\nprint('allocated')\n")
+    assert not result.ok and "MemoryError" in result.output
+
+
+def test_run_many_keeps_order(box: Sandbox) -> None:
+    results = box.run_many([f"print({i} * {i})" for i in range(5)], workers=3)
+    assert [r.output.strip() for r in results] == ["0", "1", "4", "9", "16"]
+
+
+def test_check_fails_loudly_when_the_interpreter_cannot_run(tmp_path: Path, box: Sandbox) -> None:
+    box.check()
+    with pytest.raises(SandboxError, match="cannot run a trivial program"):
+        Sandbox(SandboxLimits(timeout_s=30), python=str(tmp_path / "no-python")).check()
+
+
+def _python_for_nobody() -> str:
+    """In rlimit mode as root the program runs as uid 65534: it needs an interpreter it can execute."""
+    if os.geteuid() != 0:
+        return shutil.which("python3") or "python3"
+    return "/usr/bin/python3"
+
+
+def test_rlimit_fallback_still_limits_time_memory_and_output(tmp_path: Path) -> None:
+    python = _python_for_nobody()
+    box = Sandbox(SandboxLimits(timeout_s=60, cpu_s=60, max_processes=64), mode="rlimits", python=python)
+    box.check()
+    assert box.run_python("import os; print(os.getcwd() == os.environ['HOME'])").output == "True\n"
+    assert "MemoryError" in box.run_python("block = bytearray(3 << 30)").output
+    fast = Sandbox(SandboxLimits(timeout_s=2, cpu_s=2, max_output_bytes=1024), mode="rlimits", python=python)
+    spin = fast.run_python("while True:\n    pass\n")
+    # On a busy machine RLIMIT_CPU (SIGKILL) may fire before the wall-clock timeout; either stops it.
+    assert not spin.ok and (spin.timed_out or spin.returncode == -9) and spin.elapsed_s < 15, spin
+    flood = fast.run_python("while True:\n    print('x' * 65536)\n")
+    assert not flood.ok and flood.output_truncated
+    forks = box.run_python("import os, time\nn = 0\ntry:\n    while n < 1000:\n        if os.fork() == 0:\n"
+                           "            time.sleep(60)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n")
+    assert 0 < int(forks.output.split()[-1]) < 64, forks.output
+    if os.geteuid() == 0:
+        root_only = tmp_path / "root-only"
+        root_only.mkdir(mode=0o755)
+        denied = box.run_python(f"open({str(root_only / 'x')!r}, 'w')")
+        assert "Permission denied" in denied.output and not (root_only / "x").exists()
