@@ -169,7 +169,7 @@ class SweepRunner:
 
     def cells(self) -> list[CellRecord]:
         """The records of this sweep's cells."""
-        return [c for c in ray.get(self.recorder.list_cells.remote(self.plan.sweep_id))]
+        return list(ray.get(self.recorder.list_cells.remote(self.plan.sweep_id)))
 
     def _record(self, cell: CellSpec, status: str, attempts: int) -> CellRecord:
         return CellRecord(

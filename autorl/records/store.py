@@ -9,261 +9,29 @@ is cheap: standard library only.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import os
 import sqlite3
-import tempfile
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from autorl.errors import AutorlError
-
-SCHEMA_VERSION = 1
-
-CELL_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
-FINAL_STATUSES = ("completed", "failed", "cancelled")
-SUBMISSION_STATUSES = ("queued", "scoring", "scored", "invalid", "duplicate", "copy_of_base")
-VALID_SUBMISSION_STATUSES = ("scored", "duplicate", "copy_of_base")
-
-RESULTS_COLUMNS: tuple[str, ...] = (
-    "sweep_id",
-    "cell_id",
-    "agent",
-    "driver",
-    "task",
-    "task_version",
-    "model",
-    "seed",
-    "budget_s",
-    "status",
-    "baseline",
-    "best_score",
-    "improvement",
-    "submissions",
-    "valid_submissions",
-    "duration_s",
-    "tokens_in",
-    "tokens_out",
-    "cost_usd",
-    "task_source",
-    "exit_class",
-    "working_time_s",
-    "error",
+# The record types live in types.py; every name stays importable from here, as callers expect.
+from autorl.records.types import (  # noqa: F401
+    CELL_STATUSES,
+    CellRecord,
+    CodeRevision,
+    DriverCall,
+    FINAL_STATUSES,
+    RESULTS_COLUMNS,
+    SCHEMA_VERSION,
+    SUBMISSION_STATUSES,
+    SubmissionRecord,
+    TraceSummary,
+    VALID_SUBMISSION_STATUSES,
+    _check_status,
 )
-
-
-def _check_status(status: str, valid: tuple[str, ...], what: str) -> None:
-    if status not in valid:
-        raise ValueError(f"invalid {what} status {status!r}; valid statuses: {', '.join(valid)}")
-
-
-@dataclass(frozen=True)
-class CellRecord:
-    """One cell of a sweep (one agent × driver × task × model × seed) and its outcome.
-
-    Attributes:
-        sweep_id: The sweep the cell belongs to.
-        cell_id: Unique id of the cell; the natural key.
-        agent: Agent name.
-        driver: Driver (LLM) name.
-        task: Task id.
-        task_version: Task version from its manifest.
-        model: Base model name.
-        seed: Seed of this repetition.
-        budget_s: Agent time budget in seconds.
-        status: One of :data:`CELL_STATUSES`.
-        baseline: Score of the unmodified base model, once known.
-        best_score: Best valid submission score, once any.
-        improvement: ``best_score - baseline`` when both exist.
-        submissions: Number of submissions.
-        valid_submissions: Number of submissions that produced a score.
-        duration_s: Wall time of the agent run.
-        tokens_in: Driver input tokens.
-        tokens_out: Driver output tokens.
-        cost_usd: Driver cost.
-        exit_class: ``exited``, ``timeout``, ``killed`` or ``crashed``.
-        exit_code: The agent process's exit code, when it exited.
-        working_time_s: Wall time minus the time submissions waited in the grader queue.
-        task_source: Where the task data came from (e.g. hub or fixture).
-        error: Infrastructure error message, if any.
-        attempts: How many times the cell was started.
-        config_json: The cell's resolved configuration as JSON.
-        started_at: Unix time the cell started.
-        finished_at: Unix time the cell reached a final status.
-    """
-
-    sweep_id: str
-    cell_id: str
-    agent: str
-    driver: str
-    task: str
-    task_version: int
-    model: str
-    seed: int
-    budget_s: float
-    status: str
-    baseline: float | None = None
-    best_score: float | None = None
-    improvement: float | None = None
-    submissions: int = 0
-    valid_submissions: int = 0
-    duration_s: float | None = None
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float = 0.0
-    exit_class: str | None = None
-    exit_code: int | None = None
-    working_time_s: float | None = None
-    task_source: str | None = None
-    error: str | None = None
-    attempts: int = 0
-    config_json: str = "{}"
-    started_at: float | None = None
-    finished_at: float | None = None
-
-    def __post_init__(self) -> None:
-        _check_status(self.status, CELL_STATUSES, "cell")
-
-
-@dataclass(frozen=True)
-class SubmissionRecord:
-    """One model the agent submitted for grading.
-
-    Attributes:
-        cell_id: The cell that submitted it.
-        submission_id: 1-based index within the cell; with ``cell_id`` the natural key.
-        model_path: Path of the submitted model.
-        status: One of :data:`SUBMISSION_STATUSES`.
-        weights_hash: Content hash of the weights, once computed.
-        score: Grader score, when scored.
-        baseline_score: The baseline it is compared against.
-        improvement: ``score - baseline_score`` when both exist.
-        error: Why it could not be scored, if it could not.
-        details_json: Grader details as JSON.
-        code_revision: The code revision snapshotted at submission time.
-        submitted_at: Unix time of the submission.
-        started_at: Unix time scoring started.
-        finished_at: Unix time scoring finished.
-        queue_wait_s: Time spent waiting in the grader queue.
-    """
-
-    cell_id: str
-    submission_id: int
-    model_path: str
-    status: str
-    weights_hash: str | None = None
-    score: float | None = None
-    baseline_score: float | None = None
-    improvement: float | None = None
-    error: str | None = None
-    details_json: str = "{}"
-    code_revision: str | None = None
-    submitted_at: float = 0.0
-    started_at: float | None = None
-    finished_at: float | None = None
-    queue_wait_s: float | None = None
-
-    def __post_init__(self) -> None:
-        _check_status(self.status, SUBMISSION_STATUSES, "submission")
-
-
-@dataclass(frozen=True)
-class CodeRevision:
-    """A snapshot of the agent's ``code/`` directory.
-
-    Attributes:
-        cell_id: The cell whose code it is.
-        revision: Content address (or commit id) of the snapshot; with ``cell_id`` the natural key.
-        created_at: Unix time of the snapshot.
-        reason: Why it was taken (e.g. ``submission`` or ``periodic``).
-        diff: Diff against the previous revision.
-        files_changed: Number of files the diff touches.
-    """
-
-    cell_id: str
-    revision: str
-    created_at: float
-    reason: str
-    diff: str
-    files_changed: int
-
-
-@dataclass(frozen=True)
-class DriverCall:
-    """One call of a cell's agent to its driver LLM, as the driver gateway saw it.
-
-    Attributes:
-        cell_id: The cell whose agent made the call.
-        call_id: Unique id of the call (from the gateway); with ``cell_id`` the natural key.
-        started_at: Unix time the gateway received the call.
-        latency_s: Time from receiving the call to the last byte of the response.
-        protocol: ``chat``, ``responses``, ``messages`` or ``gemini`` (the route the agent used).
-        requested_model: The model the agent asked for.
-        model: The model the call was forwarded to.
-        status_code: HTTP status returned to the agent.
-        stream: Whether the response was streamed (SSE).
-        attempts: Upstream attempts (retries on provider 429/5xx).
-        tokens_in: Input tokens the provider reported (cached ones included), if any.
-        tokens_out: Output tokens the provider reported, if any.
-        cached_in: Cached input tokens, if reported.
-        cost_usd: Cost from the driver's ``price_per_mtok``; None when the price is unknown.
-        request_bytes: Size of the request body.
-        response_bytes: Size of the response body sent to the agent.
-        translated: 1 when LiteLLM translated the call to another protocol, else 0.
-        error: What went wrong (provider error, budget exhausted, ...), if anything.
-    """
-
-    cell_id: str
-    call_id: str
-    started_at: float
-    latency_s: float
-    protocol: str
-    requested_model: str | None
-    model: str
-    status_code: int
-    stream: int
-    attempts: int
-    tokens_in: int | None = None
-    tokens_out: int | None = None
-    cached_in: int | None = None
-    cost_usd: float | None = None
-    request_bytes: int = 0
-    response_bytes: int = 0
-    translated: int = 0
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class TraceSummary:
-    """What the agent's own output stream said, parsed into ``cells/<cell_id>/trace.jsonl``.
-
-    Attributes:
-        cell_id: The cell; the natural key.
-        agent: The agent whose stream format was parsed.
-        events: Normalised trace events written.
-        messages: Assistant messages.
-        tool_calls: Tool calls.
-        tokens_in: Input tokens the agent's stream reported (trace side; the gateway's count is
-            on the cell).
-        tokens_out: Output tokens the agent's stream reported.
-        unparsed_lines: Output lines that were not events of the agent's format.
-        path: Where the trace file is, on the node that ran the cell.
-    """
-
-    cell_id: str
-    agent: str
-    events: int
-    messages: int
-    tool_calls: int
-    tokens_in: int
-    tokens_out: int
-    unparsed_lines: int
-    path: str
-
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (
@@ -653,77 +421,5 @@ class RecordStore:
         self.close()
 
 
-def _csv_value(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return round(value, 4)
-    return value
-
-
-def write_results_csv(store: RecordStore, sweep_id: str, path: Path) -> int:
-    """(Re)write a sweep's ``results.csv`` from the store, atomically.
-
-    The file is written to a temporary file next to it and moved into place, so a reader never
-    sees a partial file and a rewrite never duplicates rows.
-
-    Args:
-        store: The record store.
-        sweep_id: The sweep whose cells to write.
-        path: Where to write; its parent directory is created if missing.
-
-    Returns:
-        The number of rows (cells) written.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cells = store.list_cells(sweep_id)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(RESULTS_COLUMNS)
-            for cell in cells:
-                writer.writerow([_csv_value(getattr(cell, c)) for c in RESULTS_COLUMNS])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return len(cells)
-
-
-def summarize_submissions(subs: list[SubmissionRecord], baseline: float | None) -> dict[str, Any]:
-    """Summarise a cell's submissions.
-
-    A submission is valid when its status is one of :data:`VALID_SUBMISSION_STATUSES` and it has
-    a score. The best is the highest valid score (the first one on ties).
-
-    Args:
-        subs: The cell's submissions, in submission order.
-        baseline: The cell's baseline score, if known.
-
-    Returns:
-        ``{"best_score", "improvement", "submissions", "valid_submissions",
-        "best_submission_id"}``; ``best_score``, ``improvement`` and ``best_submission_id`` are
-        None when there is no valid submission, and ``improvement`` also when there is no
-        baseline. ``improvement`` is rounded to 6 decimals.
-    """
-    valid = [s for s in subs if s.status in VALID_SUBMISSION_STATUSES and s.score is not None]
-    best: SubmissionRecord | None = None
-    best_score: float | None = None
-    for sub in valid:
-        # Strictly greater, so the earliest of equal scores stays best.
-        if sub.score is not None and (best_score is None or sub.score > best_score):
-            best, best_score = sub, sub.score
-    improvement = (
-        round(best_score - baseline, 6) if best_score is not None and baseline is not None else None
-    )
-    return {
-        "best_score": best_score,
-        "improvement": improvement,
-        "submissions": len(subs),
-        "valid_submissions": len(valid),
-        "best_submission_id": best.submission_id if best is not None else None,
-    }
+# Re-exported so callers keep importing every record name from the store module.
+from autorl.records.results import summarize_submissions, write_results_csv  # noqa: E402,F401

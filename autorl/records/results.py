@@ -1,0 +1,90 @@
+"""Derived views of the record store: ``results.csv`` and a cell's submission summary."""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autorl.records.types import RESULTS_COLUMNS, VALID_SUBMISSION_STATUSES, SubmissionRecord
+
+if TYPE_CHECKING:
+    from autorl.records.store import RecordStore
+
+
+def _csv_value(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return round(value, 4)
+    return value
+
+
+def write_results_csv(store: RecordStore, sweep_id: str, path: Path) -> int:
+    """(Re)write a sweep's ``results.csv`` from the store, atomically.
+
+    The file is written to a temporary file next to it and moved into place, so a reader never
+    sees a partial file and a rewrite never duplicates rows.
+
+    Args:
+        store: The record store.
+        sweep_id: The sweep whose cells to write.
+        path: Where to write; its parent directory is created if missing.
+
+    Returns:
+        The number of rows (cells) written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cells = store.list_cells(sweep_id)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(RESULTS_COLUMNS)
+            for cell in cells:
+                writer.writerow([_csv_value(getattr(cell, c)) for c in RESULTS_COLUMNS])
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return len(cells)
+
+
+def summarize_submissions(subs: list[SubmissionRecord], baseline: float | None) -> dict[str, Any]:
+    """Summarise a cell's submissions.
+
+    A submission is valid when its status is one of :data:`VALID_SUBMISSION_STATUSES` and it has
+    a score. The best is the highest valid score (the first one on ties).
+
+    Args:
+        subs: The cell's submissions, in submission order.
+        baseline: The cell's baseline score, if known.
+
+    Returns:
+        ``{"best_score", "improvement", "submissions", "valid_submissions",
+        "best_submission_id"}``; ``best_score``, ``improvement`` and ``best_submission_id`` are
+        None when there is no valid submission, and ``improvement`` also when there is no
+        baseline. ``improvement`` is rounded to 6 decimals.
+    """
+    valid = [s for s in subs if s.status in VALID_SUBMISSION_STATUSES and s.score is not None]
+    best: SubmissionRecord | None = None
+    best_score: float | None = None
+    for sub in valid:
+        # Strictly greater, so the earliest of equal scores stays best.
+        if sub.score is not None and (best_score is None or sub.score > best_score):
+            best, best_score = sub, sub.score
+    improvement = (
+        round(best_score - baseline, 6) if best_score is not None and baseline is not None else None
+    )
+    return {
+        "best_score": best_score,
+        "improvement": improvement,
+        "submissions": len(subs),
+        "valid_submissions": len(valid),
+        "best_submission_id": best.submission_id if best is not None else None,
+    }
