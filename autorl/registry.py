@@ -1,15 +1,23 @@
-"""What is registered: the options of each Hydra config group, read without importing anything heavy.
+"""Name → implementation lookups, and the options of each Hydra config group.
 
-A config group is a folder under ``conf/`` (``agent/``, ``driver/``, ``task/``, ``model/``,
-``cluster/``); each YAML file in it is one option, and its ``description`` field is the one-line
-description that ``autorl.ls`` prints.
+Two kinds of registry live here, both read without importing anything heavy:
+
+- :class:`Registry` maps a name to a lazy ``"module:attr"`` string (lm-eval's ``MODEL_MAPPING``
+  shape): agents, engines, environments, judges and stream parsers each keep one. The target is
+  imported on first :meth:`Registry.get`; an unknown name fails with "did you mean".
+- :func:`list_options` reads a config group folder under ``conf/`` (``agent/``, ``driver/``,
+  ``task/``, ``model/``, ``cluster/``); each YAML file is one option and its ``description`` field
+  is the line that ``autorl.ls`` prints.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import yaml
 
@@ -18,6 +26,102 @@ from autorl.errors import ConfigError
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 AXES = ("agent", "driver", "task", "model", "seed")
 GROUPS = ("agent", "driver", "task", "model", "cluster")
+
+T = TypeVar("T")
+
+
+def unknown_name_message(kind: str, name: str, valid: list[str]) -> str:
+    """The message for a name that is not registered: "did you mean" and every valid name.
+
+    >>> unknown_name_message("engine", "hff", ["hf", "vllm"])
+    "unknown engine 'hff'. Did you mean: hf? Valid engine names: hf, vllm"
+    """
+    close = difflib.get_close_matches(name, valid, n=3)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return f"unknown {kind} {name!r}.{hint} Valid {kind} names: {', '.join(valid) or '(none)'}"
+
+
+def load_object(target: str, *, package: str | None = None, what: str = "object") -> Any:
+    """Import ``"module:attr"`` and return the attribute (``attr`` may be dotted).
+
+    Args:
+        target: ``"package.module:name"``; with ``package`` set, the module part is relative to
+            it (``"evaluate:evaluate"`` under ``autorl.task_code.gsm8k``).
+        package: Package that relative module parts are resolved in.
+        what: What the target is, for the error message (``"engine"``, ``"task 'gsm8k' build"``).
+
+    Raises:
+        ConfigError: The string is malformed, or names a module or attribute that does not exist.
+
+    >>> load_object("json:dumps")([1])
+    '[1]'
+    """
+    module_name, sep, attr = str(target).partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{what}: expected 'module:attr', got {target!r}")
+    full = f"{package}.{module_name}" if package else module_name
+    try:
+        obj: Any = importlib.import_module(full)
+    except ModuleNotFoundError as error:
+        # Only a missing target module is a naming mistake; a missing dependency inside it is not.
+        if error.name and (full == error.name or full.startswith(error.name + ".")):
+            raise ConfigError(f"{what}: no module {full!r} (from {target!r})") from error
+        raise
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ConfigError(f"{what}: module {full!r} has no attribute {attr!r} (from {target!r})")
+        obj = getattr(obj, part)
+    return obj
+
+
+class Registry(Generic[T]):
+    """A lazy name → ``"module:attr"`` map with helpful misses.
+
+    >>> engines: Registry[object] = Registry("codec", {"json": "json:dumps"})
+    >>> engines.get("json")({"a": 1})
+    '{"a": 1}'
+    >>> engines.get("jsn")
+    Traceback (most recent call last):
+    ...
+    autorl.errors.ConfigError: unknown codec 'jsn'. Did you mean: json? Valid codec names: json
+    """
+
+    def __init__(self, kind: str, targets: Mapping[str, str]) -> None:
+        """Args: kind: what the names name (for messages); targets: name → ``"module:attr"``."""
+        self.kind = kind
+        self._targets = dict(targets)
+        self._loaded: dict[str, T] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._targets
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._targets))
+
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        return sorted(self._targets)
+
+    def register(self, name: str, target: str) -> None:
+        """Add or replace ``name`` (a plugin's own entry)."""
+        self._targets[name] = target
+        self._loaded.pop(name, None)
+
+    def check(self, name: str) -> None:
+        """Raise :class:`ConfigError` with "did you mean" unless ``name`` is registered."""
+        if name not in self._targets:
+            raise ConfigError(unknown_name_message(self.kind, name, self.names()))
+
+    def get(self, name: str) -> T:
+        """The implementation registered as ``name``, imported on first use.
+
+        Raises:
+            ConfigError: Unknown name (with "did you mean"), or a target that does not import.
+        """
+        self.check(name)
+        if name not in self._loaded:
+            self._loaded[name] = load_object(self._targets[name], what=f"{self.kind} {name!r}")
+        return self._loaded[name]
 
 
 @dataclass(frozen=True)
@@ -61,9 +165,7 @@ def check_names(group: str, names: list[str]) -> None:
     valid = option_names(group)
     for name in names:
         if name not in valid:
-            close = difflib.get_close_matches(name, valid, n=3)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
-            raise ConfigError(f"unknown {group} {name!r}.{hint} Valid {group} names: {', '.join(valid)}")
+            raise ConfigError(unknown_name_message(group, name, valid))
 
 
 def _task_description(task_id: str) -> str | None:

@@ -1,37 +1,52 @@
-"""The task contract: discover task folders, build their data, and load their evaluators.
+"""The task contract: discover task folders, build their data, and load their entry points.
 
-A task lives in ``tasks/<id>/`` with ``task.yaml``, ``description.md``, ``build.py`` and
-``evaluate.py``. ``tasks/`` is not a package: ``build.py`` and ``evaluate.py`` are loaded by
-path under private module names, so a top-level ``tasks`` import can never collide with
-anything. Importing this module is cheap (no torch, transformers, datasets or Ray).
+A task is one folder, ``tasks/<id>/``, imported as the package ``autorl.task_code.<id>`` (see
+:mod:`autorl.task_code`). Its manifest ``task.yaml`` names every entry point as a ``module:attr``
+string relative to that package, so nothing in autorl lists tasks by hand::
+
+    sources:                       # data source -> builder(public, private, *, seed, options)
+      fixture: fixture:build
+      hub: build:build_hub
+    entry_points:
+      evaluate: evaluate:evaluate  # Evaluator: (engine, EvalContext) -> EvalResult
+      env: env:WebShopEnv          # interactive tasks: a factory of fresh Env instances
+      recipe: recipe:run           # the scripted agent's recipe, relative to the agent/ package
+
+Grader-side code (builders, fixture generators, evaluators, judges, environments) sits in the
+folder itself; ``tasks/<id>/agent/`` holds the only task code an agent process may import (the
+scripted recipe, the prompt protocol, the reward) and never imports from its parent folder.
+Importing this module is cheap (no torch, transformers, datasets or Ray).
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
-import sys
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 from filelock import FileLock
 
-from autorl.errors import AutorlError, TaskError
+from autorl.errors import AutorlError, ConfigError, TaskError
+from autorl.registry import load_object
+from autorl.task_code import TASKS_DIR
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TASKS_DIR = REPO_ROOT / "tasks"
+if TYPE_CHECKING:
+    from autorl.engine.base import GenerationEngine
+    from autorl.envs.host import EpisodeClient
 
+PACKAGE = "autorl.task_code"
+AGENT_SUBPACKAGE = "agent"
 LEVELS = ("L1", "L2", "L3")
 KINDS = ("static", "interactive")
-REQUIRED_KEYS = ("id", "name", "version", "level", "kind", "description", "sources")
+REQUIRED_KEYS = ("id", "name", "version", "level", "kind", "description", "sources", "entry_points")
+ENTRY_POINTS = ("evaluate", "env", "recipe")
 _MARKER = "COMPLETE.json"
 
 
@@ -47,8 +62,9 @@ class TaskSpec:
         kind: ``"static"`` or ``"interactive"``.
         description: One-line summary (the agent's full instructions are ``description.md``).
         folder: The task folder.
-        sources: Data sources the builder accepts, e.g. ``("fixture", "hub")``.
-        env: Environment for interactive tasks (``"none"`` for static ones).
+        builders: Data source (``"fixture"``, ``"hub"``) to its builder's ``module:attr``.
+        entry_points: ``evaluate`` (required), ``env`` (interactive tasks), ``recipe`` (the scripted
+            agent's, relative to ``agent/``), each a ``module:attr``.
     """
 
     id: str
@@ -58,13 +74,33 @@ class TaskSpec:
     kind: str
     description: str
     folder: Path
-    sources: tuple[str, ...]
-    env: str = field(default="none")
+    builders: dict[str, str] = field(default_factory=dict, hash=False)
+    entry_points: dict[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The data sources the task can be built from, e.g. ``("fixture", "hub")``."""
+        return tuple(self.builders)
+
+    @property
+    def env(self) -> str:
+        """The environment kind of an interactive task (its id), ``"none"`` for a static one."""
+        return self.id if "env" in self.entry_points else "none"
+
+    @property
+    def package(self) -> str:
+        """The package the task folder is imported as."""
+        return f"{PACKAGE}.{self.id}"
 
     @property
     def description_md(self) -> Path:
         """The agent-facing task description."""
         return self.folder / "description.md"
+
+    @property
+    def agent_dir(self) -> Path:
+        """The agent-side subfolder: the only task code an agent process may import."""
+        return self.folder / AGENT_SUBPACKAGE
 
 
 @dataclass(frozen=True)
@@ -99,7 +135,47 @@ class EvalResult:
     details: dict[str, Any]
 
 
-Evaluator = Callable[..., EvalResult]
+@dataclass(frozen=True)
+class EvalContext:
+    """Everything an evaluator gets besides the engine.
+
+    Attributes:
+        private_dir: The task's built private data (the eval split).
+        options: The task's eval options (``conf/task/<id>.yaml`` ``eval.<source>``).
+        cache_dir: A folder the task may keep answers in across scorings (judge verdicts).
+        envs: Interactive tasks: the client their episodes are played through (an EnvPool or
+            in-process environments), bound to this data; ``None`` for static tasks.
+    """
+
+    private_dir: Path
+    options: dict[str, Any] = field(default_factory=dict)
+    cache_dir: Path | None = None
+    envs: EpisodeClient | None = None
+
+
+class Evaluator(Protocol):
+    """A task's evaluator: score one model (behind a generation engine) on the private split."""
+
+    def __call__(self, engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
+        """Return the score; a model that cannot be evaluated raises (the caller records why)."""
+        ...
+
+
+class Builder(Protocol):
+    """A task's builder for one data source: fill ``public`` (agent) and ``private`` (grader)."""
+
+    def __call__(self, public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+        """Write the data; raise with a message naming what is missing when it cannot."""
+        ...
+
+
+def _entry_map(path: Path, raw: dict[str, Any], key: str) -> dict[str, str]:
+    value = raw[key]
+    if not isinstance(value, dict) or not value or not all(
+            isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in value.items()):
+        raise TaskError(f"{path}: '{key}' must map names to 'module:attr' strings, e.g. "
+                        "{fixture: 'fixture:build'} or {evaluate: 'evaluate:evaluate'}")
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def _parse_manifest(path: Path) -> TaskSpec:
@@ -124,9 +200,15 @@ def _parse_manifest(path: Path) -> TaskSpec:
     description = raw["description"]
     if not isinstance(description, str) or not description.strip() or "\n" in description.strip():
         raise TaskError(f"{path}: 'description' must be one non-empty line")
-    sources = raw["sources"]
-    if not isinstance(sources, list) or not sources or not all(isinstance(s, str) for s in sources):
-        raise TaskError(f"{path}: 'sources' must be a non-empty list of names, e.g. [fixture, hub]")
+    builders = _entry_map(path, raw, "sources")
+    entry_points = _entry_map(path, raw, "entry_points")
+    unknown = sorted(set(entry_points) - set(ENTRY_POINTS))
+    if unknown:
+        raise TaskError(f"{path}: unknown entry point(s) {', '.join(unknown)}; valid: {', '.join(ENTRY_POINTS)}")
+    if "evaluate" not in entry_points:
+        raise TaskError(f"{path}: entry_points needs 'evaluate' (e.g. evaluate: 'evaluate:evaluate')")
+    if (raw["kind"] == "interactive") != ("env" in entry_points):
+        raise TaskError(f"{path}: an interactive task names an 'env' entry point and a static one does not")
     return TaskSpec(
         id=str(raw["id"]),
         name=str(raw["name"]),
@@ -135,8 +217,8 @@ def _parse_manifest(path: Path) -> TaskSpec:
         kind=raw["kind"],
         description=description.strip(),
         folder=folder,
-        sources=tuple(sources),
-        env=str(raw.get("env", "none")),
+        builders=builders,
+        entry_points=entry_points,
     )
 
 
@@ -168,35 +250,33 @@ def get_task(task_id: str, tasks_dir: Path = TASKS_DIR) -> TaskSpec:
 
 
 def load_task_module(spec: TaskSpec, filename: str) -> ModuleType:
-    """Load ``<task folder>/<filename>`` by path as module ``autorl_task_<id>_<stem>``.
-
-    The module is loaded once and reused until the file changes, so classes and functions
-    keep one identity across calls.
+    """Import one file of the task folder, e.g. ``"evaluate.py"`` or ``"agent/protocol.py"``.
 
     Raises:
-        TaskError: The file is missing or cannot be loaded as a module.
+        TaskError: The file is missing.
     """
     path = spec.folder / filename
     if not path.is_file():
         raise TaskError(f"task '{spec.id}' has no {filename} (expected {path})")
-    name = f"autorl_task_{spec.id}_{path.stem}"
-    stamp = (str(path), path.stat().st_mtime_ns)
-    cached = sys.modules.get(name)
-    if cached is not None and getattr(cached, "__autorl_stamp__", None) == stamp:
-        return cached
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise TaskError(f"cannot load {path} as a Python module")
-    module = importlib.util.module_from_spec(module_spec)
-    setattr(module, "__autorl_stamp__", stamp)
-    # Registered before exec so dataclasses and pickling inside the module can find it.
-    sys.modules[name] = module
+    relative = Path(filename).with_suffix("").as_posix().replace("/", ".")
+    import importlib
+
+    return importlib.import_module(f"{spec.package}.{relative}")
+
+
+def load_entry_point(spec: TaskSpec, name: str) -> Any:
+    """The object the manifest names as entry point ``name`` (``evaluate``, ``env``, ``recipe``).
+
+    Raises:
+        TaskError: The task has no such entry point, or its target does not import.
+    """
+    if name not in spec.entry_points:
+        raise TaskError(f"task '{spec.id}' names no '{name}' entry point in {spec.folder / 'task.yaml'}")
+    package = f"{spec.package}.{AGENT_SUBPACKAGE}" if name == "recipe" else spec.package
     try:
-        module_spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return module
+        return load_object(spec.entry_points[name], package=package, what=f"task '{spec.id}' {name}")
+    except ConfigError as error:
+        raise TaskError(str(error)) from error
 
 
 def _options_digest(options: dict[str, Any]) -> str:
@@ -219,6 +299,22 @@ def _cached(final: Path, source: str) -> TaskData | None:
         return None
     digest = json.loads(marker.read_text(encoding="utf-8"))["digest"]
     return TaskData(final / "public", final / "private", source, digest)
+
+
+def _run_builder(spec: TaskSpec, source: str, folder: Path, seed: int, options: dict[str, Any]) -> None:
+    """Call the manifest's builder for ``source``; a builder's own failure becomes a :class:`TaskError`."""
+    try:
+        build: Builder = load_object(spec.builders[source], package=spec.package, what=f"task '{spec.id}' {source} builder")
+    except ConfigError as error:
+        raise TaskError(str(error)) from error
+    try:
+        build(folder / "public", folder / "private", seed=seed, options=options)
+    except AutorlError:
+        raise
+    except Exception as exc:
+        raise TaskError(
+            f"building task '{spec.id}' from source '{source}' failed: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def build_task_data(
@@ -266,15 +362,7 @@ def build_task_data(
         try:
             (tmp / "public").mkdir(parents=True)
             (tmp / "private").mkdir()
-            build = getattr(load_task_module(spec, "build.py"), "build")
-            try:
-                build(source, tmp / "public", tmp / "private", seed=seed, options=opts)
-            except AutorlError:
-                raise
-            except Exception as exc:
-                raise TaskError(
-                    f"building task '{spec.id}' from source '{source}' failed: {type(exc).__name__}: {exc}"
-                ) from exc
+            _run_builder(spec, source, tmp, seed, opts)
             digest = _tree_digest(tmp)
             meta = {"task": spec.id, "version": spec.version, "source": source, "seed": seed,
                     "options": opts, "digest": digest}
@@ -287,13 +375,13 @@ def build_task_data(
 
 
 def load_evaluator(spec: TaskSpec) -> Evaluator:
-    """Return the task's ``evaluate(engine, private_dir, *, options) -> EvalResult``.
+    """Return the task's :class:`Evaluator` (its ``evaluate`` entry point).
 
     Raises:
-        TaskError: ``evaluate.py`` is missing or defines no ``evaluate``.
+        TaskError: The entry point is missing or not callable.
     """
-    module = load_task_module(spec, "evaluate.py")
-    evaluate = getattr(module, "evaluate", None)
+    evaluate = load_entry_point(spec, "evaluate")
     if not callable(evaluate):
-        raise TaskError(f"{spec.folder / 'evaluate.py'} defines no evaluate() function")
-    return evaluate
+        raise TaskError(f"task '{spec.id}': entry point 'evaluate' ({spec.entry_points['evaluate']}) is not callable")
+    evaluator: Evaluator = evaluate
+    return evaluator

@@ -27,8 +27,8 @@ from autorl.grading.scoring import ScoreOutcome, target_from_config
 from autorl.grading.service import CellGradingContext, SubmissionService
 from autorl.models.resolve import resolve_model
 from autorl.records.store import CodeRevision, SubmissionRecord
-from autorl.tasks import build_task_data, get_task
-from autorl.workspace.layout import build_workspace, write_instructions
+from autorl.tasks import TaskSpec, build_task_data, get_task
+from autorl.workspace.layout import build_workspace, copy_agent_code, write_instructions
 from autorl.workspace.process import run_agent
 from autorl.workspace.revisions import CodeRevisions
 from autorl.workspace.run_meta import RunMeta
@@ -106,7 +106,7 @@ class Workspace:
         server = GradingServer(app, host=str(cfg["grading_api"]["host"]))
         server.start()
         try:
-            agent_exit = self._run_agent(paths.root, server.url, token, run_meta, revisions)
+            agent_exit = self._run_agent(spec, paths.root, server.url, token, run_meta, revisions)
             service.drain(_DRAIN_TIMEOUT_S)
         finally:
             server.stop()
@@ -123,8 +123,9 @@ class Workspace:
             **self.driver_usage,  # gateway-side tokens_in, tokens_out, cost_usd (agents with a driver)
         }
 
-    def _run_agent(self, workspace: Path, url: str, token: str, run_meta: RunMeta, revisions: CodeRevisions) -> Any:
+    def _run_agent(self, spec: TaskSpec, workspace: Path, url: str, token: str, run_meta: RunMeta, revisions: CodeRevisions) -> Any:
         cfg = self.cell.config
+        agent_code = copy_agent_code(spec, self.cell_dir / "agent_code")
         home = self.cell_dir / "home"
         home.mkdir(exist_ok=True)
         # The agent gets the node's environment minus Ray's own variables, a HOME of its own (no
@@ -148,7 +149,10 @@ class Workspace:
         try:
             env = session.agent_env(env)
             adapter = load_adapter(cfg["agent"])
-            launch = adapter.launch(LaunchContext(workspace, cfg["agent"], cfg["driver"], env, self.cell_dir, self.cell.seed))
+            launch = adapter.launch(LaunchContext(
+                workspace, cfg["agent"], cfg["driver"], env, self.cell_dir, self.cell.seed,
+                task_agent_dir=agent_code, task_recipe=spec.entry_points.get("recipe"),
+            ))
             session.follow(adapter)
             stop_periodic = threading.Event()
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from autorl.errors import ConfigError
+from autorl.registry import load_object
 
 
 @dataclass(frozen=True)
@@ -20,6 +19,8 @@ class LaunchContext:
     env: dict[str, str]
     cell_dir: Path | None = None  # the cell folder (outside the workspace), for files the agent must not see
     seed: int = 0  # the cell's seed: agents that take one (the scripted agent) vary their runs by it
+    task_agent_dir: Path | None = None  # a copy of the task's agent-side package (tasks/<id>/agent)
+    task_recipe: str | None = None  # the task's scripted recipe, "module:attr" inside that package
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,6 @@ def load_adapter(agent_cfg: dict[str, Any]) -> AgentAdapter:
     Raises:
         ConfigError: if the string is malformed or names nothing importable.
     """
-    target = str(agent_cfg.get("adapter") or "")
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise ConfigError(f"agent {agent_cfg.get('name')!r}: 'adapter' must be 'module:Class', got {target!r}")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as error:
-        raise ConfigError(f"agent {agent_cfg.get('name')!r}: cannot load adapter {target!r}: {error}") from error
+    factory = load_object(str(agent_cfg.get("adapter") or ""), what=f"agent {agent_cfg.get('name')!r} adapter")
     adapter: AgentAdapter = factory()
     return adapter

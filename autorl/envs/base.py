@@ -8,7 +8,6 @@ episode at a time: :meth:`Env.reset` starts it, :meth:`Env.step` takes one text 
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -109,24 +108,18 @@ class Env(Protocol):
         ...
 
 
-# kind -> "module:factory"; a factory takes no arguments and returns a fresh Env.
-ENV_KINDS = {
-    "alfworld": "autorl.envs.alfworld:AlfworldEnv",
-    "webshop": "autorl.envs.webshop:WebShopEnv",
-    "deepsearchqa": "autorl.envs.deepsearchqa:DeepSearchEnv",
-}
-
-
 def make_env(kind: str) -> Env:
-    """A fresh environment instance of ``kind``.
+    """A fresh environment instance of ``kind`` (an interactive task's id: its ``env`` entry point).
 
     Raises:
-        EnvError: Unknown kind (the message lists the known ones).
+        EnvError: No interactive task of that id (the message lists the known ones).
     """
-    if kind not in ENV_KINDS:
-        raise EnvError(f"unknown environment kind {kind!r}; known kinds: {', '.join(ENV_KINDS)}")
-    module_name, _, attr = ENV_KINDS[kind].partition(":")
-    env: Env = getattr(importlib.import_module(module_name), attr)()
+    from autorl.tasks import discover_tasks, load_entry_point
+
+    tasks = {task_id: spec for task_id, spec in discover_tasks().items() if spec.kind == "interactive"}
+    if kind not in tasks:
+        raise EnvError(f"unknown environment kind {kind!r}; known kinds: {', '.join(tasks)}")
+    env: Env = load_entry_point(tasks[kind], "env")()
     return env
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autorl.tasks import EvalContext, TaskSpec, build_task_data, get_task, load_evaluator
+
 logger = logging.getLogger(__name__)
 
 
@@ -65,26 +67,20 @@ def target_from_config(config: dict[str, Any], task_version: int) -> EvalTarget:
     )
 
 
-def _eval_context(evaluate: Any, target: EvalTarget, cache_root: Path) -> dict[str, Any]:
-    """Extra keywords for evaluators that accept them: ``cache_dir`` (e.g. for judge answers)."""
-    import inspect
+def eval_context(spec: TaskSpec, target: EvalTarget, private_dir: Path, cache_root: Path, envs: Any = None) -> EvalContext:
+    """The evaluator's context for ``target``: its private data, eval options and answer cache; for an
+    interactive task, ``envs`` (the sweep's EnvPool client, or in-process environments when ``None``)
+    bound to the target's data and eval options."""
+    episodes = None
+    if spec.kind == "interactive":
+        from autorl.envs.base import EnvSource
+        from autorl.envs.host import EpisodeClient, LocalEnvClient, cache_resolver
 
-    if "cache_dir" in inspect.signature(evaluate).parameters:
-        return {"cache_dir": cache_root / "eval" / target.task_id}
-    return {}
-
-
-def _env_context(spec: Any, target: EvalTarget, cache_root: Path, envs: Any) -> dict[str, Any]:
-    """``envs`` for interactive tasks: the given env client (the sweep's EnvPool) or an in-process one,
-    bound to the target's data and eval options; nothing for static tasks."""
-    if spec.kind != "interactive":
-        return {}
-    from autorl.envs.base import EnvSource
-    from autorl.envs.host import EpisodeClient, LocalEnvClient, cache_resolver
-
-    client = envs if envs is not None else LocalEnvClient(spec.env, cache_resolver(cache_root))
-    source = EnvSource(target.task_id, target.source, target.seed, dict(target.build_options), dict(target.eval_options))
-    return {"envs": EpisodeClient(client, source)}
+        client = envs if envs is not None else LocalEnvClient(spec.env, cache_resolver(cache_root))
+        source = EnvSource(target.task_id, target.source, target.seed, dict(target.build_options), dict(target.eval_options))
+        episodes = EpisodeClient(client, source)
+    return EvalContext(private_dir=private_dir, options=dict(target.eval_options),
+                       cache_dir=cache_root / "eval" / target.task_id, envs=episodes)
 
 
 def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_size: int, envs: Any = None) -> ScoreOutcome:
@@ -95,22 +91,20 @@ def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_
     be built, its environments fail) are infrastructure failures and raise. ``envs`` is the env
     client (an EnvPool) that interactive tasks play their episodes in; ``None``: in-process.
     """
-    from autorl.engine.hf import HFEngine
+    from autorl.engine import ENGINES
     from autorl.envs.base import EnvError
-    from autorl.tasks import build_task_data, get_task, load_evaluator
 
     spec = get_task(target.task_id)
     data = build_task_data(spec, target.source, cache_root / "tasks", seed=target.seed, options=target.build_options)
     evaluate = load_evaluator(spec)
     started = time.monotonic()
     try:
-        engine = HFEngine(model_dir, batch_size=batch_size)
+        engine = ENGINES.get("hf")(model_dir, batch_size=batch_size)
     except Exception as error:  # noqa: BLE001 - any load failure makes the submission invalid
         logger.info("model %s failed to load: %s", model_dir, error)
         return ScoreOutcome(None, 0, {}, f"model failed to load: {type(error).__name__}: {error}", 0.0)
     try:
-        context = _eval_context(evaluate, target, cache_root) | _env_context(spec, target, cache_root, envs)
-        result = evaluate(engine, data.private_dir, options=target.eval_options, **context)
+        result = evaluate(engine, eval_context(spec, target, data.private_dir, cache_root, envs))
     except EnvError:
         raise  # the environments failed, not the model: an infrastructure failure
     except Exception as error:  # noqa: BLE001 - e.g. generation with broken weights

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autorl.tasks import TaskSpec
+
 INSTRUCTIONS = """\
 # Instructions
 
@@ -76,6 +78,10 @@ class WorkspacePaths:
 
 def _copy_read_only(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest)
+    _mark_read_only(dest)
+
+
+def _mark_read_only(dest: Path) -> None:
     for path in [*dest.rglob("*"), dest]:
         mode = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
         os.chmod(path, mode | (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH if path.is_dir() else 0))
@@ -104,6 +110,22 @@ def build_workspace(
     (root / "models" / model_name).symlink_to(base_model_dir, target_is_directory=True)
     shutil.copyfile(description_md, root / "description.md")
     return WorkspacePaths(root, root / "code", root / "output", root / "data", root / "models" / model_name, root / "run_meta.json")
+
+
+def copy_agent_code(spec: TaskSpec, dest: Path) -> Path | None:
+    """Copy the task's agent-side package (``tasks/<id>/agent``) to ``dest``, read-only, and return it.
+
+    The agent process imports the copy, which has no grader-side file beside it. ``None`` when the
+    task has no agent side.
+    """
+    if not spec.agent_dir.is_dir():
+        return None
+    if dest.exists():
+        _make_writable(dest)
+        shutil.rmtree(dest)
+    shutil.copytree(spec.agent_dir, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    _mark_read_only(dest)
+    return dest
 
 
 def write_instructions(paths: WorkspacePaths, *, budget_s: float, baseline: float, model_name: str, eval_settings: dict[str, Any]) -> None:

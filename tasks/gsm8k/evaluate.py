@@ -8,14 +8,14 @@ worked answer ends ``"The answer is N"``; the eval question is the last user tur
 from __future__ import annotations
 
 import json
-import re
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import TaskError
-from autorl.tasks import EvalResult
+from autorl.tasks import EvalContext, EvalResult
+
+from .agent.protocol import HASHES, extract_answer, format_question, normalize_number
 
 DEFAULT_NUM_SHOTS = 4
 DEFAULT_MAX_NEW_TOKENS = 256
@@ -44,76 +44,17 @@ SHOTS: tuple[tuple[str, str], ...] = (
     ),
 )
 
-_NUM = r"-?\d[\d,]*(?:\.\d+)?"
-_ANSWER_IS = re.compile(rf"the answer is\s*:?\s*({_NUM})", re.IGNORECASE)
-_HASHES = re.compile(rf"####\s*({_NUM})")
-_ANY_NUM = re.compile(_NUM)
-
-
-def normalize_number(raw: str) -> str | None:
-    """Canonical form of a number string: no commas, "$" or trailing ".", and ``N.0`` -> ``N``.
-
-    >>> normalize_number("$1,234.00")
-    '1234'
-    >>> normalize_number("12.50.")
-    '12.5'
-    >>> normalize_number("abc") is None
-    True
-    """
-    cleaned = raw.replace(",", "").replace("$", "").strip().rstrip(".")
-    try:
-        value = Decimal(cleaned)
-    except InvalidOperation:
-        return None
-    if not value.is_finite():
-        return None
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
-
-
-def extract_answer(text: str) -> str | None:
-    """The model's final number, normalised; ``None`` when there is none.
-
-    The text is cut at the first ``Question:`` (a hallucinated next problem). Then the first
-    ``The answer is N`` wins, else the first ``#### N``, else the last number in the text.
-
-    >>> extract_answer("5 + 7 = 12 apples.\\nThe answer is 12")
-    '12'
-    >>> extract_answer("She pays $1,250.00 in total.\\n#### 1,250")
-    '1250'
-    >>> extract_answer("First 3 then 4, so 7.")
-    '7'
-    >>> extract_answer("The answer is 8.0.\\nQuestion: The answer is 9")
-    '8'
-    >>> extract_answer("I don't know") is None
-    True
-    """
-    text = text.split("Question:")[0].replace("$", "")
-    for pattern in (_ANSWER_IS, _HASHES):
-        match = pattern.search(text)
-        if match:
-            return normalize_number(match.group(1))
-    numbers = _ANY_NUM.findall(text)
-    return normalize_number(numbers[-1]) if numbers else None
-
-
 def gold_answer(answer: str) -> str:
     """The normalised number after ``#### `` in a GSM8K answer.
 
     Raises:
         TaskError: The answer has no ``#### N``.
     """
-    match = _HASHES.search(answer)
+    match = HASHES.search(answer)
     gold = normalize_number(match.group(1)) if match else None
     if gold is None:
         raise TaskError(f"eval answer has no '#### N' final number: {answer[-80:]!r}")
     return gold
-
-
-def format_question(question: str) -> str:
-    """One user turn of the protocol."""
-    return f"Question: {question}\nLet's think step by step\nAnswer:"
 
 
 def build_conversation(question: str, num_shots: int) -> list[ChatMessage]:
@@ -126,13 +67,13 @@ def build_conversation(question: str, num_shots: int) -> list[ChatMessage]:
     return messages
 
 
-def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, Any]) -> EvalResult:
-    """Score ``engine`` on ``private_dir/eval.jsonl`` with one batched generation call.
+def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
+    """Score ``engine`` on ``ctx.private_dir/eval.jsonl`` with one batched generation call.
 
     Args:
         engine: Greedy generation engine (``autorl.engine.base.GenerationEngine``).
-        private_dir: Folder holding ``eval.jsonl`` (``{"question", "answer"}`` rows).
-        options: ``num_shots`` (0-4, default 4), ``max_new_tokens`` (default 256),
+        ctx: ``private_dir`` holds ``eval.jsonl`` (``{"question", "answer"}`` rows); ``options``:
+            ``num_shots`` (0-4, default 4), ``max_new_tokens`` (default 256),
             ``limit`` (first N items; ``None`` = all), ``stop`` (default ``["Question:"]``).
 
     Returns:
@@ -141,6 +82,7 @@ def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, 
     Raises:
         TaskError: Bad options, malformed eval data, or an engine returning the wrong count.
     """
+    options, private_dir = ctx.options, ctx.private_dir
     num_shots = int(options.get("num_shots", DEFAULT_NUM_SHOTS))
     if not 0 <= num_shots <= len(SHOTS):
         raise TaskError(f"gsm8k num_shots must be 0..{len(SHOTS)}, got {num_shots}")

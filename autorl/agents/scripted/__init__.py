@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from autorl.agents.base import AgentLaunch, LaunchContext
+from autorl.errors import ConfigError
 
 
 class ScriptedAgent:
@@ -18,8 +19,11 @@ class ScriptedAgent:
     def launch(self, ctx: LaunchContext) -> AgentLaunch:
         """Run the recipe with the SFT and GRPO settings of the agent config."""
         sft, grpo = ctx.agent_cfg["sft"], ctx.agent_cfg["grpo"]
+        if ctx.task_agent_dir is None:
+            raise ConfigError("the scripted agent needs the task's agent-side folder (LaunchContext.task_agent_dir)")
         command = [
             sys.executable, "-m", "autorl.agents.scripted",
+            "--recipe-dir", str(ctx.task_agent_dir), "--recipe", ctx.task_recipe or "recipe:run",
             "--sft-steps", str(sft["steps"]), "--sft-batch-size", str(sft["batch_size"]),
             "--sft-lr", str(sft["learning_rate"]), "--sft-max-length", str(sft["max_length"]),
             "--grpo-steps", str(grpo["steps"]), "--grpo-batch-size", str(grpo["batch_size"]),

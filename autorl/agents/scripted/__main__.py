@@ -1,15 +1,17 @@
-"""The scripted agent process: run the recipe of ``$TASK`` (SFT, then RL, submitting each stage).
+"""The scripted agent process: run the task's recipe (SFT, then RL, submitting each stage).
 
 It uses only what any agent gets: the environment variables (``TASK``, ``MODEL_PATH``,
 ``DATA_PATH``, ``OUTPUT_DIR``, ``GRADING_SERVER_URL``, ``GRADING_TOKEN``), the workspace's files
-and the grading API. Each task's recipe is a module ``autorl.agents.scripted.<task>`` with a
-``run(args) -> int`` function.
+and the grading API, plus the task's agent-side code: ``--recipe-dir`` is a copy of
+``tasks/<id>/agent/`` (the only task code an agent may import), imported as the package
+``task_agent`` so that it can never reach the task's grader side; ``--recipe`` names its
+``run(args) -> int`` as ``module:attr`` inside that package.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -17,18 +19,14 @@ from pathlib import Path
 
 from autorl.agents.scripted.common import log
 
-# task id -> recipe module; a task without an entry gets no submission (exit code 3).
-RECIPES = {"gsm8k": "autorl.agents.scripted.gsm8k",
-           "humaneval": "autorl.agents.scripted.humaneval",
-           "alpacaeval": "autorl.agents.scripted.alpacaeval",
-           "alfworld": "autorl.agents.scripted.alfworld",
-           "webshop": "autorl.agents.scripted.webshop",
-           "deepsearchqa": "autorl.agents.scripted.deepsearchqa"}
+AGENT_PACKAGE = "task_agent"
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The recipe's knobs (set from conf/agent/scripted.yaml by the adapter)."""
     parser = argparse.ArgumentParser(prog="python -m autorl.agents.scripted")
+    parser.add_argument("--recipe-dir", type=Path, required=True, help="the task's agent-side package (tasks/<id>/agent)")
+    parser.add_argument("--recipe", default="recipe:run", help="the recipe's 'module:attr' inside that package")
     for name, kind in [("sft-steps", int), ("sft-batch-size", int), ("sft-lr", float), ("sft-max-length", int),
                        ("grpo-steps", int), ("grpo-batch-size", int), ("grpo-generations", int), ("grpo-lr", float),
                        ("grpo-max-completion", int)]:
@@ -37,21 +35,41 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def import_agent_package(folder: Path) -> None:
+    """Import ``folder`` as the package :data:`AGENT_PACKAGE` (its modules import each other relatively).
+
+    Raises:
+        FileNotFoundError: ``folder`` has no ``__init__.py``.
+    """
+    init = folder / "__init__.py"
+    if not init.is_file():
+        raise FileNotFoundError(f"{folder} is not a task's agent package (no __init__.py)")
+    spec = importlib.util.spec_from_file_location(AGENT_PACKAGE, init, submodule_search_locations=[str(folder)])
+    assert spec is not None and spec.loader is not None  # a file location always gives a loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[AGENT_PACKAGE] = module
+    spec.loader.exec_module(module)
+
+
 def main(argv: list[str]) -> int:
-    """Run the recipe of ``$TASK``; the exit code is the recipe's."""
+    """Run the recipe; the exit code is the recipe's (3: the task has no recipe)."""
     args = parse_args(argv)
     import torch
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     task = os.environ["TASK"]
-    if task not in RECIPES:
-        log(f"no recipe for task {task!r} (recipes: {', '.join(RECIPES)}); exiting without a submission")
+    recipe_file = args.recipe_dir / (args.recipe.partition(":")[0].replace(".", "/") + ".py")
+    if not recipe_file.is_file():
+        log(f"no recipe for task {task!r} ({recipe_file} does not exist); exiting without a submission")
         return 3
     Path("code").mkdir(exist_ok=True)
-    (Path("code") / "recipe.json").write_text(json.dumps({"task": task, "recipe": RECIPES[task], **vars(args)}, indent=2))
-    recipe = importlib.import_module(RECIPES[task])
-    return int(recipe.run(args))
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    (Path("code") / "recipe.json").write_text(json.dumps({"task": task, **settings}, indent=2))
+    import_agent_package(args.recipe_dir)
+    module_name, _, attr = args.recipe.partition(":")
+    run = getattr(importlib.import_module(f"{AGENT_PACKAGE}.{module_name}"), attr)
+    return int(run(args))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import argparse
 
 from autorl.agents.scripted.common import log, remaining_s, submit
 from autorl.envs.alfworld_react import AlfworldProtocol
-from autorl.envs.recipe import InteractiveRecipe, run_recipe
+from autorl.agents.scripted.interactive import InteractiveRecipe, run_recipe
 from autorl.envs.rollout import Episode
 
 MAX_PROMPT_CHARS = 1800  # the tiny model's 1024-token window; the eval truncates the same way (conf/task/alfworld.yaml)

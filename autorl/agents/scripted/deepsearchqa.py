@@ -16,7 +16,7 @@ from pathlib import Path
 
 from autorl.agents.scripted.common import log, remaining_s, submit
 from autorl.envs.deepsearchqa_react import DeepSearchProtocol
-from autorl.envs.recipe import InteractiveRecipe, run_recipe
+from autorl.agents.scripted.interactive import InteractiveRecipe, run_recipe
 from autorl.envs.rollout import Episode
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from autorl.agents.scripted.common import log, remaining_s, submit
-from autorl.envs.recipe import InteractiveRecipe, run_recipe
+from autorl.agents.scripted.interactive import InteractiveRecipe, run_recipe
 from autorl.envs.rollout import Episode
 from autorl.envs.webshop_prompt import WebShopProtocol
 

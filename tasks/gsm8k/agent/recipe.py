@@ -5,30 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from autorl.agents.scripted.common import completion_texts, grpo, log, remaining_s, sft, submit
 
-_FINAL = re.compile(r"the answer is\s*:?\s*(-?[\d,]+(?:\.\d+)?)", re.IGNORECASE)
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def final_number(text: str) -> str | None:
-    """The number after "The answer is", else the last number; commas removed.
-
-    >>> final_number("3 + 4 = 7. The answer is 7")
-    '7'
-    >>> final_number("so 1,200 in total")
-    '1200'
-    >>> final_number("no number") is None
-    True
-    """
-    match = _FINAL.search(text)
-    numbers = _NUMBER.findall(text)
-    raw = match.group(1) if match else (numbers[-1] if numbers else None)
-    return raw.replace(",", "").rstrip(".") if raw else None
+from .protocol import extract_answer, format_question, normalize_number
 
 
 def load_rows(data_dir: Path) -> list[dict[str, str]]:
@@ -37,14 +19,19 @@ def load_rows(data_dir: Path) -> list[dict[str, str]]:
     for line in (data_dir / "train.jsonl").read_text().splitlines():
         item = json.loads(line)
         working, _, gold = item["answer"].rpartition("####")
-        prompt = f"Question: {item['question']}\nLet's think step by step\nAnswer:"
-        rows.append({"prompt": prompt, "solution": f"{working.strip()} The answer is {gold.strip()}", "gold": gold.strip().replace(",", "")})
+        rows.append({"prompt": format_question(item["question"]),
+                     "solution": f"{working.strip()} The answer is {gold.strip()}",
+                     "gold": normalize_number(gold) or gold.strip()})
     return rows
 
 
 def exact_match(completions: list[Any], gold: list[str], **_: Any) -> list[float]:
-    """Rule reward: 1 when the completion's final number equals the gold answer."""
-    return [1.0 if final_number(text) == g else 0.0 for text, g in zip(completion_texts(completions), gold, strict=True)]
+    """Rule reward: 1 when the completion's final number (as the evaluator extracts it) equals the gold answer.
+
+    >>> exact_match(["3 + 4 = 7. The answer is 7", "so 1,200 in total", "no number"], ["7", "1200", "1"])
+    [1.0, 1.0, 0.0]
+    """
+    return [1.0 if extract_answer(text) == g else 0.0 for text, g in zip(completion_texts(completions), gold, strict=True)]
 
 
 def run(args: argparse.Namespace) -> int:

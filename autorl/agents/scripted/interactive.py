@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autorl.envs.policy import ApiEpisodes, LocalPolicy, Sample
+from autorl.agents.scripted.policy import ApiEpisodes, LocalPolicy, Sample
 from autorl.envs.rollout import Episode, EpisodeProtocol, play
 
 

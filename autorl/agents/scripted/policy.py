@@ -1,7 +1,7 @@
 """Agent-side helpers for interactive tasks: the grading API's env endpoints as an env client, a
 sampling engine, and small SFT and REINFORCE loops over (prompt, completion) pairs.
 
-Used by the scripted agent's interactive recipes (:mod:`autorl.agents.scripted.alfworld` ...);
+Used by the scripted recipes of interactive tasks (`tasks/<id>/agent/recipe.py`);
 a coding agent would write the same. Everything runs in the agent's own process on its own CPUs.
 """
 

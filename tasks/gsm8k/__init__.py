@@ -1,0 +1,1 @@
+"""gsm8k (grader side: builders, fixture generator, evaluator; agent side in ``agent/``)."""

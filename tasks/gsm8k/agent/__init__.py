@@ -1,0 +1,1 @@
+"""gsm8k, agent side: the scripted recipe and the prompt protocol it trains on."""
