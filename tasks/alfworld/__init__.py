@@ -1,0 +1,1 @@
+"""alfworld (grader side here; agent side in ``agent/``)."""

@@ -1,0 +1,1 @@
+"""alpacaeval (grader side here; agent side in ``agent/``)."""

@@ -1,0 +1,1 @@
+"""deepsearchqa (grader side here; agent side in ``agent/``)."""

@@ -1,0 +1,1 @@
+"""humaneval (grader side here; agent side in ``agent/``)."""

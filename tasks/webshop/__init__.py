@@ -1,0 +1,1 @@
+"""webshop (grader side here; agent side in ``agent/``)."""
