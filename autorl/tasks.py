@@ -21,6 +21,7 @@ Importing this module is cheap (no torch, transformers, datasets or Ray).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -35,7 +36,7 @@ from filelock import FileLock
 
 from autorl.errors import AutorlError, ConfigError, TaskError
 from autorl.registry import load_object
-from autorl.task_code import TASKS_DIR
+from autorl.task_code import TASKS_DIR, add_tasks_dir
 
 if TYPE_CHECKING:
     from autorl.engine.base import GenerationEngine
@@ -234,7 +235,9 @@ def discover_tasks(tasks_dir: Path = TASKS_DIR) -> dict[str, TaskSpec]:
     Raises:
         TaskError: A manifest is malformed; the message names the file and the problem.
     """
-    return {p.parent.name: _parse_manifest(p) for p in sorted(tasks_dir.glob("*/task.yaml"))}
+    tasks = {p.parent.name: _parse_manifest(p) for p in sorted(Path(tasks_dir).glob("*/task.yaml"))}
+    add_tasks_dir(Path(tasks_dir))
+    return tasks
 
 
 def get_task(task_id: str, tasks_dir: Path = TASKS_DIR) -> TaskSpec:
@@ -259,9 +262,18 @@ def load_task_module(spec: TaskSpec, filename: str) -> ModuleType:
     if not path.is_file():
         raise TaskError(f"task '{spec.id}' has no {filename} (expected {path})")
     relative = Path(filename).with_suffix("").as_posix().replace("/", ".")
-    import importlib
-
+    _check_package(spec)
     return importlib.import_module(f"{spec.package}.{relative}")
+
+
+def _check_package(spec: TaskSpec) -> None:
+    """Fail when ``autorl.task_code.<id>`` resolves to another folder than ``spec.folder`` (two
+    task folders with one id on the search path)."""
+    package = importlib.import_module(spec.package)
+    locations = [Path(p).resolve() for p in getattr(package, "__path__", [])]
+    if spec.folder.resolve() not in locations:
+        raise TaskError(f"task id '{spec.id}' is taken by {', '.join(map(str, locations))}; "
+                        f"rename the folder {spec.folder} (task ids must be unique)")
 
 
 def load_entry_point(spec: TaskSpec, name: str) -> Any:
@@ -273,6 +285,7 @@ def load_entry_point(spec: TaskSpec, name: str) -> Any:
     if name not in spec.entry_points:
         raise TaskError(f"task '{spec.id}' names no '{name}' entry point in {spec.folder / 'task.yaml'}")
     package = f"{spec.package}.{AGENT_SUBPACKAGE}" if name == "recipe" else spec.package
+    _check_package(spec)
     try:
         return load_object(spec.entry_points[name], package=package, what=f"task '{spec.id}' {name}")
     except ConfigError as error:
@@ -303,6 +316,7 @@ def _cached(final: Path, source: str) -> TaskData | None:
 
 def _run_builder(spec: TaskSpec, source: str, folder: Path, seed: int, options: dict[str, Any]) -> None:
     """Call the manifest's builder for ``source``; a builder's own failure becomes a :class:`TaskError`."""
+    _check_package(spec)
     try:
         build: Builder = load_object(spec.builders[source], package=spec.package, what=f"task '{spec.id}' {source} builder")
     except ConfigError as error:

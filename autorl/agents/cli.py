@@ -2,8 +2,10 @@
 the launch skeleton (prompt, per-cell HOME, gateway variables).
 
 A CLI is installed from its registry at the version pinned in ``conf/agent/<name>.yaml``
-(``install: {manager, package, version, bin}``) into a project-local prefix:
-``<agents_dir>/node_modules/.bin/<bin>`` for npm, ``<agents_dir>/<name>-venv/bin/<bin>`` for pip.
+(``install: {manager, package, version, bin}``) into a project-local folder of its own,
+``<agents_dir>/<name>/``: an npm prefix (``<agents_dir>/<name>/node_modules/.bin/<bin>``) or a pip
+venv (``<agents_dir>/<name>/bin/<bin>``). One folder per agent, so installing one CLI never touches
+another (npm prunes what its ``package.json`` does not list from a shared prefix).
 ``agents_dir`` is ``agent.agents_dir``, else ``$AUTORL_AGENTS_DIR``, else ``<repo>/.cache/agents``.
 ``agent.binary`` names the executable directly; a CLI on ``PATH`` is the last resort.
 Install with ``python -m autorl.agents.install <agent> ...``.
@@ -11,7 +13,9 @@ Install with ``python -m autorl.agents.install <agent> ...``.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -39,29 +43,61 @@ def agents_dir(agent_cfg: dict[str, Any]) -> Path:
     return Path(configured).expanduser().resolve() if configured else REPO_DIR / ".cache" / "agents"
 
 
-def _installed_path(agent_cfg: dict[str, Any]) -> Path:
+def install_dir(agent_cfg: dict[str, Any]) -> Path:
+    """The agent's own install folder, ``<agents_dir>/<name>/`` (an npm prefix or a pip venv).
+
+    >>> install_dir({"name": "codex", "agents_dir": "/x"})
+    PosixPath('/x/codex')
+    """
+    return agents_dir(agent_cfg) / agent_cfg["name"]
+
+
+def installed_path(agent_cfg: dict[str, Any]) -> Path:
+    """Where :func:`install_commands` puts the agent's CLI executable.
+
+    >>> installed_path({"name": "codex", "agents_dir": "/x", "install": {"manager": "npm", "bin": "codex"}})
+    PosixPath('/x/codex/node_modules/.bin/codex')
+    """
     install = agent_cfg["install"]
-    root = agents_dir(agent_cfg)
+    prefix = install_dir(agent_cfg)
     if install["manager"] == "npm":
-        return root / "node_modules" / ".bin" / install["bin"]
-    return root / f"{agent_cfg['name']}-venv" / "bin" / install["bin"]
+        return prefix / "node_modules" / ".bin" / install["bin"]
+    return prefix / "bin" / install["bin"]
+
+
+def installed_version(agent_cfg: dict[str, Any]) -> str | None:
+    """The version of the agent's CLI installed in :func:`install_dir`; None when it is not installed there."""
+    install = agent_cfg["install"]
+    prefix = install_dir(agent_cfg)
+    if not installed_path(agent_cfg).exists():
+        return None
+    if install["manager"] == "npm":
+        manifest = prefix / "node_modules" / install["package"] / "package.json"
+        return str(json.loads(manifest.read_text())["version"]) if manifest.exists() else None
+    # pip: the wheel's .dist-info folder is named after the normalized project name and its version.
+    project = re.sub(r"[-_.]+", "_", install["package"]).lower()
+    for info in prefix.glob(f"lib/python*/site-packages/{project}-*.dist-info"):
+        return info.name[len(project) + 1:-len(".dist-info")]
+    return None
 
 
 def install_commands(agent_cfg: dict[str, Any]) -> list[list[str]]:
-    """The commands that install the agent's CLI at its pinned version into :func:`agents_dir`.
+    """The commands that install the agent's CLI at its pinned version into :func:`install_dir`.
+
+    npm records the pin in the prefix's own ``package.json`` (``--save-exact``), so a later
+    ``npm install`` there keeps it.
 
     >>> cfg = {"name": "codex", "agents_dir": "/x", "install": {"manager": "npm", "package": "@openai/codex", "version": "1.0", "bin": "codex"}}
     >>> install_commands(cfg)
-    [['npm', 'install', '--prefix', '/x', '--no-audit', '--no-fund', '--no-save', '@openai/codex@1.0']]
+    [['npm', 'install', '--prefix', '/x/codex', '--no-audit', '--no-fund', '--save-exact', '@openai/codex@1.0']]
     """
     install = agent_cfg["install"]
-    root = agents_dir(agent_cfg)
+    prefix = install_dir(agent_cfg)
     if install["manager"] == "npm":
-        return [["npm", "install", "--prefix", str(root), "--no-audit", "--no-fund", "--no-save", f"{install['package']}@{install['version']}"]]
+        return [["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact", f"{install['package']}@{install['version']}"]]
     if install["manager"] == "pip":
-        venv = root / f"{agent_cfg['name']}-venv"
-        return [[install["python"], "-m", "venv", str(venv)],
-                [str(venv / "bin" / "python"), "-m", "pip", "install", f"{install['package']}=={install['version']}"]]
+        return [[install["python"], "-m", "venv", str(prefix)],
+                [str(prefix / "bin" / "python"), "-m", "pip", "install", f"{install['package']}=={install['version']}"]]
     raise ConfigError(f"agent {agent_cfg['name']!r}: install.manager must be npm or pip, got {install['manager']!r}")
 
 
@@ -76,7 +112,7 @@ def find_binary(agent_cfg: dict[str, Any]) -> str:
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise ConfigError(f"agent {agent_cfg['name']!r}: agent.binary={path} is not an executable file")
         return str(path)
-    installed = _installed_path(agent_cfg)
+    installed = installed_path(agent_cfg)
     if installed.exists():
         return str(installed)
     on_path = shutil.which(agent_cfg["install"]["bin"])

@@ -1,10 +1,12 @@
 """``python -m autorl.agents.install <agent> [...]``: install agent CLIs at their pinned versions.
 
-npm CLIs go to ``<agents_dir>/node_modules`` and pip CLIs to a venv ``<agents_dir>/<agent>-venv``
-(see :mod:`autorl.agents.cli`); ``--print`` shows the commands without running them.
+Each CLI gets a folder of its own, ``<agents_dir>/<agent>/`` (an npm prefix, or a venv for pip
+CLIs; see :mod:`autorl.agents.cli`), so installing one never removes another. A CLI already
+installed there at its pinned version is left as it is (``--force`` reinstalls it);
+``--print`` shows the commands without running them.
 
 Examples:
-    python -m autorl.agents.install codex opencode
+    python -m autorl.agents.install codex gemini-cli
     python -m autorl.agents.install openhands --print
 """
 
@@ -14,7 +16,7 @@ import argparse
 import subprocess
 import sys
 
-from autorl.agents.cli import agents_dir, install_commands
+from autorl.agents.cli import install_commands, install_dir, installed_path, installed_version
 from autorl.config import compose
 from autorl.errors import AutorlError
 from autorl.registry import check_names
@@ -25,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autorl.agents.install", description=__doc__.splitlines()[0])
     parser.add_argument("agents", nargs="+", help="agent names (python -m autorl.ls agents)")
     parser.add_argument("--print", action="store_true", dest="dry", help="print the commands, run nothing")
+    parser.add_argument("--force", action="store_true", help="reinstall even when the pinned version is installed")
     args = parser.parse_args(argv)
     try:
         check_names("agent", args.agents)
@@ -36,12 +39,19 @@ def main(argv: list[str] | None = None) -> int:
         if "install" not in cfg:
             print(f"{cfg['name']}: built in, nothing to install")
             continue
-        agents_dir(cfg).mkdir(parents=True, exist_ok=True)
+        pinned = str(cfg["install"]["version"])
+        if not (args.dry or args.force) and installed_version(cfg) == pinned:
+            print(f"{cfg['name']} {pinned}: already installed ({installed_path(cfg)})")
+            continue
+        install_dir(cfg).parent.mkdir(parents=True, exist_ok=True)
         for command in install_commands(cfg):
             print("+", " ".join(command), flush=True)
             if not args.dry and subprocess.run(command).returncode != 0:
                 print(f"error: installing {cfg['name']} failed", file=sys.stderr)
                 return 1
+        if not args.dry and installed_version(cfg) != pinned:
+            print(f"error: {cfg['name']} {pinned} is not at {installed_path(cfg)} after installing it", file=sys.stderr)
+            return 1
     return 0
 
 

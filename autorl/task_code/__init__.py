@@ -15,3 +15,14 @@ TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 
 # Extended (never replaced) by whoever adds task folders, so that imported task modules stay valid.
 __path__ = [str(TASKS_DIR)]
+
+
+def add_tasks_dir(folder: Path) -> None:
+    """Make the task folders under ``folder`` importable as ``autorl.task_code.<id>`` (idempotent).
+
+    Earlier folders win when two hold the same task id; :func:`autorl.tasks.discover_tasks`
+    refuses such duplicates before anything is imported.
+    """
+    path = str(Path(folder).resolve())
+    if path not in __path__:
+        __path__.append(path)

@@ -1,1 +1,1 @@
-"""alfworld (grader side here; agent side in ``agent/``)."""
+"""alfworld (grader side: builders, fixture generator, evaluator, environment; agent side in ``agent/``)."""

@@ -10,8 +10,10 @@ Sources:
         ``alfworld-download`` is run when it is missing and ``download`` is true. Train = the
         playable ``train`` games; eval = the 134 playable ``valid_unseen`` games.
     fixture: games generated as PDDL problems for ALFWorld's bundled domain and grammar
-        (:mod:`autorl.envs.alfworld_games`), the six task types in turn; train and eval games are
-        different games (different rooms, objects and targets).
+        (:mod:`autorl.task_code.alfworld.fixture`), the six task types in turn; train and eval games
+        are different games (different rooms, objects and targets).
+
+Each source's builder is named in ``task.yaml`` (``sources``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .fixture import write_fixture_split
+from .games import collect_games, task_short_name
+
 EVAL_GAMES = 134  # playable valid_unseen games of json_2.1.1
 DEFAULTS = {"fixture": {"train_size": 60, "eval_size": 36},
             "hub": {"data_root": None, "download": True, "expect_eval_games": EVAL_GAMES}}
@@ -37,8 +42,6 @@ def _write_rows(folder: Path, rows: list[dict[str, str]]) -> None:
 
 
 def _rows(prefix: str, games: list[tuple[str, Path]], relative_to: Path | None) -> list[dict[str, str]]:
-    from autorl.envs.alfworld_games import task_short_name
-
     rows = []
     for name, path in games:
         game = path.relative_to(relative_to).as_posix() if relative_to else str(path)
@@ -46,12 +49,16 @@ def _rows(prefix: str, games: list[tuple[str, Path]], relative_to: Path | None) 
     return rows
 
 
-def _build_fixture(public: Path, private: Path, seed: int, options: dict[str, Any]) -> None:
-    from autorl.envs.alfworld_games import write_fixture_split
+def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+    """Write generated games: ``options`` ``train_size`` / ``eval_size`` (defaults 60 / 36).
 
+    Train games go to ``public/games/`` (scenes 1…), eval games to ``private/games/`` (scenes
+    10001…), each listed in that folder's ``episodes.jsonl``.
+    """
+    opts = DEFAULTS["fixture"] | dict(options)
     rng = random.Random(seed)
-    train = write_fixture_split(public, "games", int(options["train_size"]), rng, first_scene=1)
-    evals = write_fixture_split(private, "games", int(options["eval_size"]), rng, first_scene=10_001)
+    train = write_fixture_split(public, "games", int(opts["train_size"]), rng, first_scene=1)
+    evals = write_fixture_split(private, "games", int(opts["eval_size"]), rng, first_scene=10_001)
     _write_rows(public, _rows("train", train, public))
     _write_rows(private, _rows("eval", evals, private))
 
@@ -74,12 +81,26 @@ def _download(root: Path) -> None:
         raise RuntimeError(f"alfworld-download failed (exit {result.returncode}): {result.stderr[-800:]}")
 
 
-def _build_hub(public: Path, private: Path, options: dict[str, Any]) -> None:
-    from autorl.envs.alfworld_games import collect_games
+def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+    """Write the official games (the seed is unused: the splits are fixed).
 
-    root = _data_root(options)
+    Train games are copied into ``public/games/``; eval rows point into the data cache.
+
+    Args:
+        public: Empty folder for what the agent may see.
+        private: Empty folder for what only the grader reads.
+        seed: Unused.
+        options: ``data_root`` (default ``$ALFWORLD_DATA`` or ``~/.cache/alfworld``), ``download``
+            (run alfworld-download when the data is missing; default true), ``expect_eval_games``
+            (134; ``null`` to accept any count).
+
+    Raises:
+        RuntimeError: The data is missing (and not downloaded), or has the wrong number of games.
+    """
+    opts = DEFAULTS["hub"] | dict(options)
+    root = _data_root(opts)
     if not _complete(root):
-        if not options["download"]:
+        if not opts["download"]:
             raise RuntimeError(f"no ALFWorld data at {root} (expected json_2.1.1/ and logic/alfred.pddl); "
                                "run alfworld-download or set build.hub.data_root")
         _download(root)
@@ -87,7 +108,7 @@ def _build_hub(public: Path, private: Path, options: dict[str, Any]) -> None:
             raise RuntimeError(f"alfworld-download finished but {root} still lacks json_2.1.1 games")
     train = collect_games(root / "json_2.1.1" / "train")
     evals = collect_games(root / "json_2.1.1" / "valid_unseen")
-    expected = options["expect_eval_games"]
+    expected = opts["expect_eval_games"]
     if expected is not None and len(evals) != int(expected):
         raise RuntimeError(f"{root}/json_2.1.1/valid_unseen has {len(evals)} playable games, expected {expected}; "
                            "re-run alfworld-download (or set build.hub.expect_eval_games for a custom copy)")
@@ -104,26 +125,3 @@ def _build_hub(public: Path, private: Path, options: dict[str, Any]) -> None:
     _write_rows(public, _rows("train", copied, public))
     _write_rows(private, _rows("eval", evals, None))
 
-
-def build(source: str, public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
-    """Write the train episodes (``public/``) and eval episodes (``private/``).
-
-    Args:
-        source: ``"fixture"`` or ``"hub"``.
-        public: Empty folder for what the agent may see.
-        private: Empty folder for what only the grader reads.
-        seed: Seed of the fixture generator.
-        options: fixture: ``train_size``, ``eval_size``; hub: ``data_root`` (default
-            ``$ALFWORLD_DATA`` or ``~/.cache/alfworld``), ``download`` (run alfworld-download when
-            the data is missing), ``expect_eval_games`` (134; ``null`` to accept any count).
-
-    Raises:
-        ValueError: Unknown source.
-    """
-    if source not in DEFAULTS:
-        raise ValueError(f"unknown source '{source}'; valid: fixture, hub")
-    opts = DEFAULTS[source] | dict(options)
-    if source == "fixture":
-        _build_fixture(Path(public), Path(private), seed, opts)
-    else:
-        _build_hub(Path(public), Path(private), opts)

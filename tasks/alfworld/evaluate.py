@@ -1,10 +1,11 @@
 """Evaluator for alfworld: the reference's ReAct protocol, every eval game played concurrently.
 
 Protocol (reference ``benchmarks/alfworld/eval.py``, a port of ReAct's ``alfworld.ipynb``): a
-2-shot ReAct prompt per task type (:mod:`autorl.envs.alfworld_react`), raw completion, greedy,
-at most ``max_new_tokens`` (100) tokens, stop ``"\\n"``, at most ``max_steps`` (50) actions per game.
+2-shot ReAct prompt per task type (:mod:`autorl.task_code.alfworld.agent.protocol`), raw
+completion, greedy, at most ``max_new_tokens`` (100) tokens, stop ``"\\n"``, at most ``max_steps``
+(50) actions per game.
 Unlike the reference, all games advance together: one batched engine call per step for every
-live game, env steps in parallel in the EnvPool (``envs``); without ``envs`` the games run in
+live game, env steps in parallel in the EnvPool (``ctx.envs``); without it the games run in
 this process. Score = % of games won, with per-task-type rates.
 """
 
@@ -14,30 +15,30 @@ from pathlib import Path
 from typing import Any
 
 from autorl.engine.base import GenerationEngine
-from autorl.envs.alfworld import load_episodes
-from autorl.envs.alfworld_games import SHORT_TYPES
-from autorl.envs.alfworld_react import AlfworldProtocol
-from autorl.envs.host import EpisodeClient, local_episode_client
+from autorl.envs.host import local_episode_client
 from autorl.envs.rollout import PlayStats, play
 from autorl.errors import TaskError
-from autorl.tasks import EvalResult
+from autorl.tasks import EvalContext, EvalResult
+
+from .agent.protocol import AlfworldProtocol
+from .env import load_episodes
+from .games import SHORT_TYPES
 
 DEFAULTS: dict[str, Any] = {"max_steps": 50, "max_new_tokens": 100, "max_prompt_chars": None,
                             "concurrency": 64, "limit": None}
 NUM_SAMPLES = 3
 
 
-def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, Any],
-             envs: EpisodeClient | None = None) -> EvalResult:
+def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     """Play every eval game and score the percentage won.
 
     Args:
         engine: Greedy generation engine.
-        private_dir: Holds ``episodes.jsonl`` (the eval games).
-        options: ``max_steps`` (50), ``max_new_tokens`` (100), ``max_prompt_chars`` (None: no
-            truncation here; the engine still keeps the prompt's end within the model's window),
-            ``concurrency`` (64 live games), ``limit`` (first N games).
-        envs: Episodes bound to this task's data in the EnvPool; ``None``: play in-process.
+        ctx: ``private_dir`` holds ``episodes.jsonl`` (the eval games); ``options``: ``max_steps``
+            (50), ``max_new_tokens`` (100), ``max_prompt_chars`` (None: no truncation here; the
+            engine still keeps the prompt's end within the model's window), ``concurrency`` (64
+            live games), ``limit`` (first N games); ``envs``: episodes bound to this task's data in
+            the EnvPool (``None``: play in-process).
 
     Returns:
         % won, with ``success_count``, ``total_count``, ``per_task`` and a few transcripts.
@@ -45,16 +46,17 @@ def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, 
     Raises:
         TaskError: Unknown options or no eval games.
     """
+    options, private_dir = ctx.options, Path(ctx.private_dir)
     unknown = sorted(set(options) - set(DEFAULTS))
     if unknown:
         raise TaskError(f"unknown alfworld eval option(s) {unknown}; valid: {sorted(DEFAULTS)}")
     opts = {**DEFAULTS, **options}
-    episodes = list(load_episodes(Path(private_dir)))  # file order: task types interleaved
+    episodes = list(load_episodes(private_dir))  # file order: task types interleaved
     if opts["limit"] is not None:
         episodes = episodes[: int(opts["limit"])]
     if not episodes:
         raise TaskError(f"no eval games in {private_dir}/episodes.jsonl")
-    client = envs or local_episode_client("alfworld", "alfworld", Path(private_dir), opts)
+    client = ctx.envs or local_episode_client("alfworld", "alfworld", private_dir, opts)
     protocol = AlfworldProtocol(max_new_tokens=int(opts["max_new_tokens"]), max_prompt_chars=opts["max_prompt_chars"])
     stats = PlayStats()
     played = play(engine, client, episodes, protocol, max_steps=int(opts["max_steps"]),

@@ -1,4 +1,6 @@
-"""Data builder for alpacaeval: public/train.jsonl for the agent, private/eval.jsonl (+ LC prior) for the grader.
+"""Data builders for alpacaeval: public/train.jsonl for the agent, private/eval.jsonl (+ LC prior) for the grader.
+
+Each source's builder is named in ``task.yaml`` (``sources``).
 
 Train rows: ``instruction``, ``input``, ``output`` (Alpaca's fields), ``question`` (= instruction,
 plus ``"\\n\\n" + input`` when there is an input) and ``answer`` (= output).
@@ -10,7 +12,7 @@ Sources:
         AlpacaEval 2.0 instructions with GPT-4 Turbo's reference outputs
         (``alpaca_eval_gpt4_baseline.json`` of ``tatsu-lab/alpaca_eval``), plus that repo's
         ``df_gamed.csv`` (instruction difficulties, for the LC GLM) as ``private/lc_prior.csv``.
-    fixture: generated instructions from :mod:`autorl.judge.rules` (list multiples, count, spell,
+    fixture: generated instructions from :mod:`.fixture` (list multiples, count, spell,
         ...); train answers list exactly the required items, eval references are deliberately
         partial, so a perfect answer beats the reference and an empty one loses to it.
 """
@@ -18,13 +20,12 @@ Sources:
 from __future__ import annotations
 
 import json
-import random
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from autorl.judge.rules import all_instructions, ideal_answer, partial_answer
+from .fixture import fixture_split
 
 TRAIN_PATH = "tatsu-lab/alpaca"
 EVAL_REPO = "tatsu-lab/alpaca_eval"
@@ -50,24 +51,20 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]], fields: tuple[str, 
             fh.write(json.dumps({k: row[k] for k in fields}, ensure_ascii=False) + "\n")
 
 
-def _build_fixture(public: Path, private: Path, seed: int, options: dict[str, Any]) -> None:
+def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+    """Write generated instructions (:func:`.fixture.fixture_split`): ``options`` ``train_size`` /
+    ``eval_size`` (defaults 600 / 60).
+
+    Raises:
+        ValueError: More instructions asked for than the fixture holds.
+    """
     train_size = int(options.get("train_size", 600))
     eval_size = int(options.get("eval_size", 60))
-    pool = all_instructions()
-    if train_size + eval_size > len(pool):
-        raise ValueError(f"the fixture has {len(pool)} instructions; train_size + eval_size = {train_size + eval_size}")
-    rng = random.Random(seed)
-    rng.shuffle(pool)
-    evals = [{"question": q, "reference": partial_answer(q, rng), "generator": "fixture_reference",
-              "dataset": "fixture"} for q in pool[:eval_size]]
+    evals, train_pairs = fixture_split(seed, train_size, eval_size)
     train = []
-    for question in pool[eval_size: eval_size + train_size]:
+    for question, answer in train_pairs:
         instruction, _, input_text = question.partition("\n\n")
-        train.append(alpaca_row(instruction, input_text, ideal_answer(question)))
-    public_text = "\n".join(r["question"] + "\n" + r["answer"] for r in train)
-    for row in evals:
-        if row["question"] in public_text or row["reference"] in public_text:
-            raise ValueError(f"fixture bug: eval item {row['question']!r} leaks into train")
+        train.append(alpaca_row(instruction, input_text, answer))
     _write_jsonl(private / "eval.jsonl", evals, EVAL_FIELDS)
     _write_jsonl(public / "train.jsonl", train, TRAIN_FIELDS)
 
@@ -85,7 +82,21 @@ def _hub_file(repo_or_dir: str, filename: str) -> Path:
     return Path(hf_hub_download(repo_id=repo_or_dir, filename=filename, repo_type="dataset"))
 
 
-def _build_hub(public: Path, private: Path, options: dict[str, Any]) -> None:
+def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+    """Write the hub data (the seed is unused: it is fixed).
+
+    Args:
+        public: Empty folder for what the agent may see (``train.jsonl``).
+        private: Empty folder for what only the evaluator reads (``eval.jsonl``, ``lc_prior.csv``).
+        seed: Unused.
+        options: ``train_size`` (2000), ``train_path`` (``tatsu-lab/alpaca`` or a local folder with
+            its layout), ``eval_path`` (``tatsu-lab/alpaca_eval`` or a local folder holding its json
+            and csv files), ``lc_prior`` (true: fetch ``df_gamed.csv`` for the ``length_controlled_v1`` GLM).
+
+    Raises:
+        ValueError: Malformed hub files.
+        FileNotFoundError: A local stand-in lacks a file.
+    """
     import datasets  # heavy; only the hub source needs it
 
     train_size = int(options.get("train_size", 2000))
@@ -103,30 +114,3 @@ def _build_hub(public: Path, private: Path, options: dict[str, Any]) -> None:
                                           for i in items), EVAL_FIELDS)
     if options.get("lc_prior", True):
         shutil.copyfile(_hub_file(eval_repo, PRIOR_FILE), private / "lc_prior.csv")
-
-
-_BUILDERS: dict[str, Callable[[Path, Path, int, dict[str, Any]], None]] = {
-    "fixture": _build_fixture,
-    "hub": lambda public, private, seed, options: _build_hub(public, private, options),
-}
-
-
-def build(source: str, public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
-    """Write ``public/train.jsonl`` and ``private/eval.jsonl`` (and ``private/lc_prior.csv`` for the hub).
-
-    Args:
-        source: ``"fixture"`` or ``"hub"``.
-        public: Empty folder for what the agent may see.
-        private: Empty folder for what only the evaluator reads.
-        seed: Seed of the fixture (the hub data is fixed).
-        options: fixture: ``train_size`` (600), ``eval_size`` (60). hub: ``train_size`` (2000),
-            ``train_path`` (``tatsu-lab/alpaca`` or a local folder with its layout), ``eval_path``
-            (``tatsu-lab/alpaca_eval`` or a local folder holding its json and csv files),
-            ``lc_prior`` (true: fetch ``df_gamed.csv`` for the ``length_controlled_v1`` GLM).
-
-    Raises:
-        ValueError: Unknown source, impossible sizes or malformed hub files.
-    """
-    if source not in _BUILDERS:
-        raise ValueError(f"unknown source '{source}'; valid: {', '.join(_BUILDERS)}")
-    _BUILDERS[source](Path(public), Path(private), seed, options)

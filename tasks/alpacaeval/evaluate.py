@@ -3,37 +3,55 @@
 1. Every eval instruction goes to the engine in one batched call: one user turn with the model's
    chat template, greedy, at most ``max_new_tokens`` (512) new tokens; outputs are stripped.
 2. A judge compares each output with the reference output using AlpacaEval's pairwise prompt
-   (:mod:`autorl.judge.pairwise`), output order randomised per instruction. Answers are cached
+   (:mod:`.pairwise`), output order randomised per instruction. Answers are cached
    on disk by (judge, request) under the grader's cache dir and at most ``judge_concurrency``
    requests are in flight.
-3. The score is AlpacaEval 2.0's length-controlled win rate (:mod:`autorl.judge.lc`).
+3. The score is AlpacaEval 2.0's length-controlled win rate (:mod:`.lc`).
 
 The judge is either a configured driver (``judge_driver: gpt-5.2`` reads
 ``conf/driver/gpt-5.2.yaml``; the reference judged with GPT-5.2) or a judging model served by a
 local OpenAI-compatible server that this evaluator starts and stops (``judge_server: rules``:
-the fixture's rule-based judge, :mod:`autorl.judge.rules`; it is not a language model).
+the fixture's rule-based judge, :mod:`.rules`; it is not a language model). Local judging
+models are named in :data:`LOCAL_JUDGES`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from autorl.engine.base import GenerationEngine
+from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import ConfigError, TaskError
 from autorl.judge.client import JudgeClient, JudgeError, JudgeSpec, load_judge_spec
-from autorl.judge.lc import LCPrior, length_controlled_win_rate
-from autorl.judge.pairwise import comparison, preference
-from autorl.judge.rules import RuleJudge, ideal_answer
-from autorl.tasks import EvalResult
+from autorl.registry import Registry
+from autorl.tasks import EvalContext, EvalResult
+
+from .agent.protocol import chat_prompt
+from .fixture import ideal_answer
+from .lc import LCPrior, length_controlled_win_rate
+from .pairwise import comparison, preference
 
 DEFAULT_MAX_NEW_TOKENS = 512
 DEFAULT_CONCURRENCY = 8
 NUM_SAMPLES = 5
-LOCAL_JUDGES = {"rules": RuleJudge}
+
+
+class JudgeModel(Protocol):
+    """A local judging model, served by :mod:`autorl.judge.server` under its ``name``."""
+
+    name: str
+
+    def __call__(self, messages: list[ChatMessage]) -> str:
+        """The judge's reply to one chat."""
+        ...
+
+
+# Local judging models (``judge_server``): name -> a factory of a fresh judging model.
+LOCAL_JUDGES: Registry[Callable[[], JudgeModel]] = Registry(
+    "local judge", {"rules": f"{__package__}.rules:RuleJudge"})
 
 
 def oracle_reply(item: dict[str, Any]) -> str:
@@ -56,11 +74,10 @@ def judge_spec(options: dict[str, Any]) -> Iterator[JudgeSpec]:
     if driver:
         yield load_judge_spec(str(driver))
         return
-    if server not in LOCAL_JUDGES:
-        raise ConfigError(f"unknown local judge {server!r}; valid: {', '.join(LOCAL_JUDGES)}")
+    factory = LOCAL_JUDGES.get(str(server))
     from autorl.judge.server import LocalJudgeServer
 
-    model = LOCAL_JUDGES[str(server)]()
+    model = factory()
     with LocalJudgeServer({model.name: model}) as running:
         yield JudgeSpec(name=f"local-{server}", model=model.name, base_url=running.base_url)
 
@@ -75,19 +92,18 @@ def _read_items(private_dir: Path, limit: Any) -> list[dict[str, Any]]:
     return items
 
 
-def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, Any],
-             cache_dir: Path | None = None) -> EvalResult:
-    """Score ``engine`` on ``private_dir/eval.jsonl``.
+def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
+    """Score ``engine`` on ``ctx.private_dir/eval.jsonl``.
 
     Args:
         engine: Greedy generation engine.
-        private_dir: Folder holding ``eval.jsonl`` (``question``, ``reference``, ...) and, for the
-            ``length_controlled_v1`` GLM, ``lc_prior.csv``.
-        options: ``judge_driver`` or ``judge_server`` (see the module docstring), ``judge_params``
-            (request fields sent verbatim, e.g. ``{max_completion_tokens: 100}``),
-            ``judge_concurrency`` (8), ``lc_glm`` (``length_controlled_v1`` or
-            ``length_controlled_minimal``), ``max_new_tokens`` (512), ``limit`` (first N items).
-        cache_dir: Where judge answers are cached (the grader passes its cache dir); ``None``
+        ctx: ``private_dir`` holds ``eval.jsonl`` (``question``, ``reference``, ...) and, for the
+            ``length_controlled_v1`` GLM, ``lc_prior.csv``. ``options``: ``judge_driver`` or
+            ``judge_server`` (see the module docstring), ``judge_params`` (request fields sent
+            verbatim, e.g. ``{max_completion_tokens: 100}``), ``judge_concurrency`` (8),
+            ``lc_glm`` (``length_controlled_v1`` or ``length_controlled_minimal``),
+            ``max_new_tokens`` (512), ``limit`` (first N items). ``cache_dir``: where judge
+            answers are cached (under ``judge/``; the grader passes its cache dir); ``None``
             disables the cache.
 
     Returns:
@@ -98,6 +114,7 @@ def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, 
         ConfigError: Bad judge options.
         JudgeError: The judge failed, or none of its answers could be read.
     """
+    options, private_dir, cache_dir = ctx.options, Path(ctx.private_dir), ctx.cache_dir
     items = _read_items(private_dir, options.get("limit"))
     glm = str(options.get("lc_glm", "length_controlled_v1"))
     prior = None
@@ -115,7 +132,7 @@ def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, 
         concurrency=int(options.get("judge_concurrency", DEFAULT_CONCURRENCY)),
         cache_dir=None if cache_dir is None else Path(cache_dir) / "judge",
     ) as client:
-        conversations = [[{"role": "user", "content": str(item["question"])}] for item in items]
+        conversations = [chat_prompt(str(item["question"])) for item in items]
         raw = engine.generate_chat(conversations, max_new_tokens=max_new_tokens)
         if len(raw) != len(items):
             raise TaskError(f"engine returned {len(raw)} generations for {len(items)} prompts")

@@ -1,12 +1,12 @@
 """Evaluator for deepsearchqa: ReAct with a working search tool, then an LLM judge.
 
 Protocol (reference ``benchmarks/deepsearchqa/eval.py``, bugs fixed): raw-completion ReAct
-(:mod:`autorl.envs.deepsearchqa_react`), greedy, at most 256 tokens a step, at most 6 steps, all
-questions advancing together (one batched engine call per step, searches in parallel in the
-EnvPool). The final answer is the ``answer[…]`` action; an episode that never answers has an empty
-prediction, which is incorrect (never sent to the judge). Answers are judged after all episodes
-by the configured judge (:mod:`autorl.envs.qa_judge`): "correct"/"incorrect", Set answers must
-contain every item. Score = % correct.
+(:mod:`autorl.task_code.deepsearchqa.agent.protocol`), greedy, at most 256 tokens a step, at most 6
+steps, all questions advancing together (one batched engine call per step, searches in parallel in
+the EnvPool). The final answer is the ``answer[…]`` action; an episode that never answers has an
+empty prediction, which is incorrect (never sent to the judge). Answers are judged after all
+episodes by the configured judge (:mod:`autorl.task_code.deepsearchqa.judge`): "correct"/"incorrect",
+Set answers must contain every item. Score = % correct.
 """
 
 from __future__ import annotations
@@ -15,32 +15,33 @@ from pathlib import Path
 from typing import Any
 
 from autorl.engine.base import GenerationEngine
-from autorl.envs.deepsearchqa import load_questions
-from autorl.envs.deepsearchqa_react import DeepSearchProtocol
-from autorl.envs.host import EpisodeClient, local_episode_client
-from autorl.envs.qa_judge import judge_answers, open_judge
+from autorl.envs.host import local_episode_client
 from autorl.envs.rollout import PlayStats, play
 from autorl.errors import TaskError
-from autorl.tasks import EvalResult
+from autorl.tasks import EvalContext, EvalResult
+
+from .agent.protocol import DeepSearchProtocol
+from .env import load_questions
+from .judge import judge_answers, open_judge
 
 DEFAULTS: dict[str, Any] = {"max_steps": 6, "max_new_tokens": 256, "concurrency": 200, "limit": None,
                             "search": {"backend": "bm25"}, "judge_driver": None, "judge_server": None,
                             "judge_params": {}, "judge_concurrency": 8}
 NUM_SAMPLES = 5
+TASK_ID = "deepsearchqa"  # the env kind of the in-process client (this task's ``env`` entry point)
 
 
-def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, Any],
-             envs: EpisodeClient | None = None, cache_dir: Path | None = None) -> EvalResult:
+def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     """Answer every eval question and score the percentage judged correct.
 
     Args:
         engine: Greedy generation engine.
-        private_dir: Holds ``questions.jsonl`` (and the fixture's ``corpus.jsonl``).
-        options: ``max_steps`` (6), ``max_new_tokens`` (256), ``concurrency``, ``limit``, ``search``
-            (``{backend: bm25}`` or ``{backend: web, endpoint, api_key_env, num_results}``),
-            ``judge_driver`` or ``judge_server``, ``judge_params``, ``judge_concurrency``.
-        envs: Episodes bound to this task's data in the EnvPool; ``None``: play in-process.
-        cache_dir: Where judge answers are cached (``None``: no cache).
+        ctx: ``private_dir`` holds ``questions.jsonl`` (and the fixture's ``corpus.jsonl``);
+            ``options``: ``max_steps`` (6), ``max_new_tokens`` (256), ``concurrency``, ``limit``,
+            ``search`` (``{backend: bm25}`` or ``{backend: web, endpoint, api_key_env, num_results}``),
+            ``judge_driver`` or ``judge_server``, ``judge_params``, ``judge_concurrency``;
+            ``envs``: episodes bound to this task's data in the EnvPool (``None``: play in-process);
+            ``cache_dir``: where judge answers are cached, under ``judge/`` (``None``: no cache).
 
     Returns:
         % correct, with per-answer-type counts and a few samples.
@@ -49,6 +50,7 @@ def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, 
         TaskError: Unknown options or no questions.
         ConfigError: Bad judge options (before anything is generated).
     """
+    options, private_dir, cache_dir = ctx.options, ctx.private_dir, ctx.cache_dir
     unknown = sorted(set(options) - set(DEFAULTS))
     if unknown:
         raise TaskError(f"unknown deepsearchqa eval option(s) {unknown}; valid: {sorted(DEFAULTS)}")
@@ -60,7 +62,7 @@ def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, 
     if not ids:
         raise TaskError(f"no eval questions in {private_dir}/questions.jsonl")
     with open_judge(opts, None if cache_dir is None else Path(cache_dir) / "judge") as judge:
-        client = envs or local_episode_client("deepsearchqa", "deepsearchqa", Path(private_dir), opts)
+        client = ctx.envs or local_episode_client(TASK_ID, TASK_ID, Path(private_dir), opts)
         stats = PlayStats()
         played = play(engine, client, ids, DeepSearchProtocol(max_new_tokens=int(opts["max_new_tokens"])),
                       max_steps=int(opts["max_steps"]), concurrency=int(opts["concurrency"]), stats=stats)

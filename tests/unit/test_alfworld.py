@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from autorl.envs.alfworld import AlfworldEnv, load_episodes
-from autorl.envs.alfworld_games import SHORT_TYPES, write_fixture_split
-from autorl.envs.alfworld_react import HEADER, TASK_INTRO, examples, render_prompt
 from autorl.envs.base import EnvData, EnvSource, EpisodeSpec
-from autorl.tasks import TaskData, build_task_data, get_task, load_evaluator
+from autorl.task_code.alfworld.agent.protocol import HEADER, TASK_INTRO, examples, render_prompt
+from autorl.task_code.alfworld.env import AlfworldEnv, load_episodes
+from autorl.task_code.alfworld.fixture import write_fixture_split
+from autorl.task_code.alfworld.games import SHORT_TYPES
+from autorl.tasks import EvalContext, TaskData, build_task_data, get_task, load_evaluator
 
 SPEC = get_task("alfworld")
 BUILD = {"train_size": 6, "eval_size": 6}
@@ -80,7 +81,7 @@ def test_evaluator_scores_won_games_with_per_type_rates(data: TaskData, tmp_path
         firsts[episode_id] = env.reset(EpisodeSpec(EnvSource("alfworld", "fixture"), episode_id),
                                        EnvData(data.public_dir, data.private_dir)).observation
     engine = _Oracle(plans, firsts)
-    result = load_evaluator(SPEC)(engine, data.private_dir, options={"max_steps": 20})
+    result = load_evaluator(SPEC)(engine, EvalContext(data.private_dir, options={"max_steps": 20}))
     assert result.score == 100.0 and result.num_examples == 6
     assert engine.calls == max(len(p) for p in plans.values())  # all games advance together
     assert {t: v["rate"] for t, v in result.details["per_task"].items()} == {t: 100.0 for t in SHORT_TYPES}

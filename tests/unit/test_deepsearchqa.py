@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from autorl.envs.base import EnvError
-from autorl.envs.qa_judge import judge_answers, open_judge
-from autorl.envs.search import Bm25Search, WebSearch
-from autorl.tasks import TaskData, build_task_data, get_task, load_evaluator
+from autorl.task_code.deepsearchqa.judge import LOCAL_JUDGES, judge_answers, open_judge
+from autorl.task_code.deepsearchqa.search import Bm25Search, WebSearch
+from autorl.tasks import EvalContext, TaskData, build_task_data, get_task, load_evaluator
 
 SPEC = get_task("deepsearchqa")
 BUILD = {"train_size": 8, "eval_size": 6, "distractor_towns": 6}
@@ -136,7 +136,7 @@ class _SearchThenAnswer:
 def test_react_searches_for_real_and_is_judged(data: TaskData) -> None:
     rows = _rows(data.private_dir / "questions.jsonl")
     engine = _SearchThenAnswer(rows)
-    result = load_evaluator(SPEC)(engine, data.private_dir, options=EVAL)
+    result = load_evaluator(SPEC)(engine, EvalContext(data.private_dir, options=EVAL))
     assert result.score == 100.0 and result.num_examples == 6 and engine.calls == 2
     assert result.details["searches"] == 6 and result.details["answered"] == 6
 
@@ -147,7 +147,7 @@ class _NeverAnswers:
 
 
 def test_unanswered_questions_are_incorrect(data: TaskData) -> None:
-    result = load_evaluator(SPEC)(_NeverAnswers(), data.private_dir, options=EVAL | {"max_steps": 2})
+    result = load_evaluator(SPEC)(_NeverAnswers(), EvalContext(data.private_dir, options=EVAL | {"max_steps": 2}))
     assert result.score == 0.0 and result.details["answered"] == 0
 
 
@@ -155,4 +155,7 @@ def test_bad_judge_options_fail_before_generating(data: TaskData) -> None:
     from autorl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="exactly one of"):
-        load_evaluator(SPEC)(_NeverAnswers(), data.private_dir, options=EVAL | {"judge_server": None})
+        load_evaluator(SPEC)(_NeverAnswers(), EvalContext(data.private_dir, options=EVAL | {"judge_server": None}))
+    with pytest.raises(ConfigError, match="Did you mean: rules"):
+        load_evaluator(SPEC)(_NeverAnswers(), EvalContext(data.private_dir, options=EVAL | {"judge_server": "rule"}))
+    assert LOCAL_JUDGES.names() == ["rules"]

@@ -1,4 +1,5 @@
-"""humaneval specifics: code extraction, the prompt sent, hostile completions, the fixture and the hub loader."""
+"""humaneval specifics: code extraction, the prompt sent, hostile completions, the recipe's reward, the fixture
+and the hub loader."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from typing import Any
 import pytest
 
 from autorl.errors import TaskError
-from autorl.tasks import build_task_data, get_task, load_task_module
+from autorl.tasks import EvalContext, build_task_data, get_task, load_task_module
 
 SPEC = get_task("humaneval")
 EVAL: ModuleType = load_task_module(SPEC, "evaluate.py")
-BUILD: ModuleType = load_task_module(SPEC, "build.py")
+FIXTURE: ModuleType = load_task_module(SPEC, "fixture.py")
+PROTOCOL: ModuleType = load_task_module(SPEC, "agent/protocol.py")
+RECIPE: ModuleType = load_task_module(SPEC, "agent/recipe.py")
 INSTRUCTION = ("Read the following function signature and docstring, and fully implement the function described. "
                "Your response should only contain the code for this function.\n")
 PROMPT = 'from typing import List\n\n\ndef total(xs: List[int]) -> int:\n    """Sum of xs."""\n'
@@ -45,8 +48,9 @@ def _exec_passes(program: str) -> bool:
     return True
 
 
-def test_doctests() -> None:
-    result = doctest.testmod(EVAL)
+@pytest.mark.parametrize("module", [PROTOCOL, FIXTURE], ids=lambda m: m.__name__.rpartition(".")[2])
+def test_doctests(module: ModuleType) -> None:
+    result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -65,7 +69,7 @@ def test_doctests() -> None:
     ],
 )
 def test_build_program(completion: str, passes: bool) -> None:
-    program = EVAL.build_program(PROMPT, completion, TEST, "total")
+    program = PROTOCOL.build_program(PROMPT, completion, TEST, "total")
     assert program.startswith(PROMPT) and program.endswith("check(total)\n")
     assert _exec_passes(program) is passes
 
@@ -100,7 +104,7 @@ def test_prompt_is_exact_and_batched(private_dir: Path) -> None:
     items = _items(private_dir)
     replies = [item["answer"] if i % 2 == 0 else "    return None\n" for i, item in enumerate(items)]
     engine = RecordingEngine(replies)
-    result = EVAL.evaluate(engine, private_dir, options={})
+    result = EVAL.evaluate(engine, EvalContext(private_dir))
     assert len(engine.calls) == 1
     conversations, max_new_tokens = engine.calls[0]
     assert max_new_tokens == 512
@@ -140,8 +144,8 @@ def test_hostile_completions_score_0_and_harm_nothing(private_dir: Path, tmp_pat
     # Append each problem's own solution: the completion passes unless its attack is stopped.
     replies = [attack + item["answer"] for attack, item in zip(hostile, items)]
     try:
-        result = EVAL.evaluate(RecordingEngine(replies), private_dir,
-                               options={"limit": 6, "timeout_s": 3, "workers": 2, "max_processes": 16})
+        result = EVAL.evaluate(RecordingEngine(replies), EvalContext(
+            private_dir, options={"limit": 6, "timeout_s": 3, "workers": 2, "max_processes": 16}))
         assert result.score == 0.0 and result.details["passed"] == 0 and result.num_examples == 6
         assert result.details["timed_out"] == 2  # the loop and the fork bomb; the others fail fast
         assert real_canary.read_text() == "alive" and (fake_home / "canary").read_text() == "alive"
@@ -151,18 +155,29 @@ def test_hostile_completions_score_0_and_harm_nothing(private_dir: Path, tmp_pat
         real_canary.unlink(missing_ok=True)
         listener.close()
     # The grader is unharmed: the same evaluator still scores correct answers.
-    again = EVAL.evaluate(RecordingEngine([item["answer"] for item in items]), private_dir, options={"limit": 5})
+    again = EVAL.evaluate(RecordingEngine([item["answer"] for item in items]), EvalContext(private_dir, {"limit": 5}))
     assert again.score == 100.0
 
 
 def test_no_eval_items_is_a_task_error(tmp_path: Path) -> None:
     (tmp_path / "eval.jsonl").write_text("")
     with pytest.raises(TaskError, match="no eval items"):
-        EVAL.evaluate(RecordingEngine([]), tmp_path, options={})
+        EVAL.evaluate(RecordingEngine([]), EvalContext(tmp_path))
+
+
+def test_recipe_reward_uses_the_evaluators_protocol(private_dir: Path) -> None:
+    """The recipe trains on the evaluator's user turn, and its reward passes what the evaluator passes."""
+    item = _items(private_dir)[0]
+    assert PROTOCOL.format_prompt(item["question"]) == INSTRUCTION + item["question"]
+    assert EVAL.build_conversation(item["question"]) == [{"role": "user", "content": INSTRUCTION + item["question"]}]
+    completions = [item["answer"], "    return None\n", f"```python\n{item['question']}{item['answer']}```"]
+    reward = RECIPE.PassesTests()(completions, question=[item["question"]] * 3, test=[item["test"]] * 3,
+                                  entry_point=[item["entry_point"]] * 3)
+    assert reward == [1.0, 0.0, 1.0]
 
 
 def test_every_fixture_solution_passes_its_tests_and_tests_catch_a_wrong_one() -> None:
-    problems = BUILD.fixture_problems()
+    problems = FIXTURE.fixture_problems()
     assert len(problems) == len({p["entry_point"] for p in problems}) == len({p["test"] for p in problems}) > 400
     for problem in problems:
         good = problem["question"] + problem["answer"] + problem["test"] + f"\ncheck({problem['entry_point']})\n"

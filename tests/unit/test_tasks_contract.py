@@ -12,12 +12,14 @@ import yaml
 
 from autorl.errors import TaskError
 from autorl.tasks import (
+    EvalContext,
     EvalResult,
     TaskData,
     TaskSpec,
     build_task_data,
     discover_tasks,
     get_task,
+    load_entry_point,
     load_evaluator,
     load_task_module,
 )
@@ -53,6 +55,11 @@ def _run_config(task_id: str) -> dict[str, Any]:
 def _fixture_eval_options(task_id: str) -> dict[str, Any]:
     """The eval options a sweep uses with the fixture source."""
     return dict(_run_config(task_id)["eval"].get("fixture") or {})
+
+
+def _context(task_id: str, data: TaskData, cache_dir: Path) -> EvalContext:
+    """The evaluator's context a sweep gives a static task built from the fixture."""
+    return EvalContext(data.private_dir, _fixture_eval_options(task_id), cache_dir=cache_dir)
 
 
 def _gold_reply(item: dict[str, Any], task_id: str | None = None) -> str:
@@ -120,9 +127,37 @@ def test_manifest_valid(task_id: str) -> None:
     assert spec.level in ("L1", "L2", "L3") and spec.kind in ("static", "interactive")
     assert "fixture" in spec.sources
     assert spec.description and "\n" not in spec.description
-    for name in ("build.py", "evaluate.py", "README.md"):
+    for name in ("build.py", "evaluate.py", "README.md", "__init__.py", "agent/__init__.py"):
         assert (spec.folder / name).is_file(), name
     assert get_task(task_id) == spec
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_entry_points_resolve(task_id: str) -> None:
+    spec = TASKS[task_id]
+    assert callable(load_evaluator(spec))
+    for name in spec.entry_points:
+        assert callable(load_entry_point(spec, name)), name
+    assert (spec.kind == "interactive") == ("env" in spec.entry_points)
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_agent_side_never_imports_its_grader_side(task_id: str) -> None:
+    """The agent/ package imports its siblings only; the scripted agent loads a copy of it alone."""
+    import ast
+
+    grader_side = ("autorl.tasks", "autorl.task_code", "autorl.grading", "autorl.judge")
+    for path in sorted(TASKS[task_id].agent_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level <= 1, f"{path}: imports outside agent/ ({'.' * node.level}{node.module})"
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                assert not name.startswith(grader_side), f"{path}: imports grader-side {name}"
 
 
 @pytest.mark.parametrize("task_id", sorted(TASKS))
@@ -172,20 +207,20 @@ def test_public_reveals_nothing_private(task_id: str, built: dict[str, TaskData]
 
 
 @pytest.mark.parametrize("task_id", STATIC)
-def test_oracle_scores_100(task_id: str, built: dict[str, TaskData]) -> None:
+def test_oracle_scores_100(task_id: str, built: dict[str, TaskData], tmp_path: Path) -> None:
     data = built[task_id]
     items = _rows(data.private_dir)
     engine = OracleEngine(items, task_id)
-    result = load_evaluator(TASKS[task_id])(engine, data.private_dir, options=_fixture_eval_options(task_id))
+    result = load_evaluator(TASKS[task_id])(engine, _context(task_id, data, tmp_path))
     assert isinstance(result, EvalResult)
     assert result.score == 100.0 and result.num_examples == len(items)
     assert engine.calls <= 4, "the evaluator must batch its engine calls"
 
 
 @pytest.mark.parametrize("task_id", STATIC)
-def test_garbage_scores_0(task_id: str, built: dict[str, TaskData]) -> None:
+def test_garbage_scores_0(task_id: str, built: dict[str, TaskData], tmp_path: Path) -> None:
     data = built[task_id]
-    result = load_evaluator(TASKS[task_id])(GarbageEngine(), data.private_dir, options=_fixture_eval_options(task_id))
+    result = load_evaluator(TASKS[task_id])(GarbageEngine(), _context(task_id, data, tmp_path))
     assert isinstance(result, EvalResult)
     assert result.score == 0.0 and result.num_examples == len(_rows(data.private_dir))
 
@@ -203,7 +238,7 @@ def test_unknown_task_lists_tasks() -> None:
 def test_missing_key_names_file_and_key(tmp_path: Path) -> None:
     (tmp_path / "broken").mkdir()
     manifest = tmp_path / "broken" / "task.yaml"
-    manifest.write_text("id: broken\nname: B\nversion: 1\nlevel: L1\nkind: static\nsources: [fixture]\n")
+    manifest.write_text("id: broken\nname: B\nversion: 1\nlevel: L1\nkind: static\nsources: {fixture: 'build:build'}\n")
     with pytest.raises(TaskError, match=r"broken/task\.yaml.*'description'"):
         discover_tasks(tmp_path)
 
@@ -211,7 +246,8 @@ def test_missing_key_names_file_and_key(tmp_path: Path) -> None:
 def test_new_folder_is_discovered(tmp_path: Path) -> None:
     (tmp_path / "toy").mkdir()
     (tmp_path / "toy" / "task.yaml").write_text(
-        "id: toy\nname: Toy\nversion: 2\nlevel: L2\nkind: static\ndescription: A toy.\nsources: [fixture]\n"
+        "id: toy\nname: Toy\nversion: 2\nlevel: L2\nkind: static\ndescription: A toy.\n"
+        "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate'}\n"
     )
     spec = discover_tasks(tmp_path)["toy"]
     assert isinstance(spec, TaskSpec) and spec.version == 2 and spec.sources == ("fixture",)
@@ -221,10 +257,11 @@ def test_failed_build_leaves_no_cache(tmp_path: Path) -> None:
     folder = tmp_path / "tasks" / "flaky"
     folder.mkdir(parents=True)
     (folder / "task.yaml").write_text(
-        "id: flaky\nname: F\nversion: 1\nlevel: L1\nkind: static\ndescription: F.\nsources: [fixture]\n"
+        "id: flaky\nname: F\nversion: 1\nlevel: L1\nkind: static\ndescription: F.\n"
+        "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate'}\n"
     )
     (folder / "build.py").write_text(
-        "def build(source, public, private, *, seed, options):\n"
+        "def build(public, private, *, seed, options):\n"
         "    (public / 'x.txt').write_text('x')\n"
         "    if options.get('fail'):\n"
         "        raise RuntimeError('boom')\n"

@@ -5,12 +5,14 @@ It uses only what any agent gets: the environment variables (``TASK``, ``MODEL_P
 and the grading API, plus the task's agent-side code: ``--recipe-dir`` is a copy of
 ``tasks/<id>/agent/`` (the only task code an agent may import), imported as the package
 ``task_agent`` so that it can never reach the task's grader side; ``--recipe`` names its
-``run(args) -> int`` as ``module:attr`` inside that package.
+``run(args) -> int`` as ``module:attr`` inside that package. The process also refuses to import
+any grader-side module of autorl (:data:`GRADER_SIDE`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.abc
 import importlib.util
 import json
 import os
@@ -20,6 +22,31 @@ from pathlib import Path
 from autorl.agents.scripted.common import log
 
 AGENT_PACKAGE = "task_agent"
+# What only the grader may import: task folders (builders, fixture generators, evaluators), the task
+# loader that reaches them, and the grading and judging code. The scripted agent refuses them all.
+GRADER_SIDE = ("autorl.tasks", "autorl.task_code", "autorl.grading", "autorl.judge")
+
+
+class GraderSideBlocker(importlib.abc.MetaPathFinder):
+    """Refuses every import of :data:`GRADER_SIDE` in this process (the agent's own is unaffected)."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        """Raise for grader-side modules; ``None`` lets the other finders handle everything else."""
+        if any(fullname == name or fullname.startswith(name + ".") for name in GRADER_SIDE):
+            raise ImportError(f"{fullname} is grader-side code; an agent process may not import it")
+        return None
+
+
+def block_grader_side() -> None:
+    """Install :class:`GraderSideBlocker` first on ``sys.meta_path``.
+
+    Raises:
+        RuntimeError: Grader-side code was imported before the blocker went in.
+    """
+    loaded = sorted(name for name in sys.modules if name.startswith(GRADER_SIDE))
+    if loaded:
+        raise RuntimeError(f"grader-side modules already imported by the agent process: {', '.join(loaded)}")
+    sys.meta_path.insert(0, GraderSideBlocker())
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -54,6 +81,7 @@ def import_agent_package(folder: Path) -> None:
 def main(argv: list[str]) -> int:
     """Run the recipe; the exit code is the recipe's (3: the task has no recipe)."""
     args = parse_args(argv)
+    block_grader_side()
     import torch
 
     torch.manual_seed(args.seed)

@@ -1,5 +1,5 @@
-"""Judging DeepSearchQA answers: the reference's judge prompt, an OpenAI-compatible judge, and the
-fixture's rule-based judging model.
+"""Judging DeepSearchQA answers (grader side): the reference's judge prompt, an OpenAI-compatible
+judge, and the fixture's rule-based judging model.
 
 The judge is a configured driver (``judge_driver``: ``conf/driver/<name>.yaml``) or a local judging
 model served on loopback by :class:`autorl.judge.server.LocalJudgeServer` (``judge_server: rules``),
@@ -19,6 +19,7 @@ from typing import Any
 
 from autorl.engine.base import ChatMessage
 from autorl.errors import ConfigError
+from autorl.registry import Registry
 
 SYSTEM = "You are a strict answer evaluator."
 _FIELDS = re.compile(r"Answer type: (.*)\nGold answer: (.*)\nPredicted answer: (.*)\n\nRules:", re.DOTALL)
@@ -80,7 +81,8 @@ class RuleQAJudge:
         return "correct" if rule_judgement(*match.groups()) else "incorrect"
 
 
-LOCAL_JUDGES = {"rules": RuleQAJudge}
+#: Local judging models by ``judge_server`` name (served by :class:`autorl.judge.server.LocalJudgeServer`).
+LOCAL_JUDGES: Registry[type[RuleQAJudge]] = Registry("local judge", {"rules": f"{__name__}:RuleQAJudge"})
 
 
 @contextlib.contextmanager
@@ -88,7 +90,7 @@ def open_judge(options: dict[str, Any], cache_dir: Path | None) -> Iterator[Any]
     """A :class:`autorl.judge.client.JudgeClient` for ``judge_driver`` or ``judge_server`` options.
 
     Raises:
-        ConfigError: Neither or both are set, or the local judge is unknown.
+        ConfigError: Neither or both are set, or the local judge is unknown (with "did you mean").
     """
     from autorl.judge.client import JudgeClient, JudgeSpec, load_judge_spec
 
@@ -102,11 +104,9 @@ def open_judge(options: dict[str, Any], cache_dir: Path | None) -> Iterator[Any]
         with JudgeClient(load_judge_spec(str(driver)), params=params, concurrency=concurrency, cache_dir=cache_dir) as client:
             yield client
         return
-    if server not in LOCAL_JUDGES:
-        raise ConfigError(f"unknown local judge {server!r}; valid: {', '.join(LOCAL_JUDGES)}")
+    model = LOCAL_JUDGES.get(str(server))()  # ConfigError with "did you mean" for an unknown name
     from autorl.judge.server import LocalJudgeServer
 
-    model = LOCAL_JUDGES[str(server)]()
     with LocalJudgeServer({model.name: model}) as running, JudgeClient(
         JudgeSpec(name=f"local-{server}", model=model.name, base_url=running.base_url), params=params,
         concurrency=concurrency, cache_dir=cache_dir,

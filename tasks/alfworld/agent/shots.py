@@ -1,9 +1,12 @@
 """Two ReAct examples per ALFWorld task type, in the format of the reference's ``react_prompts.json``.
 
 The reference's originals (from the ReAct paper) are not available offline and use an older command
-set (``put X in/on Y``); these were written by playing generated games of each type with the PDDL
-planner (``autorl.envs.alfworld_games``, seed 20240917) and adding ReAct ``think:`` steps, so every
-command and observation is exactly what ``alfworld`` 0.4.2 prints (``take X from Y``, ``move X to Y``).
+set (``put X in/on Y``); these were written by playing generated games of each type (the task's
+fixture generator, ``tasks/alfworld/fixture.py``, seed 20240917) with the PDDL planner and adding
+ReAct ``think:`` steps, so every command and observation is exactly what ``alfworld`` 0.4.2 prints
+(``take X from Y``, ``move X to Y``).
+
+Agent side: plain data, imported by the prompt protocol (``protocol.py``).
 """
 
 SHOTS: dict[str, str] = {

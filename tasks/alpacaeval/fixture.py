@@ -1,30 +1,21 @@
-"""The alpacaeval fixture's instruction families and its rule-based judging model.
+"""The alpacaeval fixture generator: seven instruction families, their perfect and partial answers.
 
-The fixture judge is **not a language model**. It is a deterministic judging model that only
-understands the fixture's instruction families: it recognises an instruction by its template,
-computes the items a perfect answer lists (multiples, a count, letters of a word, ...), scores
-each output by the F1 overlap between those items and the items of the same kind found in the
-output (order ignored), and prefers the higher score; on equal scores it prefers the shorter
-output, then the first one shown. Instructions it does not recognise score 0 for both outputs
-(so the shorter output wins). It is served behind a real OpenAI-compatible endpoint
-(:mod:`autorl.judge.server`) so the fixture exercises the real judge client, prompt, cache,
-concurrency bound and LC win rate.
+Grader side: deterministic in its seed, so it can rebuild the private split; no agent imports it.
+Each family is an instruction template with a solver (the items a perfect answer lists:
+multiples, a count, letters of a word, ...). Train answers list exactly the required items; eval
+references are deliberately partial, so a perfect answer beats the reference and an empty one
+loses to it under the fixture's rule judge (:mod:`.rules`, which recognises the same families).
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from autorl.engine.base import ChatMessage
-from autorl.judge.pairwise import read_prompt
-
 Kind = Literal["number", "letter", "word"]
-RULES_VERSION = 1  # bump when scoring changes: part of the judge's cache identity
 
 _WORDS = ("apple", "river", "garden", "window", "rabbit", "candle", "pencil", "orange", "silver", "planet",
           "basket", "bridge", "castle", "dragon", "forest", "guitar", "island", "jacket", "kitten", "lemon",
@@ -90,12 +81,6 @@ FAMILIES: tuple[Family, ...] = (
            lambda: [{"n": n, "c": chr(c)} for c in range(ord("a"), ord("q")) for n in range(3, 7)]),
 )
 
-_TOKENS: dict[Kind, re.Pattern[str]] = {
-    "number": re.compile(r"-?\d+"),
-    "letter": re.compile(r"(?<![A-Za-z])[A-Za-z](?![A-Za-z])"),
-    "word": re.compile(r"[A-Za-z]+"),
-}
-
 
 def recognise(instruction: str) -> tuple[Family, list[str]] | None:
     """The family of ``instruction`` and its required items, or ``None`` if it is not a fixture one.
@@ -115,6 +100,9 @@ def recognise(instruction: str) -> tuple[Family, list[str]] | None:
 def ideal_answer(instruction: str) -> str:
     """The answer that lists exactly the required items (what the fixture's train answers are).
 
+    >>> ideal_answer('Write the word "kite" 2 times.'), ideal_answer("Count from 3 to 5.")
+    ('kite kite', '3, 4, 5')
+
     Raises:
         ValueError: Not a fixture instruction.
     """
@@ -123,52 +111,6 @@ def ideal_answer(instruction: str) -> str:
         raise ValueError(f"not a fixture instruction: {instruction!r}")
     family, items = found
     return (" " if family.kind == "word" else ", ").join(items)
-
-
-def quality(instruction: str, output: str) -> float:
-    """F1 overlap (0-1) between the required items and the output's items of the same kind.
-
-    >>> quality("Count from 3 to 6.", "3, 4, 5, 6")
-    1.0
-    >>> round(quality("Count from 3 to 6.", "3, 4"), 3)
-    0.667
-    >>> quality("Count from 3 to 6.", "no idea, sorry")
-    0.0
-    """
-    found = recognise(instruction)
-    if found is None:
-        return 0.0
-    family, items = found
-    tokens = _TOKENS[family.kind].findall(output)
-    if family.kind != "number":
-        tokens = [t.lower() for t in tokens]
-    overlap = sum((Counter(items) & Counter(tokens)).values())
-    if overlap == 0:
-        return 0.0
-    precision, recall = overlap / len(tokens), overlap / len(items)
-    return 2 * precision * recall / (precision + recall)
-
-
-def judge_choice(instruction: str, first: str, second: str) -> str:
-    """``"m"`` if the first output is better, else ``"M"`` (see the module docstring for the rule)."""
-    q1, q2 = quality(instruction, first), quality(instruction, second)
-    if q1 != q2:
-        return "m" if q1 > q2 else "M"
-    return "M" if len(second) < len(first) else "m"
-
-
-class RuleJudge:
-    """A judging model for :mod:`autorl.judge.server`: answers AlpacaEval pairwise prompts by rule."""
-
-    name = f"alpacaeval-fixture-rules-v{RULES_VERSION}"
-
-    def __call__(self, messages: list[ChatMessage]) -> str:
-        """Answer ``m`` or ``M`` for a pairwise prompt; an unreadable prompt gets an explanation instead."""
-        user = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
-        parsed = read_prompt(user)
-        if parsed is None:
-            return "I can only judge AlpacaEval pairwise comparison prompts."
-        return judge_choice(*parsed)
 
 
 def partial_answer(instruction: str, rng: random.Random) -> str:
@@ -189,3 +131,31 @@ def partial_answer(instruction: str, rng: random.Random) -> str:
 def all_instructions() -> list[str]:
     """Every fixture instruction, family by family (the fixture builder samples from these)."""
     return [family.template.format(**params) for family in FAMILIES for params in family.params()]
+
+
+def fixture_split(seed: int, train_size: int, eval_size: int) -> tuple[list[dict[str, str]], list[tuple[str, str]]]:
+    """The fixture's eval rows and train ``(question, ideal answer)`` pairs, drawn with ``random.Random(seed)``.
+
+    All instructions are shuffled once; the first ``eval_size`` become eval rows (``question``,
+    a partial ``reference``, ``generator``, ``dataset``), the next ``train_size`` the train pairs.
+
+    >>> evals, train = fixture_split(0, 3, 2)
+    >>> len(evals), len(train), (evals, train) == fixture_split(0, 3, 2)
+    (2, 3, True)
+
+    Raises:
+        ValueError: More instructions asked for than the families hold, or an eval item leaks into train.
+    """
+    pool = all_instructions()
+    if train_size + eval_size > len(pool):
+        raise ValueError(f"the fixture has {len(pool)} instructions; train_size + eval_size = {train_size + eval_size}")
+    rng = random.Random(seed)
+    rng.shuffle(pool)
+    evals = [{"question": q, "reference": partial_answer(q, rng), "generator": "fixture_reference",
+              "dataset": "fixture"} for q in pool[:eval_size]]
+    train = [(question, ideal_answer(question)) for question in pool[eval_size: eval_size + train_size]]
+    public_text = "\n".join(question + "\n" + answer for question, answer in train)
+    for row in evals:
+        if row["question"] in public_text or row["reference"] in public_text:
+            raise ValueError(f"fixture bug: eval item {row['question']!r} leaks into train")
+    return evals, train

@@ -1,7 +1,7 @@
 """Scripted recipe for alfworld: SFT on the PDDL planner's trajectories, then online RL in the EnvPool.
 
 The planner's next command arrives with every training step (``info["expert_action"]``); the
-prompts are the evaluator's ReAct prompts (:mod:`autorl.envs.alfworld_react`).
+prompts are the evaluator's ReAct prompts (``protocol.py`` next to this file).
 """
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 
 from autorl.agents.scripted.common import log, remaining_s, submit
-from autorl.envs.alfworld_react import AlfworldProtocol
 from autorl.agents.scripted.interactive import InteractiveRecipe, run_recipe
 from autorl.envs.rollout import Episode
+
+from .protocol import AlfworldProtocol
 
 MAX_PROMPT_CHARS = 1800  # the tiny model's 1024-token window; the eval truncates the same way (conf/task/alfworld.yaml)
 

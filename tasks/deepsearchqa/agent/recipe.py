@@ -2,8 +2,8 @@
 
 The expert trajectory of a training question searches the question itself (the env's real search
 tool answers) and then answers the public gold answer of ``data/questions.jsonl``; the prompts are
-the evaluator's ReAct prompts (:mod:`autorl.envs.deepsearchqa_react`). RL rewards come from the
-judge, through the env endpoints.
+the evaluator's ReAct prompts (:mod:`.protocol`). RL rewards come from the judge, through the env
+endpoints. Agent side: the search tool and the judge are reached only through the grading API.
 """
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from autorl.agents.scripted.common import log, remaining_s, submit
-from autorl.envs.deepsearchqa_react import DeepSearchProtocol
 from autorl.agents.scripted.interactive import InteractiveRecipe, run_recipe
 from autorl.envs.rollout import Episode
 
+from .protocol import DeepSearchProtocol
+
 
 def _gold() -> dict[str, str]:
+    """The public gold answer of every training question (``$DATA_PATH/questions.jsonl``), by episode id."""
     path = Path(os.environ["DATA_PATH"]) / "questions.jsonl"
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return {r["episode_id"]: str(r["answer"]) for r in rows}

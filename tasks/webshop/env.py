@@ -8,8 +8,8 @@ BACKENDS = ("builtin", "server")
 
 
 class WebShopEnv:
-    """Dispatches to :class:`~autorl.envs.webshop_builtin.BuiltinWebShop` or
-    :class:`~autorl.envs.webshop_http.WebShopServerEnv` by the episode's ``backend`` env option."""
+    """Dispatches to :class:`.builtin_shop.BuiltinWebShop` or :class:`.server_client.WebShopServerEnv`
+    by the episode's ``backend`` env option (the task's ``env`` entry point)."""
 
     def __init__(self) -> None:
         """No backend chosen yet."""
@@ -24,11 +24,11 @@ class WebShopEnv:
         if kind != self.kind:
             self.close()
             if kind == "builtin":
-                from autorl.envs.webshop_builtin import BuiltinWebShop
+                from .builtin_shop import BuiltinWebShop
 
                 self.backend = BuiltinWebShop()
             else:
-                from autorl.envs.webshop_http import WebShopServerEnv
+                from .server_client import WebShopServerEnv
 
                 self.backend = WebShopServerEnv()
             self.kind = kind

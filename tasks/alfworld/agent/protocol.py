@@ -6,14 +6,18 @@ one ``" {action}\\n{observation}\\n>"`` per step. Raw completion, greedy, stop `
 is the stripped first line (a leading ``"> "`` removed). Prompts longer than the model's window are
 truncated the way the reference's later fix does it: the examples go first, then the oldest steps;
 the task statement and the latest steps always stay.
+
+Agent side: shared by the evaluator and the scripted recipe; imports nothing from the task's
+grader side.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autorl.envs.alfworld_shots import SHOTS
 from autorl.envs.rollout import Episode
+
+from .shots import SHOTS
 
 HEADER = "Interact with a household to solve a task. Here are two examples.\n"
 TASK_INTRO = "\nHere is the task.\n"

@@ -7,6 +7,8 @@ reference also stopped at ``"\\nAction:"``, which cut every step before its acti
 never ran; here the action line is kept and parsed from this step's output only. After a search
 the prompt continues ``"\\nObservation: <results>\\nThought:"``. Greedy, at most 256 tokens, at most
 6 steps; a step without an action gets the env's "Invalid action" observation.
+
+Agent side: shared by the evaluator and the scripted recipe; imports nothing from the task's grader side.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The expert (a shopper who knows the goal's product: search its title, open it, pick the goal's
 options, buy) arrives with every training step as ``info["expert_action"]``; the prompts are the
-evaluator's chat prompts (:mod:`autorl.envs.webshop_prompt`).
+evaluator's chat prompts (:mod:`.protocol`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import argparse
 from autorl.agents.scripted.common import log, remaining_s, submit
 from autorl.agents.scripted.interactive import InteractiveRecipe, run_recipe
 from autorl.envs.rollout import Episode
-from autorl.envs.webshop_prompt import WebShopProtocol
+
+from .protocol import WebShopProtocol
 
 
 def expert(episode: Episode) -> str | None:

@@ -1,4 +1,5 @@
-"""Search tools for DeepSearchQA: a web search API client and a local BM25 index.
+"""Search tools for DeepSearchQA (grader side, behind its env): a web search API client and a local
+BM25 index.
 
 ``WebSearch`` speaks SerpAPI's protocol (the reference's backend): ``GET <endpoint>?q=<query>&
 num=<k>&api_key=<key>`` answered with JSON whose ``organic_results[].snippet`` are joined with

@@ -9,16 +9,17 @@ from pathlib import Path
 
 from autorl.agents.scripted.common import log, longest_conversation_tokens, remaining_s, sft, submit, with_overrides
 
+from .protocol import chat_prompt
+
 MAX_SEQUENCE = 1024  # the longest SFT sequence this recipe asks for
 
 
 def load_conversations(data_dir: Path) -> list[list[dict[str, str]]]:
-    """One chat per training row: the ``question`` as the user turn, the ``answer`` as the reply."""
-    conversations = []
+    """One chat per training row: the ``question`` as the user turn (as evaluated), the ``answer`` as the reply."""
+    conversations: list[list[dict[str, str]]] = []
     for line in (data_dir / "train.jsonl").read_text(encoding="utf-8").splitlines():
         item = json.loads(line)
-        conversations.append([{"role": "user", "content": item["question"]},
-                              {"role": "assistant", "content": item["answer"]}])
+        conversations.append([*chat_prompt(item["question"]), {"role": "assistant", "content": item["answer"]}])
     return conversations
 
 

@@ -1,12 +1,12 @@
-"""The built-in WebShop: WebShop's text environment over a local product catalogue.
+"""The built-in WebShop: WebShop's text environment over a local product catalogue (grader side).
 
 Pages, observations and actions follow WebShop's ``WebAgentTextEnv(observation_mode="text")``:
 page texts joined by ``" [SEP] "``, ``search[query]`` on the search page, ``click[x]`` for any
 clickable (lower-cased) — product ids on result pages, option values, ``description`` /
 ``features`` / ``reviews``, ``< prev``, ``next >``, ``back to search`` and ``buy now``. Search is
 BM25 (``bm25s``) over titles, attributes and descriptions, 10 results a page, 50 at most. Buying
-ends the episode with WebShop's reward (:func:`autorl.envs.webshop_catalog.get_reward`). An action
-that is not available leaves the page as it is (as in WebShop).
+ends the episode with WebShop's reward (:func:`.reward.get_reward`). An action that is not
+available leaves the page as it is (as in WebShop).
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from autorl.envs.base import EnvData, EnvError, EpisodeSpec, StepResult, split_of
-from autorl.envs.webshop_catalog import Goal, Product, get_reward
+
+from .reward import Goal, Product, get_reward
 
 SEP = " [SEP] "
 PAGE_SIZE = 10

@@ -1,10 +1,13 @@
-"""The WebShop prompt protocol of the reference (``benchmarks/webshop/eval.py``).
+"""The WebShop prompt protocol of the reference (``benchmarks/webshop/eval.py``), shared by the
+evaluator and the scripted recipe.
 
 Chat with the model's template: a system message asking for one action only, then a user turn with
 the instruction, the available actions (``search[<your query>]`` on the search page, else one
 ``click[…]`` per clickable), the rules and the last ``history_window`` (5) observation/action pairs,
 ending ``Observation n: …\\nAction n:``. Greedy, at most 100 tokens, stop ``"\\n"``. The reply is
 cleaned as the reference does (an ``Action:`` prefix dropped, ``choose[`` mapped to ``click[``).
+
+Agent side: imports nothing from the task's grader side.
 """
 
 from __future__ import annotations

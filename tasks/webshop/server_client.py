@@ -1,4 +1,4 @@
-"""WebShop through a running WebShop web server (princeton-nlp/WebShop's ``web_agent_site`` app).
+"""WebShop through a running WebShop web server (princeton-nlp/WebShop's ``web_agent_site`` app); grader side.
 
 The client speaks the site's HTTP protocol as ReAct's WebShop harness does: pages are GET
 requests on ``/<session>``, ``/search_results/<session>/<keywords>/<page>``,
@@ -18,7 +18,8 @@ from typing import Any
 from urllib.parse import quote
 
 from autorl.envs.base import EnvData, EnvError, EpisodeSpec, StepResult
-from autorl.envs.webshop_builtin import SEP, SUBPAGES, parse_action
+
+from .builtin_shop import SEP, SUBPAGES, parse_action
 
 SCORE_LABEL = "Your score (min 0.0, max 1.0)"
 _HIDDEN = {"style", "script", "head", "title", "meta"}

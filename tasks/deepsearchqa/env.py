@@ -1,10 +1,11 @@
-"""DeepSearchQA as an environment: a question, a search tool, and an answer.
+"""DeepSearchQA as an environment (grader side): a question, a search tool, and an answer.
 
 Questions are listed in ``questions.jsonl`` (``{"episode_id", "problem", "answer", "answer_type"}``;
 ``public/`` for ``train/…``, ``private/`` for ``eval/…``). Actions are ``search[query]`` (the
-observation is the search result, from the configured backend: :mod:`autorl.envs.search`) and
-``answer[text]`` (ends the episode). Training episodes are judged on the spot (reward 1 when the
-judge says correct); evaluation episodes are judged by the grader, after all of them are played.
+observation is the search result, from the configured backend:
+:mod:`autorl.task_code.deepsearchqa.search`) and ``answer[text]`` (ends the episode). Training
+episodes are judged on the spot (reward 1 when the judge says correct); evaluation episodes are
+judged by the grader, after all of them are played.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from autorl.envs.base import EnvData, EnvError, EpisodeSpec, StepResult, split_of
-from autorl.envs.search import SearchBackend, make_search
+
+from .search import SearchBackend, make_search
 
 INVALID = "Invalid action. Use search[query] to search or answer[your answer] to answer."
 _ACTION = re.compile(r"^\s*(search|answer)\[(.*)\]\s*$", re.DOTALL)
@@ -92,7 +94,7 @@ class DeepSearchEnv:
         return StepResult(f"Your answer: {arg}", reward, True, [], info)
 
     def _judge(self, prediction: str) -> bool:
-        from autorl.envs.qa_judge import judge_answers, open_judge
+        from .judge import judge_answers, open_judge
 
         assert self.row is not None
         with open_judge(self.options, None) as client:

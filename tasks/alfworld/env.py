@@ -7,6 +7,9 @@ Observations follow the reference's ReAct port of ALFWorld: the reset text witho
 banner, ``"You arrive at loc …"`` prefixes dropped, ``think: …`` actions answered ``"OK."``; the
 reward is 1 once the game is won. Training episodes also carry the planner's next action
 (``info["expert_action"]``, fast-downward through TextWorld's ``policy_commands``).
+
+Grader side: the manifest's ``env`` entry point (``env:AlfworldEnv``), hosted in the EnvPool; no
+agent imports it (agents play through the grading API's env endpoints).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Scripted recipe for humaneval: SFT on the canonical solutions, then GRPO with a tests-pass reward.
 
-The prompt is the one ``description.md`` documents; the reward runs each completion against the
-training problem's own tests in :mod:`autorl.sandbox` (no network, resource limits, timeout).
+The prompt and the program assembly are the evaluator's (:mod:`.protocol`, the protocol
+``description.md`` documents); the reward runs each completion against the training problem's own
+tests in :mod:`autorl.sandbox` (no network, resource limits, timeout).
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,9 @@ from autorl.agents.scripted.common import (
 )
 from autorl.sandbox import Sandbox, SandboxLimits
 
-INSTRUCTION = (
-    "Read the following function signature and docstring, and fully implement the function described. "
-    "Your response should only contain the code for this function.\n"
-)
+from .protocol import build_program, format_prompt
+
 MAX_SEQUENCE = 1024  # the longest SFT sequence this recipe asks for (the tiny model's context)
-_FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
 def load_rows(data_dir: Path) -> list[dict[str, str]]:
@@ -38,33 +35,9 @@ def load_rows(data_dir: Path) -> list[dict[str, str]]:
     rows = []
     for line in (data_dir / "train.jsonl").read_text(encoding="utf-8").splitlines():
         item = json.loads(line)
-        rows.append({"prompt": INSTRUCTION + item["question"], "solution": item["answer"], "question": item["question"],
+        rows.append({"prompt": format_prompt(item["question"]), "solution": item["answer"], "question": item["question"],
                      "test": item["test"], "entry_point": item["entry_point"]})
     return rows
-
-
-def program(question: str, completion: str, test: str, entry_point: str) -> str:
-    """Prompt + completion (the fenced code, or the body) + tests, as the task description says.
-
-    >>> print(program("def f(x):\\n    'Doc.'\\n", "return x + 1", "def check(c):\\n    assert c(1) == 2", "f"))
-    def f(x):
-        'Doc.'
-        return x + 1
-    def check(c):
-        assert c(1) == 2
-    check(f)
-    <BLANKLINE>
-    """
-    match = _FENCE.search(completion)
-    code = match.group(1) if match else completion
-    if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
-        solution = f"{question}\n{code}"
-    else:
-        first = next((line for line in code.split("\n") if line.strip()), "")
-        if first and not first[0].isspace():
-            code = "\n".join(f"    {line}" if line.strip() else line for line in code.split("\n"))
-        solution = question + code
-    return f"{solution.rstrip()}\n{test.rstrip()}\ncheck({entry_point})\n"
 
 
 class PassesTests:
@@ -81,7 +54,7 @@ class PassesTests:
                  **_: Any) -> list[float]:
         """Run every completion's program, two at a time."""
         texts = completion_texts(completions)
-        programs = [program(q, c, t, e) for c, q, t, e in zip(texts, question, test, entry_point, strict=True)]
+        programs = [build_program(q, c, t, e) for c, q, t, e in zip(texts, question, test, entry_point, strict=True)]
         return [1.0 if r.ok else 0.0 for r in self.sandbox.run_many(programs, workers=2)]
 
 

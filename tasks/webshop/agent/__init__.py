@@ -1,0 +1,1 @@
+"""webshop, agent side: the scripted recipe and the prompt protocol it trains on."""
