@@ -9,7 +9,7 @@ string relative to that package, so nothing in autorl lists tasks by hand::
       hub: build:build_hub
     entry_points:
       evaluate: evaluate:evaluate  # Evaluator: (engine, EvalContext) -> EvalResult
-      env: env:WebShopEnv          # interactive tasks: a factory of fresh Env instances
+      env: env:MyEnv                # interactive tasks: a factory of fresh Env instances
       recipe: recipe:run           # the scripted agent's recipe, relative to the agent/ package
 
 Grader-side code (builders, fixture generators, evaluators, judges, environments) sits in the
@@ -261,9 +261,9 @@ def load_task_module(spec: TaskSpec, filename: str) -> ModuleType:
     path = spec.folder / filename
     if not path.is_file():
         raise TaskError(f"task '{spec.id}' has no {filename} (expected {path})")
-    relative = Path(filename).with_suffix("").as_posix().replace("/", ".")
+    parts = [part for part in Path(filename).with_suffix("").parts if part != "__init__"]
     _check_package(spec)
-    return importlib.import_module(f"{spec.package}.{relative}")
+    return importlib.import_module(".".join([spec.package, *parts]))
 
 
 def _check_package(spec: TaskSpec) -> None:

@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _run(task: str, engine: Any, private_dir: Path, options: dict[str, Any]) -> tuple[Any, float]:
-    from autorl.tasks import get_task, load_evaluator
+    from autorl.tasks import EvalContext, get_task, load_evaluator
 
     started = time.perf_counter()
-    result = load_evaluator(get_task(task))(engine, private_dir, options=options)
+    result = load_evaluator(get_task(task))(engine, EvalContext(private_dir, options))
     return result, time.perf_counter() - started
 
 
@@ -36,7 +36,10 @@ def main(argv: list[str]) -> int:
     import yaml
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--task", default="alfworld", choices=["alfworld", "webshop", "deepsearchqa"])
+    from autorl.tasks import discover_tasks
+
+    interactive = sorted(t for t, spec in discover_tasks().items() if spec.kind == "interactive")
+    parser.add_argument("--task", default="alfworld", choices=interactive)
     parser.add_argument("--episodes", type=int, default=36)
     parser.add_argument("--max-steps", type=int, default=None, help="default: the task's fixture setting")
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "autorl"))

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from autorl.errors import AutorlError
+from autorl.errors import AutorlError, ConfigError
+from autorl.registry import Registry
 
 TRAIN_PREFIX = "train/"
 EVAL_PREFIX = "eval/"
@@ -65,8 +67,7 @@ class StepResult:
 
     Attributes:
         observation: The text the agent sees.
-        reward: The task's reward so far (ALFWorld: 1 when won; WebShop: the purchase reward;
-            DeepSearchQA: 1 when the answer was judged correct).
+        reward: The task's reward so far (e.g. 1 when a game is won, a purchase's match score).
         done: The episode is over.
         admissible_actions: Actions the environment accepts now (may be empty when any text goes).
         info: Task-specific extras (``won``, ``task_type``, ``expert_action`` ...).
@@ -108,19 +109,27 @@ class Env(Protocol):
         ...
 
 
+def environments() -> Registry[Callable[[], Env]]:
+    """Environment kind → factory: each interactive task's ``env`` entry point, under its task id."""
+    from autorl.tasks import discover_tasks
+
+    return Registry("environment kind", {
+        task_id: f"{spec.package}.{spec.entry_points['env']}"
+        for task_id, spec in discover_tasks().items() if "env" in spec.entry_points
+    })
+
+
 def make_env(kind: str) -> Env:
-    """A fresh environment instance of ``kind`` (an interactive task's id: its ``env`` entry point).
+    """A fresh environment instance of ``kind`` (an interactive task's id).
 
     Raises:
-        EnvError: No interactive task of that id (the message lists the known ones).
+        EnvError: No interactive task of that id ("did you mean" and the known kinds).
     """
-    from autorl.tasks import discover_tasks, load_entry_point
-
-    tasks = {task_id: spec for task_id, spec in discover_tasks().items() if spec.kind == "interactive"}
-    if kind not in tasks:
-        raise EnvError(f"unknown environment kind {kind!r}; known kinds: {', '.join(tasks)}")
-    env: Env = load_entry_point(tasks[kind], "env")()
-    return env
+    try:
+        factory = environments().get(kind)
+    except ConfigError as error:
+        raise EnvError(str(error)) from error
+    return factory()
 
 
 def split_of(episode_id: str) -> str:

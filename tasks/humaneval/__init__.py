@@ -1,1 +1,1 @@
-"""humaneval (grader side here; agent side in ``agent/``)."""
+"""humaneval (grader side: builders, fixture generator, evaluator; agent side in ``agent/``)."""

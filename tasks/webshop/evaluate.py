@@ -2,10 +2,10 @@
 
 Protocol (reference ``benchmarks/webshop/eval.py``): sessions 0-99, the model's chat template with
 the reference's system message, the instruction, available actions, rules and the last 5
-observation/action pairs (:mod:`autorl.envs.webshop_prompt`), greedy, at most 100 tokens, stop
+observation/action pairs (:mod:`.agent.protocol`), greedy, at most 100 tokens, stop
 ``"\\n"``, at most 50 steps. A session succeeds when its purchase reward is at least 0.5
 (the reference's threshold); one not finished within the steps gets reward 0. All sessions advance
-together: one batched engine call per step, env steps in parallel in the EnvPool (``envs``).
+together: one batched engine call per step, env steps in parallel in the EnvPool (``ctx.envs``).
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from typing import Any
 from autorl.engine.base import GenerationEngine
 from autorl.envs.host import EpisodeClient, local_episode_client
 from autorl.envs.rollout import PlayStats, play
-from autorl.envs.webshop_prompt import WebShopProtocol
 from autorl.errors import TaskError
-from autorl.tasks import EvalResult
+from autorl.tasks import EvalContext, EvalResult
+
+from .agent.protocol import WebShopProtocol
 
 DEFAULTS: dict[str, Any] = {"max_steps": 50, "max_new_tokens": 100, "history_window": 5, "success_threshold": 0.5,
                             "concurrency": 100, "limit": None, "backend": "builtin", "server_url": None,
@@ -27,17 +28,16 @@ DEFAULTS: dict[str, Any] = {"max_steps": 50, "max_new_tokens": 100, "history_win
 NUM_SAMPLES = 3
 
 
-def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, Any],
-             envs: EpisodeClient | None = None) -> EvalResult:
+def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     """Play every eval session; score = % with reward >= ``success_threshold``.
 
     Args:
         engine: Greedy generation engine.
-        private_dir: Holds ``goals.jsonl`` (the eval sessions).
-        options: ``max_steps`` (50), ``max_new_tokens`` (100), ``history_window`` (5),
-            ``success_threshold`` (0.5), ``concurrency`` (100), ``limit``, ``backend``
-            (``builtin`` or ``server``), ``server_url``, ``server_timeout_s``.
-        envs: Episodes bound to this task's data in the EnvPool; ``None``: play in-process.
+        ctx: ``private_dir`` holds ``goals.jsonl`` (the eval sessions); ``options``: ``max_steps``
+            (50), ``max_new_tokens`` (100), ``history_window`` (5), ``success_threshold`` (0.5),
+            ``concurrency`` (100), ``limit``, ``backend`` (``builtin`` or ``server``),
+            ``server_url``, ``server_timeout_s``; ``envs``: episodes bound to this task's data in
+            the EnvPool, ``None``: play in-process.
 
     Returns:
         The success rate x100, with ``avg_reward``, ``avg_steps`` and a few transcripts.
@@ -45,17 +45,18 @@ def evaluate(engine: GenerationEngine, private_dir: Path, *, options: dict[str, 
     Raises:
         TaskError: Unknown options or no eval sessions.
     """
+    options, private_dir = ctx.options, Path(ctx.private_dir)
     unknown = sorted(set(options) - set(DEFAULTS))
     if unknown:
         raise TaskError(f"unknown webshop eval option(s) {unknown}; valid: {sorted(DEFAULTS)}")
     opts = {**DEFAULTS, **options}
-    path = Path(private_dir) / "goals.jsonl"
+    path = private_dir / "goals.jsonl"
     ids = [json.loads(line)["episode_id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if opts["limit"] is not None:
         ids = ids[: int(opts["limit"])]
     if not ids:
         raise TaskError(f"no eval sessions in {path}")
-    client = envs or local_episode_client("webshop", "webshop", Path(private_dir), opts)
+    client: EpisodeClient = ctx.envs or local_episode_client("webshop", "webshop", private_dir, opts)
     protocol = WebShopProtocol(max_new_tokens=int(opts["max_new_tokens"]), history_window=int(opts["history_window"]))
     stats = PlayStats()
     played = play(engine, client, ids, protocol, max_steps=int(opts["max_steps"]), concurrency=int(opts["concurrency"]),

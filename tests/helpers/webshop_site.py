@@ -3,8 +3,10 @@
 The real site (``web_agent_site`` of princeton-nlp/WebShop) is not installable from a package
 registry; this FastAPI app answers the same GET routes with pages of the same structure
 (``<button>``s, ``<a class="product-link">`` product ids, option ``<label>``s under their type, and
-the done page's "Your score (min 0.0, max 1.0)"), so :mod:`autorl.envs.webshop_http` can be tested
-against it. Session ``fixed_<i>`` is goal ``i`` of the given goals file.
+the done page's "Your score (min 0.0, max 1.0)"), so the task's HTTP client
+(``tasks/webshop/server_client.py``) can be tested against it. Session ``fixed_<i>`` is goal ``i``
+of the given goals file. Test-only: it reuses the built-in shop (``tasks/webshop/builtin_shop.py``)
+for its pages.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from autorl.envs.webshop_builtin import BuiltinWebShop, Catalogue, _Session, load_goals
+from autorl.tasks import get_task, load_task_module
+
+_SHOP = load_task_module(get_task("webshop"), "builtin_shop.py")
+BuiltinWebShop = _SHOP.BuiltinWebShop
 
 
 def _html(parts: list[str]) -> str:
@@ -26,15 +31,15 @@ def create_site(catalogue_path: Path, goals_path: Path) -> Any:
     from fastapi import FastAPI
     from fastapi.responses import HTMLResponse
 
-    catalogue = Catalogue.load(catalogue_path)
-    goals = {int(k.split("/", 1)[1]): v for k, v in load_goals(goals_path.parent).items()}
+    catalogue = _SHOP.Catalogue.load(catalogue_path)
+    goals = {int(k.split("/", 1)[1]): v for k, v in _SHOP.load_goals(goals_path.parent).items()}
     app = FastAPI(title="WebShop stand-in")
 
     def shop(session_id: str) -> BuiltinWebShop:
         index = int(session_id.removeprefix("fixed_"))
         env = BuiltinWebShop()
         env.catalogue = catalogue
-        env.session = _Session(goal=goals[index])
+        env.session = _SHOP._Session(goal=goals[index])
         return env
 
     def header(env: BuiltinWebShop, back: bool = True) -> list[str]:

@@ -13,7 +13,7 @@ import ray
 from autorl.actors.env_pool import EnvPool, find_pool_client, pool_name
 from autorl.envs.base import EnvSource
 from autorl.envs.host import EpisodeClient
-from autorl.tasks import build_task_data, get_task, load_evaluator
+from autorl.tasks import EvalContext, build_task_data, get_task, load_evaluator
 
 pytestmark = pytest.mark.integration
 BUILD = {"catalogue_size": 36, "train_size": 4, "eval_size": 12}
@@ -76,13 +76,14 @@ def test_pool_steps_episodes_in_parallel_and_survives_a_dead_actor(cluster: None
     envs = EpisodeClient(client, EnvSource("webshop", "fixture", 0, BUILD, {"backend": "builtin"}))
     evaluate = load_evaluator(get_task("webshop"))
 
-    calm = evaluate(_Shopper(), data.private_dir, options={"max_steps": 6}, envs=envs)
+    ctx = EvalContext(data.private_dir, {"max_steps": 6}, envs=envs)
+    calm = evaluate(_Shopper(), ctx)
     assert calm.num_examples == 12 and calm.details["max_live"] == 12 and calm.details["avg_reward"] > 0
     assert ray.get(pool.stats.remote())["live"] == 0  # every episode was closed
 
     first_actor = ray.get(pool.actor_handles.remote())[0]
     shopper = _Shopper(kill_at=3, kill=lambda: ray.kill(first_actor, no_restart=True))
-    stormy = evaluate(shopper, data.private_dir, options={"max_steps": 6}, envs=envs)
+    stormy = evaluate(shopper, ctx)
     after = ray.get(pool.stats.remote())
     assert after["restarts"] == 1 and after["live"] == 0
     assert ray.get(pool.actor_handles.remote())[0] != first_actor

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from autorl.agents.scripted.__main__ import RECIPES
+from autorl.tasks import discover_tasks
 from autorl.registry import option_names
 from tests.integration.conftest import sweep_env
 from tests.integration.test_wandb_tracker import read_runs
@@ -36,7 +36,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # Two cheap tasks when available (the brief's 2 tasks × 2 seeds); whatever exists of them otherwise.
-TASKS = [t for t in ("gsm8k", "humaneval") if t in option_names("task") and t in RECIPES]
+TASKS = [t for t in ("gsm8k", "humaneval") if t in option_names("task") and "recipe" in discover_tasks()[t].entry_points]
 FIGURE_SECTIONS = ("seeds", "heatmaps", "pass-at-k", "scaling", "trajectories")
 PAGE_FACTS = """JSON.stringify({
   images: [...document.images].map(i => ({alt: i.alt, width: i.naturalWidth, complete: i.complete,

@@ -1,4 +1,4 @@
-"""alpacaeval specifics: the pairwise prompt, the fixture's rule judge, the evaluator and the hub loaders."""
+"""alpacaeval specifics: the pairwise prompt, the fixture and its rule judge, the evaluator and the hub loaders."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from autorl.errors import ConfigError, PrerequisiteError, TaskError
-from autorl.judge import pairwise, rules
-from autorl.tasks import build_task_data, get_task, load_task_module
+from autorl.tasks import EvalContext, build_task_data, get_task, load_task_module
 
 SPEC = get_task("alpacaeval")
 EVAL: ModuleType = load_task_module(SPEC, "evaluate.py")
+pairwise: ModuleType = load_task_module(SPEC, "pairwise.py")
+rules: ModuleType = load_task_module(SPEC, "rules.py")
+fixture: ModuleType = load_task_module(SPEC, "fixture.py")
 FIXTURE_OPTIONS = {"judge_server": "rules", "judge_params": {"max_tokens": 1}, "judge_concurrency": 4,
                    "lc_glm": "length_controlled_minimal", "max_new_tokens": 48}
 
@@ -47,8 +49,10 @@ class RecordingEngine:
         raise AssertionError("alpacaeval must use the chat template")
 
 
-def test_doctests() -> None:
-    result = doctest.testmod(load_task_module(SPEC, "build.py"))
+@pytest.mark.parametrize("filename", ["build.py", "fixture.py", "rules.py", "pairwise.py", "lc.py",
+                                      "agent/protocol.py"])
+def test_doctests(filename: str) -> None:
+    result = doctest.testmod(load_task_module(SPEC, filename))
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -88,10 +92,10 @@ def test_preference_mapping(answer: str, switched: bool, expected: float | None)
 
 def test_rule_judge_ranks_ideal_over_reference_over_garbage() -> None:
     rng = random.Random(0)
-    instructions = rules.all_instructions()
+    instructions = fixture.all_instructions()
     assert len(instructions) == len(set(instructions)) > 1000
     for instruction in instructions:
-        ideal, partial = rules.ideal_answer(instruction), rules.partial_answer(instruction, rng)
+        ideal, partial = fixture.ideal_answer(instruction), fixture.partial_answer(instruction, rng)
         assert rules.quality(instruction, ideal) == 1.0
         assert 0.0 < rules.quality(instruction, partial) < 1.0
         assert rules.quality(instruction, "no idea, sorry") == 0.0
@@ -108,7 +112,7 @@ def test_rule_judge_details() -> None:
     request = pairwise.comparison("Count from 3 to 6.", "3, 4", "3, 4, 5, 6")
     assert pairwise.preference(judge(request.messages), request.switched) == 2.0
     with pytest.raises(ValueError, match="not a fixture instruction"):
-        rules.ideal_answer("Tell me a joke.")
+        fixture.ideal_answer("Tell me a joke.")
 
 
 # ---- fixture data and the evaluator --------------------------------------------------------------
@@ -129,7 +133,7 @@ def test_fixture_rows(fixture_data: Any) -> None:
     for row in train:
         assert set(row) == {"instruction", "input", "output", "question", "answer"}
         expected = f"{row['instruction']}\n\n{row['input']}" if row["input"] else row["instruction"]
-        assert row["question"] == expected and row["answer"] == row["output"] == rules.ideal_answer(expected)
+        assert row["question"] == expected and row["answer"] == row["output"] == fixture.ideal_answer(expected)
     for row in evals:
         assert set(row) == {"question", "reference", "generator", "dataset"}
         assert 0.0 < rules.quality(row["question"], row["reference"]) < 1.0
@@ -139,8 +143,9 @@ def test_fixture_rows(fixture_data: Any) -> None:
 def test_evaluate_batches_judges_and_caches(fixture_data: Any, tmp_path: Path) -> None:
     items = _rows(fixture_data.private_dir / "eval.jsonl")
     wins = {item["question"] for item in items[::2]}
-    engine = RecordingEngine(lambda q: rules.ideal_answer(q) if q in wins else " no idea \n")
-    result = EVAL.evaluate(engine, fixture_data.private_dir, options=FIXTURE_OPTIONS, cache_dir=tmp_path)
+    engine = RecordingEngine(lambda q: fixture.ideal_answer(q) if q in wins else " no idea \n")
+    ctx = EvalContext(fixture_data.private_dir, options=FIXTURE_OPTIONS, cache_dir=tmp_path)
+    result = EVAL.evaluate(engine, ctx)
 
     assert len(engine.calls) == 1
     conversations, max_new_tokens = engine.calls[0]
@@ -156,8 +161,7 @@ def test_evaluate_batches_judges_and_caches(fixture_data: Any, tmp_path: Path) -
     assert details["judge"]["requests"] == 12 and details["judge"]["cache_hits"] == 0
     assert len(list((tmp_path / "judge").rglob("*.json"))) == 12
 
-    again = EVAL.evaluate(RecordingEngine(engine.reply), fixture_data.private_dir, options=FIXTURE_OPTIONS,
-                          cache_dir=tmp_path)
+    again = EVAL.evaluate(RecordingEngine(engine.reply), ctx)
     assert again.details["judge"]["requests"] == 0 and again.details["judge"]["cache_hits"] == 12
     assert again.score == result.score
 
@@ -175,7 +179,7 @@ def test_bad_judge_setup_fails_before_generating(fixture_data: Any, monkeypatch:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     engine = RecordingEngine(lambda q: "x")
     with pytest.raises(error, match=match):
-        EVAL.evaluate(engine, fixture_data.private_dir, options=options)
+        EVAL.evaluate(engine, EvalContext(fixture_data.private_dir, options=options))
     assert engine.calls == []
 
 
@@ -228,7 +232,8 @@ def test_hub_build_and_evaluate_from_local_standins(tmp_path: Path, monkeypatch:
     # The v1 GLM with the prior; the rule judge knows none of these instructions and prefers the shorter answer.
     lengths = {i["instruction"]: len(i["output"]) for i in items}
     engine = RecordingEngine(lambda q: "x" * (lengths[q] - 10 if int(q.split()[3]) % 2 else lengths[q] + 10))
-    result = EVAL.evaluate(engine, data.private_dir, options={**FIXTURE_OPTIONS, "lc_glm": "length_controlled_v1"})
+    options = {**FIXTURE_OPTIONS, "lc_glm": "length_controlled_v1"}
+    result = EVAL.evaluate(engine, EvalContext(data.private_dir, options=options))
     assert result.details["lc_glm"] == "length_controlled_v1" and result.details["win_rate"] == 50.0
     assert 0.0 <= result.score <= 100.0 and result.num_examples == 10
 

@@ -53,6 +53,11 @@ def test_hub_split_is_the_references_100_200_after_shuffle_seed_42(tmp_path: Pat
     assert not {r["problem"] for r in train} & {r["problem"] for r in evals}
 
 
+def test_fixture_data_is_unchanged(data: TaskData) -> None:
+    # The digest of the fixture build before the task moved into its folder (issue 9): same bytes.
+    assert data.digest == "0ce769a9f372436d44b0d76fc36ed8d99a105f8702689ff96dec2d1028885746"
+
+
 def test_bm25_search_finds_the_town(data: TaskData) -> None:
     question = _rows(data.private_dir / "questions.jsonl")[0]
     town = question["problem"].rsplit("town of ", 1)[1].rstrip("?")

@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from autorl.tasks import load_task_module, build_task_data, get_task
+from autorl.tasks import EvalContext, build_task_data, get_task, load_task_module
 
 SPEC = get_task("gsm8k")
 EVAL: ModuleType = load_task_module(SPEC, "evaluate.py")
@@ -56,7 +56,7 @@ def test_extract_answer(text: str, expected: str | None) -> None:
 
 
 def test_doctests() -> None:
-    result = doctest.testmod(EVAL)
+    result = doctest.testmod(load_task_module(SPEC, "agent/protocol.py"))
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -136,7 +136,7 @@ def private_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_prompts_contain_shots_and_question(private_dir: Path) -> None:
     engine = RecordingEngine("The answer is 12")
     items = [json.loads(line) for line in (private_dir / "eval.jsonl").read_text().splitlines()]
-    result = EVAL.evaluate(engine, private_dir, options={})
+    result = EVAL.evaluate(engine, EvalContext(private_dir, {}))
 
     assert len(engine.calls) == 1, "one batched engine call for all items"
     conversations, max_new_tokens, stop = engine.calls[0]
@@ -156,7 +156,7 @@ def test_prompts_contain_shots_and_question(private_dir: Path) -> None:
 
 def test_options_zero_shot_and_limit(private_dir: Path) -> None:
     engine = RecordingEngine("")
-    result = EVAL.evaluate(engine, private_dir, options={"num_shots": 0, "limit": 3, "max_new_tokens": 32})
+    result = EVAL.evaluate(engine, EvalContext(private_dir, {"num_shots": 0, "limit": 3, "max_new_tokens": 32}))
     conversations, max_new_tokens, _ = engine.calls[0]
     assert len(conversations) == 3 and all(len(c) == 1 for c in conversations) and max_new_tokens == 32
     assert result.score == 0.0 and result.num_examples == 3

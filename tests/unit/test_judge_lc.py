@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
-from autorl.judge.lc import LCPrior, head_to_head, length_controlled_win_rate
+from autorl.tasks import get_task, load_task_module
+
+_LC = load_task_module(get_task("alpacaeval"), "lc.py")
+LCPrior, head_to_head, length_controlled_win_rate = _LC.LCPrior, _LC.head_to_head, _LC.length_controlled_win_rate
 
 NAN = math.nan
 

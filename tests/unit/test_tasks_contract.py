@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,20 @@ def test_entry_points_resolve(task_id: str) -> None:
 
 
 @pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_task_doctests_pass(task_id: str) -> None:
+    """Every module of the task folder (``tasks/`` is not under pytest's --doctest-modules paths)."""
+    import doctest
+
+    spec = TASKS[task_id]
+    attempted = 0
+    for path in sorted(spec.folder.rglob("*.py")):
+        result = doctest.testmod(load_task_module(spec, path.relative_to(spec.folder).as_posix()))
+        assert result.failed == 0, f"{path}: {result.failed} doctest(s) failed"
+        attempted += result.attempted
+    assert attempted > 0, f"tasks/{task_id} has no doctests"
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
 def test_agent_side_never_imports_its_grader_side(task_id: str) -> None:
     """The agent/ package imports its siblings only; the scripted agent loads a copy of it alone."""
     import ast
@@ -251,6 +266,32 @@ def test_new_folder_is_discovered(tmp_path: Path) -> None:
     )
     spec = discover_tasks(tmp_path)["toy"]
     assert isinstance(spec, TaskSpec) and spec.version == 2 and spec.sources == ("fixture",)
+
+
+def test_manifest_entry_point_mistakes_are_named(tmp_path: Path) -> None:
+    base = "id: bad\nname: B\nversion: 1\nlevel: L1\nkind: static\ndescription: B.\n"
+    (tmp_path / "bad").mkdir()
+    manifest = tmp_path / "bad" / "task.yaml"
+    manifest.write_text(base + "sources: [fixture]\nentry_points: {evaluate: 'evaluate:evaluate'}\n")
+    with pytest.raises(TaskError, match=r"'sources' must map names to 'module:attr'"):
+        discover_tasks(tmp_path)
+    manifest.write_text(base + "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate', grade: 'g:g'}\n")
+    with pytest.raises(TaskError, match="unknown entry point.*grade"):
+        discover_tasks(tmp_path)
+    manifest.write_text(base + "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate', env: 'env:E'}\n")
+    with pytest.raises(TaskError, match="interactive task names an 'env'"):
+        discover_tasks(tmp_path)
+    manifest.write_text(base + "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'nowhere:evaluate'}\n")
+    with pytest.raises(TaskError, match="no module 'autorl.task_code.bad.nowhere'"):
+        load_evaluator(discover_tasks(tmp_path)["bad"])
+
+
+def test_a_second_folder_with_a_taken_task_id_is_refused(tmp_path: Path) -> None:
+    shutil.copytree(get_task("gsm8k").folder, tmp_path / "gsm8k")
+    shadow = discover_tasks(tmp_path)["gsm8k"]
+    with pytest.raises(TaskError, match="task id 'gsm8k' is taken"):
+        load_evaluator(shadow)
+    assert get_task("gsm8k").folder != shadow.folder and callable(load_evaluator(get_task("gsm8k")))
 
 
 def test_failed_build_leaves_no_cache(tmp_path: Path) -> None:

@@ -2,31 +2,47 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from autorl.envs.base import EnvData, EnvSource, EpisodeSpec
-from autorl.envs.webshop_builtin import BuiltinWebShop
-from autorl.envs.webshop_catalog import get_reward
-from autorl.envs.webshop_http import WebShopServerEnv
-from autorl.tasks import TaskData, build_task_data, get_task, load_evaluator
+from autorl.tasks import EvalContext, TaskData, build_task_data, get_task, load_evaluator, load_task_module
 
+SPEC = get_task("webshop")
+SHOP: ModuleType = load_task_module(SPEC, "builtin_shop.py")
+REWARD: ModuleType = load_task_module(SPEC, "reward.py")
+SERVER: ModuleType = load_task_module(SPEC, "server_client.py")
+BuiltinWebShop = SHOP.BuiltinWebShop
+get_reward = REWARD.get_reward
 BUILD = {"catalogue_size": 36, "train_size": 10, "eval_size": 8}
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> TaskData:
-    return build_task_data(get_task("webshop"), "fixture", tmp_path_factory.mktemp("ws"), seed=0, options=BUILD)
+    return build_task_data(SPEC, "fixture", tmp_path_factory.mktemp("ws"), seed=0, options=BUILD)
 
 
 def _spec(episode_id: str, **env: object) -> EpisodeSpec:
     return EpisodeSpec(EnvSource("webshop", "fixture", 0, BUILD, dict(env)), episode_id)
+
+
+@pytest.mark.parametrize("filename", ["fixture.py", "reward.py", "builtin_shop.py", "server_client.py", "agent/protocol.py"])
+def test_doctests(filename: str) -> None:
+    result = doctest.testmod(load_task_module(SPEC, filename))
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_fixture_build_is_pinned(data: TaskData) -> None:
+    # Changing the generated catalogue or goals changes every score: bump the task version with it.
+    assert data.digest == "c7811590c51bf0ffa9e97f5a71256e5160332966401f21760c27a8fba93c9b99"
+    assert len((data.private_dir / "goals.jsonl").read_text().splitlines()) == BUILD["eval_size"]
 
 
 def _play_expert(env: BuiltinWebShop, data: TaskData, episode_id: str) -> list[tuple[str, str, float]]:
@@ -76,7 +92,7 @@ def test_reward_parts_follow_webshop(data: TaskData) -> None:
 def site(data: TaskData) -> Iterator[str]:
     import uvicorn
 
-    from autorl.envs.webshop_site import create_site
+    from tests.helpers.webshop_site import create_site
 
     # The stand-in serves the training goals as fixed_<i>, as the real site serves its goal i.
     sock = socket.socket()
@@ -95,7 +111,7 @@ def site(data: TaskData) -> Iterator[str]:
 def test_http_client_speaks_the_site_protocol_like_the_builtin_env(data: TaskData, site: str) -> None:
     builtin = BuiltinWebShop()
     expected = _play_expert(builtin, data, "train/9")
-    remote = WebShopServerEnv()
+    remote = SERVER.WebShopServerEnv()
     first = remote.reset(_spec("train/9", backend="server", server_url=site), EnvData(data.public_dir, data.private_dir))
     assert first.observation == builtin.reset(_spec("train/9"), EnvData(data.public_dir, data.private_dir)).observation
     for action, observation, reward in expected:
@@ -133,12 +149,12 @@ class _BuyTheTarget:
 
 def test_evaluator_plays_all_sessions_together(data: TaskData) -> None:
     engine = _BuyTheTarget(data)
-    result = load_evaluator(get_task("webshop"))(engine, data.private_dir, options={"max_steps": 6})
+    result = load_evaluator(SPEC)(engine, EvalContext(data.private_dir, {"max_steps": 6}))
     assert result.num_examples == 8 and engine.calls == 3  # 8 sessions, 3 steps each, one engine call per step
     assert 0.0 < result.details["avg_reward"] < 1.0  # options never chosen
     assert result.details["samples"][0]["actions"][-1] == "click[Buy Now]"
     assert result.score == pytest.approx(100.0 * result.details["success_count"] / 8)
-    garbage = load_evaluator(get_task("webshop"))(_Garbage(), data.private_dir, options={"max_steps": 3})
+    garbage = load_evaluator(SPEC)(_Garbage(), EvalContext(data.private_dir, {"max_steps": 3}))
     assert garbage.score == 0.0 and garbage.details["avg_reward"] == 0.0
 
 

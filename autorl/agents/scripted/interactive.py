@@ -1,8 +1,8 @@
 """The scripted agent's recipe for interactive tasks: SFT on expert trajectories, then online RL.
 
 1. Expert trajectories are played through the grading API's env endpoints on training episodes
-   (the task supplies the expert: ALFWorld's planner and the built-in WebShop's shopper arrive as
-   ``info["expert_action"]``; DeepSearchQA searches the question and answers the public gold).
+   (the task's recipe supplies the expert, e.g. a planner's move arriving as ``info["expert_action"]``,
+   or an answer known from the public split).
    Each step becomes a (prompt in the eval protocol, expert completion) pair; SFT on them; submit.
 2. Online RL (REINFORCE with a group baseline, GRPO-style): each iteration plays ``group`` sampled
    rollouts of a few training episodes through the env endpoints, gives every step of a rollout the
