@@ -2,8 +2,12 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Where agent CLIs are installed, one folder each (autorl/agents/cli.py reads the same variable).
+AUTORL_AGENTS_DIR ?= .cache/agents
+# The agent CLIs the tests run for real (tests/integration/test_real_cli.py drives codex).
+TEST_AGENTS := codex
 
-.PHONY: setup sweep test test-unit test-integration dry-run clean
+.PHONY: setup test-deps sweep test test-unit test-integration dry-run clean
 
 $(BIN)/autorl-installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -14,19 +18,32 @@ $(BIN)/autorl-installed: pyproject.toml constraints.txt
 
 setup: $(BIN)/autorl-installed ## create .venv and install autorl with its pinned dependencies
 
+# Headless Chromium from Debian: tests/integration/test_report_sweep.py opens the HTML report in it.
+/usr/bin/chromium:
+	@[ "$$(id -u)" = 0 ] || { echo "the tests need Debian's chromium: run as root, or: sudo apt-get install -y chromium" >&2; exit 1; }
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+# An agent CLI at the version pinned in conf/agent/<name>.yaml (reinstalled when the pin changes).
+$(AUTORL_AGENTS_DIR)/%/.installed: conf/agent/%.yaml | $(BIN)/autorl-installed
+	$(BIN)/python -m autorl.agents.install $*
+	touch $@
+
+test-deps: /usr/bin/chromium $(TEST_AGENTS:%=$(AUTORL_AGENTS_DIR)/%/.installed) ## what the tests need beyond .venv
+
 sweep: setup ## the embedded default: scripted agent × gsm8k fixture × tiny model on a local Ray
 	$(BIN)/python -m autorl.sweep
 
 dry-run: setup
 	$(BIN)/python -m autorl.sweep task=gsm8k seed=0,1 dry_run=true
 
-test: setup ## unit + integration tests (CPU, local Ray)
+test: setup test-deps ## installs what the tests need, then runs unit + integration tests (CPU, local Ray)
 	$(BIN)/python -m pytest -q
 
 test-unit: setup
 	$(BIN)/python -m pytest -q tests/unit
 
-test-integration: setup
+test-integration: setup test-deps
 	$(BIN)/python -m pytest -q tests/integration
 
 clean:

@@ -11,12 +11,13 @@ import hashlib
 import itertools
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autorl.agents.preflight import check_combinations
 from autorl.errors import ConfigError
+from autorl.gateway.settings import TRANSLATABLE
 from autorl.registry import AXES, CONF_DIR, check_names, option_names
 
 # Pass-through keys that change where or how a sweep is shown, not what its cells compute:
@@ -162,6 +163,32 @@ def resolve_cache_dir(configured: str | None) -> Path:
     """The cache folder for built models and task data."""
     raw = configured or os.environ.get("AUTORL_CACHE_DIR") or "~/.cache/autorl"
     return Path(raw).expanduser().resolve()
+
+
+def check_combinations(cells: Iterable[CellSpec]) -> None:
+    """Refuse agent × driver pairs that cannot work (every plan, dry runs included).
+
+    An agent that needs a driver is not paired with ``driver=none``, and a CLI whose protocol the
+    gateway cannot translate (the Gemini CLI's Gemini API) gets a driver that speaks it.
+
+    Raises:
+        ConfigError: naming the pair and what to change.
+    """
+    for cell in cells:
+        agent, driver = cell.config["agent"], cell.config["driver"]
+        if not agent["needs_driver"]:
+            continue
+        if driver["provider"] == "none":
+            raise ConfigError(
+                f"agent {agent['name']!r} needs a driver LLM, but driver=none was given (cell {cell.cell_id}); "
+                "choose one with driver=<name> (python -m autorl.ls drivers), e.g. driver=gpt-5"
+            )
+        protocol = agent["protocol"]
+        if protocol not in TRANSLATABLE and protocol not in (driver["protocols"] or {}):
+            raise ConfigError(
+                f"agent {agent['name']!r} speaks the {protocol} API, which driver {driver['name']!r} does not serve "
+                f"(it serves {', '.join(driver['protocols'])}); use a driver that does, e.g. driver=gemini-2.5-flash"
+            )
 
 
 def plan_sweep(argv: list[str]) -> SweepPlan:

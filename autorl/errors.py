@@ -15,7 +15,3 @@ class PrerequisiteError(AutorlError):
 
 class TaskError(AutorlError):
     """A task folder is malformed or its data cannot be built."""
-
-
-class InvalidSubmissionError(AutorlError):
-    """A submitted model cannot be scored; the message names what is missing."""

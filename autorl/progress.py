@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from autorl.records.store import CellRecord
+from autorl.records.types import CellRecord
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -24,10 +23,11 @@ from autorl.actors.env_pool import start_env_pools
 from autorl.actors.grader_pool import GraderPool
 from autorl.actors.recorder import Recorder
 from autorl.actors.workspace import Workspace
+from autorl.cluster import connect
 from autorl.config import CellSpec, SweepPlan, resolve_cache_dir
 from autorl.errors import PrerequisiteError
 from autorl.progress import CellBoard
-from autorl.records.store import CellRecord
+from autorl.records.types import CellRecord
 from autorl.tasks import get_task
 from autorl.tracking.sweep_end import finish_sweep
 
@@ -44,49 +44,6 @@ class _Attempt:
     actor: Any = None
     run_ref: Any = None
     ready_ref: Any = field(default=None)
-
-
-def _free_port(preferred: int, host: str = "127.0.0.1") -> int:
-    """``preferred`` if nothing listens there, else the next free port (another Ray may hold 8265)."""
-    for port in range(preferred, preferred + 100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((host, port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {preferred}..{preferred + 99} for the Ray dashboard; set cluster.dashboard_port")
-
-
-def connect(cluster_cfg: dict[str, Any], namespace: str) -> str | None:
-    """Start an embedded Ray (``address: null``) or join the configured cluster.
-
-    Returns:
-        The dashboard URL when this call started the dashboard, else None.
-    """
-    common: dict[str, Any] = {"namespace": namespace, "log_to_driver": False, "configure_logging": False}
-    if cluster_cfg["address"]:
-        try:
-            ray.init(address=cluster_cfg["address"], **common)
-        except (ConnectionError, RuntimeError) as error:
-            raise PrerequisiteError(
-                f"cannot join the Ray cluster at {cluster_cfg['address']}: {str(error).splitlines()[0]}. "
-                "Check the address (host:port of the head's GCS, or 'auto'), and that cluster.auth_mode and "
-                "cluster.auth_token_path match how the cluster was started (ray-notes: token auth is on by default)."
-            ) from error
-        return None
-    local: dict[str, Any] = {"include_dashboard": bool(cluster_cfg["include_dashboard"])}
-    for key in ("num_cpus", "num_gpus"):
-        if cluster_cfg[key] is not None:
-            local[key] = cluster_cfg[key]
-    port = None
-    if cluster_cfg["include_dashboard"]:
-        port = _free_port(int(cluster_cfg["dashboard_port"]))
-        local |= {"dashboard_port": port, "dashboard_host": "127.0.0.1"}
-    if cluster_cfg["temp_dir"]:
-        local["_temp_dir"] = str(cluster_cfg["temp_dir"])
-    ray.init(address="local", **common, **local)
-    return f"http://127.0.0.1:{port}" if port else None
 
 
 def _bundle(cell: CellSpec) -> dict[str, float]:
@@ -273,7 +230,12 @@ def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
         if dashboard:
             runner.board.note(f"Ray dashboard: {dashboard}")
         statuses = runner.run()
-        finish_sweep(runner.recorder, plan.sweep_id, plan.sweep_dir, plan.base_config["tracking"], runner.board.note)
+        recorder = runner.recorder
+
+        def finish_wandb(timeout_s: float) -> bool:
+            return bool(ray.get(recorder.finish_sweep.remote(plan.sweep_id), timeout=timeout_s))
+
+        finish_sweep(finish_wandb, plan.sweep_id, plan.sweep_dir, plan.base_config["tracking"], runner.board.note)
         return statuses, runner.cells()
     finally:
         ray.shutdown()

@@ -25,7 +25,7 @@ from rich.table import Table
 from autorl.agents.preflight import missing_requirements
 from autorl.config import SweepPlan, plan_sweep
 from autorl.errors import AutorlError
-from autorl.ray_env import configure_client_auth
+from autorl.cluster import configure_client_auth
 
 FINAL_OK = ("completed",)
 

@@ -40,7 +40,6 @@ from autorl.task_code import TASKS_DIR, add_tasks_dir
 
 if TYPE_CHECKING:
     from autorl.engine.base import GenerationEngine
-    from autorl.envs.host import EpisodeClient
 
 PACKAGE = "autorl.task_code"
 AGENT_SUBPACKAGE = "agent"
@@ -136,6 +135,28 @@ class EvalResult:
     details: dict[str, Any]
 
 
+class EpisodeEnvs(Protocol):
+    """The environments an interactive task's evaluator plays its episodes through, bound to its data.
+
+    In a sweep this is an :class:`autorl.envs.host.EpisodeClient` over the EnvPool (or in-process
+    environments); :func:`autorl.envs.rollout.play` takes the same shape. Declared here rather than
+    imported so that the task contract does not depend on ``autorl.envs`` (which depends on it).
+    Each result is an :class:`autorl.envs.base.StepResult`.
+    """
+
+    def reset(self, episode_ids: list[str]) -> list[tuple[str, Any]]:
+        """Start these episodes; returns a handle and the first observation of each."""
+        ...
+
+    def step(self, moves: list[tuple[str, str]]) -> list[Any]:
+        """One action per ``(handle, action)``."""
+        ...
+
+    def close(self, handles: list[str]) -> None:
+        """End episodes by handle."""
+        ...
+
+
 @dataclass(frozen=True)
 class EvalContext:
     """Everything an evaluator gets besides the engine.
@@ -151,7 +172,7 @@ class EvalContext:
     private_dir: Path
     options: dict[str, Any] = field(default_factory=dict)
     cache_dir: Path | None = None
-    envs: EpisodeClient | None = None
+    envs: EpisodeEnvs | None = None
 
 
 class Evaluator(Protocol):

@@ -13,16 +13,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from autorl.records.store import (
-    CellRecord,
-    CodeRevision,
-    DriverCall,
-    RecordStore,
-    SubmissionRecord,
-    TraceSummary,
-    summarize_submissions,
-    write_results_csv,
-)
+from autorl.records.results import summarize_submissions, write_results_csv
+from autorl.records.store import RecordStore
+from autorl.records.types import CellRecord, CodeRevision, DriverCall, SubmissionRecord, TraceSummary
 from autorl.tracking import metrics as dashboard
 from autorl.tracking.wandb_runs import WandbTracker
 

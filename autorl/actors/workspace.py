@@ -17,6 +17,7 @@ from typing import Any
 
 import ray
 
+from autorl.actors.env_pool import find_pool_client
 from autorl.agents.base import LaunchContext, load_adapter
 from autorl.agents.session import DriverSession
 from autorl.config import CellSpec, resolve_cache_dir
@@ -26,7 +27,7 @@ from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import ScoreOutcome, target_from_config
 from autorl.grading.service import CellGradingContext, SubmissionService
 from autorl.models.resolve import resolve_model
-from autorl.records.store import CodeRevision, SubmissionRecord
+from autorl.records.types import CodeRevision, DriverCall, SubmissionRecord, TraceSummary
 from autorl.tasks import TaskSpec, build_task_data, get_task
 from autorl.workspace.layout import build_workspace, copy_agent_code, write_instructions
 from autorl.workspace.process import run_agent
@@ -39,13 +40,34 @@ _DRAIN_TIMEOUT_S = 900.0
 
 
 class _RecorderSink:
-    """Sends submission records to the Recorder actor (blocking until stored)."""
+    """The cell's records to the Recorder actor: the sink of the submission service
+    (:class:`autorl.grading.service.RecordSink`) and of the driver session
+    (:class:`autorl.agents.session.SessionSink`)."""
 
     def __init__(self, recorder: Any) -> None:
         self.recorder = recorder
+        self._pending: list[Any] = []  # driver calls sent, not yet known to be stored
+        self._lock = threading.Lock()
 
     def record_submission(self, record: SubmissionRecord) -> None:
+        """Store a submission record (blocking until stored)."""
         ray.get(self.recorder.record_submission.remote(record))
+
+    def record_trace(self, summary: TraceSummary) -> None:
+        """Store the trace summary (blocking until stored)."""
+        ray.get(self.recorder.record_trace.remote(summary))
+
+    def record_driver_call(self, call: DriverCall) -> None:
+        """Send a driver call without waiting (called on the gateway's thread)."""
+        ref = self.recorder.record_driver_calls.remote([call])
+        with self._lock:
+            self._pending.append(ref)
+
+    def flush(self) -> None:
+        """Wait until every driver call sent so far is stored."""
+        with self._lock:
+            refs, self._pending = self._pending, []
+        ray.get(refs)
 
 
 class Workspace:
@@ -57,6 +79,7 @@ class Workspace:
         self.cell_dir = Path(cell_dir)
         self.recorder = recorder
         self.pool = grader_pool
+        self.sink = _RecorderSink(recorder)
         self.cancelled = threading.Event()
         self.driver_usage: dict[str, Any] = {}
 
@@ -94,14 +117,14 @@ class Workspace:
 
         ctx = CellGradingContext(self.cell.cell_id, paths.root, base_hash, baseline, int(cfg["grader"]["max_queued_per_cell"]))
         service = SubmissionService(
-            ctx, scorer, _RecorderSink(self.recorder), run_meta, self.cell_dir / "grader_copies", revisions.snapshot
+            ctx, scorer, self.sink, run_meta, self.cell_dir / "grader_copies", revisions.snapshot
         )
         token = secrets.token_urlsafe(32)
         app = create_app(
             service, run_meta, token=token, task_id=self.cell.task, max_body_bytes=int(cfg["grading_api"]["max_body_bytes"]),
             submit_timeout_s=lambda: (run_meta.remaining() or 0.0) + _DRAIN_TIMEOUT_S,
             health_extra=lambda: {"gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "grader_queue": ray.get(self.pool.queue_depth.remote())},
-            envs=training_envs(spec, target, data.public_dir, cache_dir),
+            envs=training_envs(spec, target, data.public_dir, cache_dir, find_pool=find_pool_client),
         )
         server = GradingServer(app, host=str(cfg["grading_api"]["host"]))
         server.start()
@@ -145,7 +168,7 @@ class Workspace:
         }
         # The driver gateway (agents that need a driver) starts before the agent; provider keys
         # never reach the agent's environment, and its output stream is parsed into trace.jsonl.
-        session = DriverSession(self.cell.cell_id, self.cell_dir, cfg["agent"], cfg["driver"], self.recorder, str(cfg["grading_api"]["host"]))
+        session = DriverSession(self.cell.cell_id, self.cell_dir, cfg["agent"], cfg["driver"], self.sink, str(cfg["grading_api"]["host"]))
         try:
             env = session.agent_env(env)
             adapter = load_adapter(cfg["agent"])

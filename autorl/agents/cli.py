@@ -23,11 +23,9 @@ from typing import Any
 from autorl.agents.base import AgentLaunch, LaunchContext
 from autorl.agents.prompt import build_prompt
 from autorl.errors import ConfigError
+from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV
 
 REPO_DIR = Path(__file__).resolve().parents[2]
-# Variables through which the gateway is handed to an adapter (set by the Workspace actor).
-GATEWAY_URL_ENV = "AUTORL_DRIVER_URL"
-GATEWAY_TOKEN_ENV = "AUTORL_DRIVER_TOKEN"
 # Provider credentials and endpoints a CLI would otherwise pick up from the node's environment.
 PROVIDER_ENV = (
     "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",

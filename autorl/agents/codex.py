@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import GATEWAY_TOKEN_ENV, CLIAgent
+from autorl.agents.cli import CLIAgent
+from autorl.gateway.settings import GATEWAY_TOKEN_ENV
 
 
 def _toml(value: object) -> str:

@@ -1,16 +1,29 @@
 """What surrounds a CLI agent's run in its cell: the driver gateway, the agent's environment
-without provider secrets, and the live trace of its output stream."""
+without provider secrets, and the live trace of its output stream.
+
+Records leave through a :class:`SessionSink` (the Workspace actor wraps the Recorder actor), so this
+module needs no Ray.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from autorl.agents.cli import PROVIDER_ENV
 from autorl.agents.trace import TraceFollower
-from autorl.records.store import TraceSummary
+from autorl.gateway.cell import CellGateway, DriverCallSink
+from autorl.records.types import TraceSummary
 
 TRACE_FILE = "trace.jsonl"
+
+
+class SessionSink(DriverCallSink, Protocol):
+    """Where a driver session's records go: the gateway's driver calls, and the trace summary."""
+
+    def record_trace(self, summary: TraceSummary) -> None:
+        """Store the cell's trace summary (returns once it is stored)."""
+        ...
 
 
 class DriverSession:
@@ -21,18 +34,19 @@ class DriverSession:
         cell_dir: The cell folder (``agent.log`` and ``trace.jsonl`` live there).
         agent_cfg: The cell's agent config.
         driver_cfg: The cell's driver config.
-        recorder: The Recorder actor handle.
+        sink: Receives the gateway's driver calls and the trace summary.
         host: Loopback address for the gateway.
     """
 
-    def __init__(self, cell_id: str, cell_dir: Path, agent_cfg: dict[str, Any], driver_cfg: dict[str, Any], recorder: Any, host: str) -> None:
+    def __init__(self, cell_id: str, cell_dir: Path, agent_cfg: dict[str, Any], driver_cfg: dict[str, Any],
+                 sink: SessionSink, host: str) -> None:
         self.cell_id = cell_id
         self.cell_dir = cell_dir
         self.agent_cfg = agent_cfg
         self.driver_cfg = driver_cfg
-        self.recorder = recorder
+        self.sink = sink
         self.host = host
-        self.gateway: Any = None
+        self.gateway: CellGateway | None = None
         self.follower: TraceFollower | None = None
 
     def agent_env(self, env: dict[str, str]) -> dict[str, str]:
@@ -45,9 +59,7 @@ class DriverSession:
         clean = {k: v for k, v in env.items() if k not in PROVIDER_ENV and k != secret}
         if not self.agent_cfg["needs_driver"]:
             return clean
-        from autorl.gateway.cell import CellGateway
-
-        self.gateway = CellGateway(self.driver_cfg, self.cell_id, self.recorder, host=self.host)
+        self.gateway = CellGateway(self.driver_cfg, self.cell_id, self.sink, host=self.host)
         return clean | self.gateway.start()
 
     def follow(self, adapter: Any) -> None:
@@ -59,8 +71,6 @@ class DriverSession:
 
     def close(self) -> dict[str, Any]:
         """Finish the trace and the gateway; returns the cell's driver usage fields (gateway side)."""
-        import ray
-
         usage: dict[str, Any] = {}
         try:
             if self.follower is not None:
@@ -70,7 +80,7 @@ class DriverSession:
                     tool_calls=stats.tool_calls, tokens_in=stats.tokens_in, tokens_out=stats.tokens_out,
                     unparsed_lines=stats.unparsed_lines, path=str(self.cell_dir / TRACE_FILE),
                 )
-                ray.get(self.recorder.record_trace.remote(summary))
+                self.sink.record_trace(summary)
         finally:
             if self.gateway is not None:
                 usage = self.gateway.close()

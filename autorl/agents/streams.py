@@ -11,6 +11,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from autorl.registry import Registry
+
 _MAX_TEXT = 4000
 
 Event = dict[str, Any]
@@ -227,10 +229,14 @@ class OpenHandsStream:
         return [{"kind": "usage", "scope": "total", "tokens_in": tokens_in, "tokens_out": _n(usage.get("completion_tokens"))}]
 
 
-PARSERS: dict[str, Callable[[], Callable[[Event], list[Event]]]] = {
-    "codex": CodexStream,
-    "claude-code": ClaudeCodeStream,
-    "gemini-cli": GeminiStream,
-    "opencode": OpenCodeStream,
-    "openhands": OpenHandsStream,
-}
+Parser = Callable[[], Callable[[Event], list[Event]]]
+"""A stream format's parser class: a fresh instance per agent run, called once per JSON event."""
+
+PARSERS: Registry[Parser] = Registry("stream format", {
+    "codex": "autorl.agents.streams:CodexStream",
+    "claude-code": "autorl.agents.streams:ClaudeCodeStream",
+    "gemini-cli": "autorl.agents.streams:GeminiStream",
+    "opencode": "autorl.agents.streams:OpenCodeStream",
+    "openhands": "autorl.agents.streams:OpenHandsStream",
+})
+"""Stream format (an adapter's ``stream_format``) -> its parser, as a lazy ``module:attr``."""

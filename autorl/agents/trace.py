@@ -56,14 +56,15 @@ class TraceParser:
     """Turns lines of one agent's output into normalised events, keeping :class:`TraceStats`.
 
     Args:
-        stream_format: Key of :data:`autorl.agents.streams.PARSERS` (the agent's format).
+        stream_format: Name in :data:`autorl.agents.streams.PARSERS` (the agent's format).
         agent: Agent name, written into every event.
+
+    Raises:
+        ConfigError: Unknown stream format ("did you mean" and the known formats).
     """
 
     def __init__(self, stream_format: str, agent: str) -> None:
-        if stream_format not in PARSERS:
-            raise ValueError(f"unknown stream format {stream_format!r}; known: {', '.join(sorted(PARSERS))}")
-        self.parse_event = PARSERS[stream_format]()
+        self.parse_event = PARSERS.get(stream_format)()
         self.agent = agent
         self.stats = TraceStats()
 

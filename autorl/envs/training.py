@@ -3,7 +3,8 @@
 The grading API's env endpoints are a thin HTTP shell over :class:`TrainingEnvs`: it lists the
 training episodes of the task's public data, starts one by id (``train/…`` only: evaluation
 episodes are refused with :class:`EpisodeRefused`), steps it by session id, and ends it. The
-episodes run in the sweep's EnvPool (or in-process when there is none).
+episodes run in the sweep's EnvPool (or in-process when there is none); the Workspace actor hands
+in the pool lookup, so this module needs no Ray.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.envs.base import EVAL_PREFIX, TRAIN_PREFIX, EnvError, EnvSource, EpisodeSpec, StepResult
-from autorl.envs.host import EnvClient
+from autorl.envs.host import EnvClient, LocalEnvClient, cache_resolver
 
 
 class EpisodeRefused(Exception):
@@ -132,7 +133,8 @@ class TrainingEnvs:
         return {"kind": self.kind, "episodes": list(self.episodes), "live_sessions": len(self._sessions)}
 
 
-def training_envs(spec: Any, target: Any, public_dir: Path, cache_dir: Path) -> TrainingEnvs | None:
+def training_envs(spec: Any, target: Any, public_dir: Path, cache_dir: Path, *,
+                  find_pool: Callable[[str], EnvClient | None] | None = None) -> TrainingEnvs | None:
     """A cell's training sessions for an interactive task (``None`` for a static one).
 
     Args:
@@ -141,6 +143,9 @@ def training_envs(spec: Any, target: Any, public_dir: Path, cache_dir: Path) -> 
             the env options (step limit, search backend, judge) the training episodes use too.
         public_dir: The task's built public data (the training episodes).
         cache_dir: The cache root, for in-process environments when the sweep has no EnvPool.
+        find_pool: The sweep's EnvPool client of an environment kind, or None when there is none
+            (the Workspace actor passes :func:`autorl.actors.env_pool.find_pool_client`); called on
+            first use. Without it, or when it finds none, the environments run in-process.
     """
     if spec.kind != "interactive":
         return None
@@ -148,9 +153,7 @@ def training_envs(spec: Any, target: Any, public_dir: Path, cache_dir: Path) -> 
     kind = spec.env
 
     def make() -> EnvClient:
-        from autorl.actors.env_pool import find_pool_client
-        from autorl.envs.host import LocalEnvClient, cache_resolver
-
-        return find_pool_client(kind) or LocalEnvClient(kind, cache_resolver(Path(cache_dir)))
+        pool = find_pool(kind) if find_pool is not None else None
+        return pool if pool is not None else LocalEnvClient(kind, cache_resolver(Path(cache_dir)))
 
     return TrainingEnvs(kind, source, public_dir, make)

@@ -35,8 +35,8 @@ from autorl.gateway import translate
 from autorl.gateway.settings import DriverSettings
 from autorl.gateway.upstream import UpstreamFailure, request_headers, response_headers, send_with_retries, upstream_url
 from autorl.gateway.usage import SSEUsageParser, Usage, usage_from_json
-from autorl.grading.api import GradingServer
-from autorl.records.store import DriverCall
+from autorl.records.types import DriverCall
+from autorl.serving import ServerThread, bind_tcp
 
 logger = logging.getLogger(__name__)
 _MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -79,7 +79,7 @@ class Gateway:
         self._totals = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
         self._client: httpx.AsyncClient | None = None
         self.app = self._build_app()
-        self.server = GradingServer(self.app, host=host)
+        self.server = ServerThread(self.app, bind_tcp(host), name=f"gateway-{cell_id}")
 
     @property
     def url(self) -> str:

@@ -14,8 +14,14 @@ from autorl.errors import ConfigError
 PROVIDERS = ("openai", "anthropic", "google", "openai_compatible", "none")
 # The wire protocols the gateway serves, each on its own route (see autorl.gateway.app).
 PROTOCOLS = ("chat", "responses", "messages", "gemini")
+# Protocols the gateway can translate with LiteLLM when the provider does not speak them.
+TRANSLATABLE = ("chat", "responses", "messages")
 # LiteLLM's model prefix for each provider, used when a call must be translated.
 LITELLM_PREFIX = {"openai": "openai", "openai_compatible": "openai", "anthropic": "anthropic", "google": "gemini"}
+# The variables through which a cell's gateway is handed to the agent's adapter (set by the Workspace
+# actor from :meth:`autorl.gateway.cell.CellGateway.start`; read by the CLI adapters).
+GATEWAY_URL_ENV = "AUTORL_DRIVER_URL"
+GATEWAY_TOKEN_ENV = "AUTORL_DRIVER_TOKEN"
 
 
 @dataclass(frozen=True)

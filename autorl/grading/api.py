@@ -10,12 +10,10 @@ import hmac
 import json
 import logging
 import socket
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
@@ -25,6 +23,7 @@ from starlette.responses import Response
 from autorl.envs.training import TrainingEnvs
 from autorl.grading.model_checks import SubmissionRejected
 from autorl.grading.service import QueueFull, SubmissionService
+from autorl.serving import ServerThread, bind_tcp
 from autorl.workspace.run_meta import RunMeta
 
 logger = logging.getLogger(__name__)
@@ -210,34 +209,14 @@ def add_env_routes(app: FastAPI, envs: TrainingEnvs | None) -> None:
         return await run_in_threadpool(guarded, do_close, await request.body(), {"session_id"})
 
 
-class GradingServer:
-    """Runs a grading app with uvicorn on a background thread, on a free loopback port."""
+class GradingServer(ServerThread):
+    """The grading API served on a background thread (:class:`autorl.serving.ServerThread`).
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1") -> None:
-        """Pick a free port; call :meth:`start` to serve."""
-        self.host = host
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind((host, 0))
-            self.port = int(probe.getsockname()[1])
-        config = uvicorn.Config(app, host=host, port=self.port, log_level="warning", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="grading-api", daemon=True)
+    Args:
+        app: The app from :func:`create_app`.
+        host: Loopback address to bind when no ``sock`` is given (a free port on it).
+        sock: An already-bound socket to serve on instead (e.g. a unix socket).
+    """
 
-    @property
-    def url(self) -> str:
-        """Base URL of the server."""
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 15.0) -> None:
-        """Start serving and wait until the server accepts connections."""
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError(f"grading API did not start on {self.url} within {timeout} s")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        """Stop serving and join the thread."""
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", *, sock: socket.socket | None = None) -> None:
+        super().__init__(app, sock if sock is not None else bind_tcp(host), name="grading-api")

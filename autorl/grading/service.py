@@ -27,7 +27,8 @@ from autorl.grading.model_checks import (
     weights_hash,
 )
 from autorl.grading.scoring import ScoreOutcome
-from autorl.records.store import SubmissionRecord, summarize_submissions
+from autorl.records.results import summarize_submissions
+from autorl.records.types import SubmissionRecord
 from autorl.workspace.run_meta import RunMeta
 
 logger = logging.getLogger(__name__)

@@ -2,15 +2,13 @@
 
 It implements the part of the API a judge client uses: ``POST /v1/chat/completions`` (non-streaming)
 and ``GET /v1/models``, with OpenAI's response and error shapes. Each served model is a callable
-from the chat messages to the reply text (for example :class:`autorl.judge.rules.RuleJudge`).
-:class:`LocalJudgeServer` runs it with uvicorn on a free loopback port in a background thread for
-as long as a ``with`` block lasts.
+from the chat messages to the reply text (a task's rule-based judging model, for example).
+:class:`LocalJudgeServer` serves it on a free loopback port (:mod:`autorl.serving`: the port is
+bound once and handed to uvicorn, no race) in a background thread for as long as a ``with`` block lasts.
 """
 
 # No `from __future__ import annotations` here: FastAPI must see the request model classes
 # defined inside create_app() as real annotations, not strings.
-import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -18,6 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from autorl.engine.base import ChatMessage
+from autorl.serving import ServerThread, bind_tcp
 
 JudgingModel = Callable[[list[ChatMessage]], str]
 
@@ -85,35 +84,19 @@ class LocalJudgeServer:
         self.models = models
         self.start_timeout_s = start_timeout_s
         self.base_url = ""
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._server: ServerThread | None = None
 
     def __enter__(self) -> "LocalJudgeServer":
         """Bind a free loopback port, start uvicorn in a thread and wait until it accepts requests."""
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))  # port 0: the kernel picks a free port, no race with other servers
-        port = sock.getsockname()[1]
-        config = uvicorn.Config(create_app(self.models), log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
-                                        name=f"local-judge-{port}")
-        self._thread.start()
-        deadline = time.monotonic() + self.start_timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self._server.should_exit = True
-                raise RuntimeError(f"the local judge server did not start on port {port}")
-            time.sleep(0.02)
-        self.base_url = f"http://127.0.0.1:{port}/v1"
+        sock = bind_tcp("127.0.0.1", 0)  # port 0: the kernel picks a free port, no race with other servers
+        self._server = ServerThread(create_app(self.models), sock, name=f"local-judge-{sock.getsockname()[1]}",
+                                    lifespan="off")
+        self._server.start(timeout=self.start_timeout_s)
+        self.base_url = f"{self._server.url}/v1"
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         """Stop the server and wait for its thread."""
         if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._server.stop(timeout=30)

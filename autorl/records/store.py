@@ -17,19 +17,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from autorl.errors import AutorlError
-# The record types live in types.py; every name stays importable from here, as callers expect.
-from autorl.records.types import (  # noqa: F401
+from autorl.records.types import (
     CELL_STATUSES,
+    SCHEMA_VERSION,
     CellRecord,
     CodeRevision,
     DriverCall,
-    FINAL_STATUSES,
-    RESULTS_COLUMNS,
-    SCHEMA_VERSION,
-    SUBMISSION_STATUSES,
     SubmissionRecord,
     TraceSummary,
-    VALID_SUBMISSION_STATUSES,
     _check_status,
 )
 
@@ -419,7 +414,3 @@ class RecordStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# Re-exported so callers keep importing every record name from the store module.
-from autorl.records.results import summarize_submissions, write_results_csv  # noqa: E402,F401

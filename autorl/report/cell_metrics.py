@@ -4,7 +4,7 @@ Definitions follow the reference's ``core/metrics.py`` (reference-implementation
 its known weaknesses fixed:
 
 - A submission is **valid** when it was scored: its status is one of
-  :data:`~autorl.records.store.VALID_SUBMISSION_STATUSES` (``scored``, ``duplicate``,
+  :data:`~autorl.records.types.VALID_SUBMISSION_STATUSES` (``scored``, ``duplicate``,
   ``copy_of_base``) and it has a score. The reference counted ``score > 0`` as valid, which calls a
   real score of 0 a failure and an error's placeholder 0.0 a success.
 - ``copy_model_count`` counts submissions the grader flagged ``copy_of_base`` (weights equal to
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autorl.records.store import VALID_SUBMISSION_STATUSES, CellRecord, SubmissionRecord
+from autorl.records.types import VALID_SUBMISSION_STATUSES, CellRecord, SubmissionRecord
 
 METRICS_VERSION = 1
 

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from autorl.records.store import SubmissionRecord
+from autorl.records.types import SubmissionRecord
 
 FAILURE_TYPES = (
     "code_error_runtime", "rollout_logic_wrong", "timeout_no_submission", "copy_model_fallback", "training_diverged",

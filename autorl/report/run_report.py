@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from autorl.records.store import CodeRevision, SubmissionRecord
+from autorl.records.types import CodeRevision, SubmissionRecord
 from autorl.report.cell_metrics import RunTimes, best_so_far, compute_cell_metrics, is_valid
 from autorl.report.code_facts import METHODS, added_text, scan_files, trainer_class_in_model
 from autorl.report.failures import Failure, classify_cell, classify_submission, log_segments

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import AutorlError
-from autorl.records.store import CellRecord, CodeRevision, RecordStore, SubmissionRecord
+from autorl.records.store import RecordStore
+from autorl.records.types import CellRecord, CodeRevision, SubmissionRecord
 
 logger = logging.getLogger(__name__)
 _TEXT_SUFFIXES = (".py", ".json", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".ini", ".txt", ".md", ".jsonl")

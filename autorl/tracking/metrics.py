@@ -35,7 +35,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from autorl.records.store import CELL_STATUSES
+from autorl.records.types import CELL_STATUSES
 
 logger = logging.getLogger(__name__)
 

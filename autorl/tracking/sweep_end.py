@@ -15,12 +15,14 @@ logger = logging.getLogger(__name__)
 
 
 def finish_sweep(
-    recorder: Any, sweep_id: str, sweep_dir: Path, tracking_cfg: dict[str, Any], note: Callable[[str], None]
+    finish_wandb: Callable[[float], bool], sweep_id: str, sweep_dir: Path, tracking_cfg: dict[str, Any],
+    note: Callable[[str], None],
 ) -> Path | None:
-    """Ask the Recorder to close W&B, then build ``<sweep_dir>/report/``.
+    """Close the sweep's W&B runs, then build ``<sweep_dir>/report/``.
 
     Args:
-        recorder: The Recorder actor handle.
+        finish_wandb: Closes the W&B runs, waiting at most the given seconds; True when everything
+            reached W&B in time (the scheduler asks the Recorder actor). Called only when W&B is on.
         sweep_id: The sweep.
         sweep_dir: Its folder.
         tracking_cfg: The ``tracking`` config block.
@@ -29,13 +31,11 @@ def finish_sweep(
     Returns:
         The report's ``index.html``, or None when it is off or could not be built.
     """
-    import ray
-
     if tracking_cfg["wandb"]["enabled"]:
         try:
             # The recorder bounds its own wait; the margin covers the actor call itself.
             timeout = float(tracking_cfg["wandb"]["finish_timeout_s"]) + 30
-            if ray.get(recorder.finish_sweep.remote(sweep_id), timeout=timeout):
+            if finish_wandb(timeout):
                 note(f"W&B runs of this sweep are under {sweep_dir / 'wandb'} ({tracking_cfg['wandb']['mode']} mode)")
         except Exception as error:  # noqa: BLE001 - W&B must never fail a sweep
             logger.warning("W&B finish failed: %s", error)

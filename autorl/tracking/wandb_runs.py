@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autorl.records.store import FINAL_STATUSES, CellRecord, SubmissionRecord
+from autorl.records.types import FINAL_STATUSES, CellRecord, SubmissionRecord
 
 logger = logging.getLogger(__name__)
 

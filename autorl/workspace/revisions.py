@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from autorl.records.store import CodeRevision
+from autorl.records.types import CodeRevision
 
 logger = logging.getLogger(__name__)
 _MAX_DIFF_CHARS = 200_000  # a diff is a record, not an archive: the repository keeps everything

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.engine.base import GenerationEngine
-from autorl.envs.host import EpisodeClient, local_episode_client
+from autorl.envs.host import local_episode_client
 from autorl.envs.rollout import PlayStats, play
 from autorl.errors import TaskError
 from autorl.tasks import EvalContext, EvalResult
@@ -56,7 +56,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         ids = ids[: int(opts["limit"])]
     if not ids:
         raise TaskError(f"no eval sessions in {path}")
-    client: EpisodeClient = ctx.envs or local_episode_client("webshop", "webshop", private_dir, opts)
+    client = ctx.envs or local_episode_client("webshop", "webshop", private_dir, opts)
     protocol = WebShopProtocol(max_new_tokens=int(opts["max_new_tokens"]), history_window=int(opts["history_window"]))
     stats = PlayStats()
     played = play(engine, client, ids, protocol, max_steps=int(opts["max_steps"]), concurrency=int(opts["concurrency"]),

@@ -15,7 +15,7 @@ from autorl.actors.grader_pool import GraderPool
 from autorl.actors.recorder import Recorder
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget
-from autorl.records.store import CellRecord, SubmissionRecord
+from autorl.records.types import CellRecord, SubmissionRecord
 from autorl.tracking.metrics import metric_names
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,8 @@ to the replay server with the driver key; the scripted conversation makes Codex 
 script into code/, run it (a small real perturbation of the base model, saved with transformers)
 and submit output/v1 to the grading API with curl.
 
-The CLI is installed by .ci/run (``python -m autorl.agents.install codex``).
+``make test`` installs the CLI first, at its pinned version, into ``<agents_dir>/codex/``
+(``python -m autorl.agents.install codex``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl.agents.cli import find_binary
+from autorl.agents.cli import find_binary, installed_path, installed_version
 from autorl.config import compose
 from autorl.errors import ConfigError
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
@@ -65,10 +66,15 @@ def _steps() -> list[str]:
 
 @pytest.fixture()
 def codex_installed() -> None:
+    agent = compose(["agent=codex"])["agent"]
     try:
-        find_binary(compose(["agent=codex"])["agent"])
+        binary = find_binary(agent)
     except ConfigError as error:
-        pytest.fail(f"this test needs the real Codex CLI: {error}")
+        pytest.fail(f"this test needs the real Codex CLI (make test installs it): {error}")
+    pinned = agent["install"]["version"]
+    assert (binary, installed_version(agent)) == (str(installed_path(agent)), pinned), (
+        f"this test runs the pinned Codex CLI {pinned} from {installed_path(agent)}: "
+        "python -m autorl.agents.install codex")
 
 
 def test_codex_runs_a_cell_through_the_gateway(codex_installed: None, tmp_path: Path, ray_tmp: Path, cache_dir: Path) -> None:

@@ -94,7 +94,7 @@ async def _devtools(ws_url: str, url: str, expression: str, timeout: float) -> d
 
 def open_in_chromium(page: Path, expression: str = PAGE_FACTS, timeout: float = 120) -> dict[str, Any]:
     """Load ``page`` in a fresh headless Chromium; return the expression's value and every page error."""
-    assert CHROMIUM.exists(), "Debian's chromium is needed: apt-get install -y chromium (see .ci/run)"
+    assert CHROMIUM.exists(), "Debian's chromium is needed: make test installs it"
     profile = Path(tempfile.mkdtemp(prefix="ar-chromium-"))
     browser = subprocess.Popen([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
                                 "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

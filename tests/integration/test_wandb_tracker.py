@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from autorl.records.store import CellRecord, SubmissionRecord
+from autorl.records.types import CellRecord, SubmissionRecord
 from autorl.tracking.wandb_runs import TABLE_COLUMNS, WandbTracker
 
 _BLOCK = 32 * 1024  # LevelDB log block size; a record chunk never crosses a block boundary

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from autorl.agents.base import LaunchContext, load_adapter
-from autorl.agents.cli import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, find_binary, install_commands
+from autorl.agents.cli import find_binary, install_commands
 from autorl.agents.prompt import MODES, build_prompt
 from autorl.config import compose, plan_sweep
 from autorl.errors import ConfigError
+from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV
 from autorl.registry import option_names
 
 CLI_AGENTS = ("claude-code", "codex", "gemini-cli", "opencode", "openhands")
@@ -134,16 +135,21 @@ def test_missing_cli_error_says_how_to_install(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="python -m autorl.agents.install codex") as error:
         find_binary(cfg | {"install": cfg["install"] | {"bin": "no-such-codex-binary"}})
     assert "@openai/codex@0.169.0" in str(error.value)
-    installed = _fake_cli(tmp_path / "node_modules" / ".bin" / "codex")
+    installed = _fake_cli(tmp_path / "codex" / "node_modules" / ".bin" / "codex")
     assert find_binary(cfg) == str(installed)
 
 
-def test_install_commands_are_pinned_and_ci_installs_the_e2e_cli() -> None:
+def test_install_commands_are_pinned_and_make_test_installs_the_e2e_cli() -> None:
     pip = install_commands(compose(["agent=openhands"])["agent"])
     assert pip[-1][-1] == "openhands==1.16.0" and pip[0][0] == "python3.12"
-    codex = compose(["agent=codex"])["agent"]["install"]
-    ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
-    assert f"{codex['package']}@{codex['version']}" in ci
+    npm = install_commands(compose(["agent=codex"])["agent"])
+    assert npm[-1][-1] == "@openai/codex@0.169.0"
+    repo = Path(__file__).resolve().parents[2]
+    # `make test` installs the CLI that tests/integration/test_real_cli.py runs; CI only runs `make test`.
+    [test_agents] = [line.split(":=")[1].split() for line in (repo / "Makefile").read_text().splitlines() if line.startswith("TEST_AGENTS")]
+    assert "codex" in test_agents
+    ci = (repo / ".ci" / "run").read_text()
+    assert "make test" in ci and not any(tool in ci for tool in ("npm ", "apt-get", "agents.install"))
 
 
 def test_an_agent_that_needs_a_driver_refuses_driver_none() -> None:

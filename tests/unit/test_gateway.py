@@ -15,7 +15,7 @@ from autorl.errors import ConfigError
 from autorl.gateway.app import Gateway
 from autorl.gateway.settings import DriverSettings
 from autorl.gateway.usage import SSEUsageParser
-from autorl.records.store import DriverCall
+from autorl.records.types import DriverCall
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 
 TOKEN = "cell-token"
@@ -183,7 +183,7 @@ def test_responses_are_translated_to_chat_by_litellm(replay: ReplayServer, gatew
 
 def test_recorder_sums_driver_calls_into_the_cell(tmp_path: Path) -> None:
     from autorl.actors.recorder import Recorder
-    from autorl.records.store import CellRecord, TraceSummary
+    from autorl.records.types import CellRecord, TraceSummary
 
     recorder = Recorder(str(tmp_path / "records.sqlite"))
     cell = CellRecord(sweep_id="s", cell_id="c1", agent="codex", driver="gpt-5", task="gsm8k", task_version=1,
@@ -214,3 +214,45 @@ def test_gemini_api_is_passed_through_with_the_google_key_header(replay: ReplayS
     assert sent["path"] == "/v1beta/models/local-model:streamGenerateContent" and sent["headers"]["x-goog-api-key"] == "real-key"
     [call] = calls
     assert call.protocol == "gemini" and call.requested_model == "gemini-x" and call.tokens_in and call.stream == 1
+
+
+def test_a_driver_session_records_through_a_plain_sink(replay: ReplayServer, tmp_path: Path) -> None:
+    """The session and the cell's gateway need no Ray: calls, the flush and the trace go to a sink."""
+    from autorl.agents.base import load_adapter
+    from autorl.agents.session import DriverSession
+    from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV
+    from autorl.records.types import TraceSummary
+
+    class Sink:
+        def __init__(self) -> None:
+            self.calls: list[DriverCall] = []
+            self.flushes: list[int] = []
+            self.traces: list[TraceSummary] = []
+
+        def record_driver_call(self, call: DriverCall) -> None:
+            self.calls.append(call)
+
+        def flush(self) -> None:
+            self.flushes.append(len(self.calls))
+
+        def record_trace(self, summary: TraceSummary) -> None:
+            self.traces.append(summary)
+
+    agent_cfg = compose(["agent=codex"])["agent"]
+    driver_cfg = compose(["driver=local", f"driver.base_url={replay.base_url}"])["driver"]
+    sink = Sink()
+    session = DriverSession("c1", tmp_path, agent_cfg, driver_cfg, sink, "127.0.0.1")
+    env = session.agent_env({"OPENAI_API_KEY": "provider-secret", "HOME": "/h"})
+    assert "OPENAI_API_KEY" not in env and env["HOME"] == "/h"
+    session.follow(load_adapter(agent_cfg))
+    body = {"model": "m", "messages": [{"role": "user", "content": "go"}]}
+    response = httpx.post(f"{env[GATEWAY_URL_ENV]}/v1/chat/completions", json=body,
+                          headers={"authorization": f"Bearer {env[GATEWAY_TOKEN_ENV]}"}, timeout=60)
+    assert response.status_code == 200
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "agent_streams" / "codex.jsonl"
+    (tmp_path / "agent.log").write_text(fixture.read_text())
+    usage = session.close()
+    [call] = sink.calls
+    assert sink.flushes == [1] and (usage["tokens_in"], usage["tokens_out"]) == (call.tokens_in, call.tokens_out)
+    [trace] = sink.traces
+    assert trace.cell_id == "c1" and trace.tool_calls == 2 and trace.path == str(tmp_path / "trace.jsonl")

@@ -16,7 +16,8 @@ from autorl.grading.api import GradingServer, create_app
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget, ScoreOutcome, score_model
 from autorl.grading.service import CellGradingContext, SubmissionService
-from autorl.records.store import RecordStore, SubmissionRecord
+from autorl.records.store import RecordStore
+from autorl.records.types import SubmissionRecord
 from autorl.workspace.run_meta import RunMeta
 
 TOKEN = "test-token"

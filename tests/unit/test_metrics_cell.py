@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from autorl.records.store import CellRecord, SubmissionRecord
+from autorl.records.types import CellRecord, SubmissionRecord
 from autorl.report.aggregate import CellRow, expected_max_of_k, heatmap, mean_se, seed_statistics, step_series
 from autorl.report.cell_metrics import RunTimes, compute_cell_metrics
 

@@ -11,16 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from autorl.records.store import (
+from autorl.records.results import summarize_submissions, write_results_csv
+from autorl.records.store import RecordStore
+from autorl.records.types import (
     CELL_STATUSES,
     FINAL_STATUSES,
     RESULTS_COLUMNS,
     CellRecord,
     CodeRevision,
-    RecordStore,
     SubmissionRecord,
-    summarize_submissions,
-    write_results_csv,
 )
 
 

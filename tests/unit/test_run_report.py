@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autorl.records.store import CellRecord, RecordStore, SubmissionRecord
+from autorl.records.store import RecordStore
+from autorl.records.types import CellRecord, SubmissionRecord
 from autorl.report.build import build_report
 from autorl.report.run_report import build_run_report, render_markdown
 from autorl.report.sources import ReportError, load_cells, open_store
@@ -169,11 +170,8 @@ def test_end_of_sweep_failures_are_notes_not_errors(tmp_path: Path, monkeypatch:
     from autorl.report import build
     from autorl.tracking.sweep_end import finish_sweep
 
-    class DeadRecorder:
-        class finish_sweep:  # noqa: N801 - mimics an actor method handle
-            @staticmethod
-            def remote(sweep_id: str) -> None:
-                raise RuntimeError("recorder is gone")
+    def dead_recorder(timeout_s: float) -> bool:
+        raise RuntimeError("recorder is gone")
 
     def broken(*args: object, **kwargs: object) -> Path:
         raise RuntimeError("disk full")
@@ -182,6 +180,6 @@ def test_end_of_sweep_failures_are_notes_not_errors(tmp_path: Path, monkeypatch:
     notes: list[str] = []
     cfg = {"wandb": {"enabled": True, "finish_timeout_s": 1, "mode": "offline"},
            "report": {"enabled": True, "summarizer_driver": None, "summarizer_timeout_s": 5}}
-    assert finish_sweep(DeadRecorder(), "sw", tmp_path, cfg, notes.append) is None
+    assert finish_sweep(dead_recorder, "sw", tmp_path, cfg, notes.append) is None
     assert "recorder is gone" in notes[0] and "report failed: disk full" in notes[1]
     assert f"python -m autorl.report {tmp_path}" in notes[1]

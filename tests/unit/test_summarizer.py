@@ -22,7 +22,8 @@ from fastapi.responses import JSONResponse
 
 from autorl.errors import ConfigError, PrerequisiteError
 from autorl.grading.api import GradingServer
-from autorl.records.store import CellRecord, RecordStore, SubmissionRecord
+from autorl.records.store import RecordStore
+from autorl.records.types import CellRecord, SubmissionRecord
 from autorl.report.build import build_report
 from autorl.report.summarizer import SYSTEM_PROMPT, load_driver
 

@@ -18,6 +18,7 @@ import pytest
 
 from autorl.agents.streams import PARSERS
 from autorl.agents.trace import TraceFollower, TraceParser, parse_file
+from autorl.errors import ConfigError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "agent_streams"
 # (tool calls, trace-side tokens in, tokens out, console lines) as the recordings state them.
@@ -30,7 +31,7 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("fmt", sorted(PARSERS))
+@pytest.mark.parametrize("fmt", PARSERS.names())
 def test_recorded_stream_parses_into_tool_calls_results_and_usage(fmt: str, tmp_path: Path) -> None:
     stats = parse_file(FIXTURES / f"{fmt}.jsonl", tmp_path / "trace.jsonl", fmt, fmt)
     events = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
@@ -44,6 +45,18 @@ def test_recorded_stream_parses_into_tool_calls_results_and_usage(fmt: str, tmp_
     assert (stats.tokens_in, stats.tokens_out) == (tokens_in, tokens_out)
     assert stats.messages >= 1 and stats.unparsed_lines == console_lines
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1)) and all(e["agent"] == fmt for e in events)
+
+
+def test_every_adapter_format_is_registered_and_an_unknown_one_is_a_helpful_error() -> None:
+    from autorl.agents.base import load_adapter
+    from autorl.config import compose
+    from autorl.registry import option_names
+
+    adapters = [load_adapter(compose([f"agent={name}"])["agent"]) for name in option_names("agent")]
+    formats = {getattr(adapter, "stream_format", "") for adapter in adapters}
+    assert formats - {""} == set(PARSERS.names()) == set(EXPECTED)  # the scripted agent has no stream
+    with pytest.raises(ConfigError, match="unknown stream format 'codx'. Did you mean: codex"):
+        TraceParser("codx", "codex")
 
 
 def test_noise_and_malformed_events_are_counted_not_fatal() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.models.tiny import ensure_tiny_model
-from autorl.records.store import CodeRevision
+from autorl.records.types import CodeRevision
 from autorl.tasks import build_task_data, get_task
 from autorl.workspace.layout import build_workspace, write_instructions
 from autorl.workspace.revisions import CodeRevisions
