@@ -13,20 +13,21 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import PrerequisiteError
+from autorl.schema import ClusterConfig
 
 
-def configure_client_auth(cluster_cfg: dict[str, Any]) -> None:
+def configure_client_auth(cluster_cfg: ClusterConfig) -> None:
     """Make this process send the cluster's auth token when it joins an existing cluster.
 
     Ray 2.60 enables token authentication for clusters started with ``ray start``, and a client
     sends its token only when ``RAY_AUTH_MODE=token`` is set before ``import ray`` (ray-notes.md
     §1). An explicit environment setting wins over the config. Starting a local Ray needs nothing.
     """
-    if not cluster_cfg["address"]:
+    if not cluster_cfg.address:
         return
-    os.environ.setdefault("RAY_AUTH_MODE", str(cluster_cfg["auth_mode"]))
-    if cluster_cfg["auth_token_path"]:
-        os.environ.setdefault("RAY_AUTH_TOKEN_PATH", str(Path(cluster_cfg["auth_token_path"]).expanduser()))
+    os.environ.setdefault("RAY_AUTH_MODE", str(cluster_cfg.auth_mode))
+    if cluster_cfg.auth_token_path:
+        os.environ.setdefault("RAY_AUTH_TOKEN_PATH", str(Path(cluster_cfg.auth_token_path).expanduser()))
 
 
 def _free_port(preferred: int, host: str = "127.0.0.1") -> int:
@@ -41,7 +42,7 @@ def _free_port(preferred: int, host: str = "127.0.0.1") -> int:
     raise RuntimeError(f"no free port in {preferred}..{preferred + 99} for the Ray dashboard; set cluster.dashboard_port")
 
 
-def connect(cluster_cfg: dict[str, Any], namespace: str) -> str | None:
+def connect(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
     """Start an embedded Ray (``address: null``) or join the configured cluster.
 
     Returns:
@@ -49,26 +50,36 @@ def connect(cluster_cfg: dict[str, Any], namespace: str) -> str | None:
     """
     import ray
 
+    from autorl.plugins import runtime_env_vars
+
     common: dict[str, Any] = {"namespace": namespace, "log_to_driver": False, "configure_logging": False}
-    if cluster_cfg["address"]:
+    # Plugin folders (autorl.plugins): every worker of this driver, on this node or another, gets
+    # AUTORL_PLUGIN_PATH (autorl.task_code reads it when a worker imports it, so plugin tasks resolve
+    # after unpickling) and the folders on its PYTHONPATH (the plugins' agent adapters and modules).
+    # A sweep submitted as a Ray Job would put the same env_vars in the job's runtime_env
+    # (JobSubmissionClient.submit_job(runtime_env={"env_vars": runtime_env_vars()})).
+    if env_vars := runtime_env_vars():
+        common["runtime_env"] = {"env_vars": env_vars}
+    if cluster_cfg.address:
         try:
-            ray.init(address=cluster_cfg["address"], **common)
+            ray.init(address=cluster_cfg.address, **common)
         except (ConnectionError, RuntimeError) as error:
             raise PrerequisiteError(
-                f"cannot join the Ray cluster at {cluster_cfg['address']}: {str(error).splitlines()[0]}. "
+                f"cannot join the Ray cluster at {cluster_cfg.address}: {str(error).splitlines()[0]}. "
                 "Check the address (host:port of the head's GCS, or 'auto'), and that cluster.auth_mode and "
                 "cluster.auth_token_path match how the cluster was started (ray-notes: token auth is on by default)."
             ) from error
         return None
-    local: dict[str, Any] = {"include_dashboard": bool(cluster_cfg["include_dashboard"])}
-    for key in ("num_cpus", "num_gpus"):
-        if cluster_cfg[key] is not None:
-            local[key] = cluster_cfg[key]
+    local: dict[str, Any] = {"include_dashboard": cluster_cfg.include_dashboard}
+    if cluster_cfg.num_cpus is not None:
+        local["num_cpus"] = cluster_cfg.num_cpus
+    if cluster_cfg.num_gpus is not None:
+        local["num_gpus"] = cluster_cfg.num_gpus
     port = None
-    if cluster_cfg["include_dashboard"]:
-        port = _free_port(int(cluster_cfg["dashboard_port"]))
+    if cluster_cfg.include_dashboard:
+        port = _free_port(cluster_cfg.dashboard_port)
         local |= {"dashboard_port": port, "dashboard_host": "127.0.0.1"}
-    if cluster_cfg["temp_dir"]:
-        local["_temp_dir"] = str(cluster_cfg["temp_dir"])
+    if cluster_cfg.temp_dir:
+        local["_temp_dir"] = cluster_cfg.temp_dir
     ray.init(address="local", **common, **local)
     return f"http://127.0.0.1:{port}" if port else None

@@ -1,28 +1,44 @@
-"""From command-line overrides to the grid of cells: axis parsing, expansion and Hydra composition.
+"""From command-line overrides to the grid of typed cells: axis parsing, expansion and Hydra composition.
 
 ``autorl.sweep`` is not a ``@hydra.main`` app (a group missing from the defaults list cannot be
 overridden there; house-style.md C1). It parses argv with Hydra's override grammar, expands the
-axes ``agent, driver, task, model, seed`` itself and composes each cell with the Compose API.
+axes ``agent, driver, task, model, seed`` itself and composes each cell with the Compose API
+against the schema of :mod:`autorl.schema`: an unknown key or a value of the wrong type is refused
+here, before anything starts, as a :class:`ConfigError` that names the key and the likely fix
+(:mod:`autorl.config_errors`). Each cell carries the typed :class:`autorl.schema.RunConfig`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
 import os
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
+from autorl.config_errors import config_error
 from autorl.errors import ConfigError
 from autorl.gateway.settings import TRANSLATABLE
-from autorl.registry import AXES, CONF_DIR, check_names, option_names
+from autorl.registry import AXES, CONF_DIR, GROUPS, check_names, option_names
+from autorl.schema import DriverConfig, ModelKind, Provider, RunConfig, register_schemas
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 # Pass-through keys that change where or how a sweep is shown, not what its cells compute:
 # they are left out of the sweep id, so re-running with them still resumes the same sweep.
-_PRESENTATION_KEYS = ("out_dir", "dry_run", "progress", "sweep_id", "cache_dir", "cluster", "scheduler", "hydra", "tracking")
+# (``plugins`` says where task and option files are found; the cells name what they run.)
+_PRESENTATION_KEYS = (
+    "out_dir", "dry_run", "progress", "sweep_id", "cache_dir", "cluster", "scheduler", "hydra", "tracking", "plugins",
+)
+# Hydra's Compose API keeps global state: one composition at a time in a process (the judges of a
+# grader and the report's summariser load drivers from threads).
+_COMPOSE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -36,12 +52,12 @@ class CellSpec:
     task: str
     model: str
     seed: int
-    config: dict[str, Any] = field(repr=False, hash=False, compare=False)
+    config: RunConfig = field(repr=False, hash=False, compare=False)
 
     @property
     def budget_s(self) -> float:
         """The agent's wall-clock budget in seconds."""
-        return float(self.config["budget"]["seconds"])
+        return self.config.budget.seconds
 
 
 @dataclass(frozen=True)
@@ -51,7 +67,7 @@ class SweepPlan:
     sweep_id: str
     sweep_dir: Path
     cells: list[CellSpec]
-    base_config: dict[str, Any]
+    base_config: RunConfig
 
 
 def parse_argv(argv: list[str]) -> tuple[dict[str, list[str]], list[str]]:
@@ -83,11 +99,11 @@ def parse_argv(argv: list[str]) -> tuple[dict[str, list[str]], list[str]]:
                 f"run one sweep per value of {key!r}, or make it an axis"
             )
         else:
-            passthrough.append(override.input_line)
+            passthrough.append(str(override.input_line))  # set for every override parsed from text
     return axes, passthrough
 
 
-def expand_axes(axes: dict[str, list[str]], defaults: dict[str, Any]) -> dict[str, list[str]]:
+def expand_axes(axes: dict[str, list[str]], defaults: dict[str, str]) -> dict[str, list[str]]:
     """Resolve ``all`` and defaults for every axis and validate every name.
 
     Raises:
@@ -109,24 +125,65 @@ def expand_axes(axes: dict[str, list[str]], defaults: dict[str, Any]) -> dict[st
     return resolved
 
 
-def compose(overrides: list[str]) -> dict[str, Any]:
-    """Compose ``conf/config.yaml`` with ``overrides`` and return it as a plain, resolved dict.
-
-    Raises:
-        ConfigError: if Hydra rejects an override (unknown key, wrong type, ...).
-    """
+def _compose_dict(overrides: Sequence[str]) -> DictConfig:
+    """Hydra's composition of ``conf/config.yaml`` with ``overrides`` (the caller holds the lock)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+
+    register_schemas()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+def _search_path_overrides() -> list[str]:
+    """``hydra.searchpath=[...]`` for the active plugins' ``conf/`` folders; ``[]`` without plugins."""
+    from autorl.plugins import searchpath_overrides
+
+    return searchpath_overrides()
+
+
+def compose(overrides: Sequence[str]) -> RunConfig:
+    """Compose ``conf/config.yaml`` with ``overrides`` into the typed, resolved config of one cell.
+
+    The active plugins' option folders are on the search path (:mod:`autorl.plugins`).
+
+    Raises:
+        ConfigError: Hydra or the schema refuses an override or a config file (unknown key, wrong
+            type, a value given for a group of settings, a missing value); the message names the
+            full key and, where one is close, the right one.
+    """
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = hydra_compose(config_name="config", overrides=overrides)
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except (HydraException, OmegaConfBaseException) as error:
-        raise ConfigError(f"invalid override in {overrides}: {error}") from error
+    user = list(overrides)
+    search_path = _search_path_overrides()
+    with _COMPOSE_LOCK:
+        try:
+            config = OmegaConf.to_object(_compose_dict([*search_path, *user]))
+        except (HydraException, OmegaConfBaseException) as error:
+            raise config_error(error, user, skeleton=lambda kept: _compose_dict([*search_path, *kept])) from error
+        except AssertionError as error:  # OmegaConf asserts when a key is forced under a null setting
+            raise ConfigError(
+                f"invalid overrides {user}: one sets a key under a setting that is null in this config "
+                f"(e.g. ++task.env_pool.actors=1 for a task without an env_pool); set it only for cells that have it"
+            ) from error
+    if not isinstance(config, RunConfig):  # conf/config.yaml's defaults list must start with run_schema
+        raise ConfigError(f"{CONF_DIR / 'config.yaml'} did not compose to a RunConfig: its defaults list must start with run_schema")
+    return config
+
+
+def load_driver_config(name: str) -> DriverConfig:
+    """The driver ``name`` (``conf/driver/<name>.yaml`` on ``_base.yaml``, or a plugin's), typed and resolved.
+
+    The one way drivers are read: the cell's gateway gets its driver from the cell's config, and
+    the judges and the report's summariser load theirs by name here.
+
+    Raises:
+        ConfigError: No such driver ("did you mean" and the valid names), or its file is invalid.
+    """
+    check_names("driver", [name])
+    return compose([f"driver={name}"]).driver
 
 
 def sweep_id_for(explicit: str | None, passthrough: list[str]) -> str:
@@ -166,49 +223,91 @@ def resolve_cache_dir(configured: str | None) -> Path:
 
 
 def check_combinations(cells: Iterable[CellSpec]) -> None:
-    """Refuse agent × driver pairs that cannot work (every plan, dry runs included).
+    """Refuse cells that cannot work (every plan, dry runs included).
 
-    An agent that needs a driver is not paired with ``driver=none``, and a CLI whose protocol the
-    gateway cannot translate (the Gemini CLI's Gemini API) gets a driver that speaks it.
+    An agent that needs a driver is not paired with ``driver=none``, a CLI whose protocol the
+    gateway cannot translate (the Gemini CLI's Gemini API) gets a driver that speaks it, the
+    task's data source is one the task has, and an interactive task has its environment pool.
 
     Raises:
-        ConfigError: naming the pair and what to change.
+        ConfigError: naming the cell, the values and what to change.
     """
+    from autorl.tasks import get_task
+
     for cell in cells:
-        agent, driver = cell.config["agent"], cell.config["driver"]
-        if not agent["needs_driver"]:
-            continue
-        if driver["provider"] == "none":
+        agent, driver, task = cell.config.agent, cell.config.driver, cell.config.task
+        spec = get_task(task.name)
+        if task.source not in spec.sources:
             raise ConfigError(
-                f"agent {agent['name']!r} needs a driver LLM, but driver=none was given (cell {cell.cell_id}); "
+                f"task.source={task.source}: task {task.name!r} has the sources {', '.join(spec.sources)} (cell {cell.cell_id})"
+            )
+        missing = [kind for kind, blocks in (("build", task.build), ("eval", task.eval)) if task.source not in blocks]
+        if missing:
+            raise ConfigError(
+                f"task.source={task.source}: conf/task/{task.name}.yaml has no {' and no '.join(f'{k}.{task.source}' for k in missing)} "
+                "block of options for that source"
+            )
+        if spec.kind == "interactive" and task.env_pool is None:
+            raise ConfigError(
+                f"task {task.name!r} is interactive but its conf/task/{task.name}.yaml has no env_pool block "
+                "(actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
+            )
+        if cell.config.model.kind == ModelKind.hub and not cell.config.model.hub_id:
+            raise ConfigError(f"model {cell.config.model.name!r} has kind hub but no hub_id: set model.hub_id (cell {cell.cell_id})")
+        if not agent.needs_driver:
+            continue
+        if driver.provider == Provider.none:
+            raise ConfigError(
+                f"agent {agent.name!r} needs a driver LLM, but driver=none was given (cell {cell.cell_id}); "
                 "choose one with driver=<name> (python -m autorl.ls drivers), e.g. driver=gpt-5"
             )
-        protocol = agent["protocol"]
-        if protocol not in TRANSLATABLE and protocol not in (driver["protocols"] or {}):
+        protocol = agent.protocol
+        if protocol is None:
+            raise ConfigError(f"agent {agent.name!r} needs a driver but names no protocol: set agent.protocol in its conf/agent file")
+        if protocol not in TRANSLATABLE and protocol not in driver.protocols:
             raise ConfigError(
-                f"agent {agent['name']!r} speaks the {protocol} API, which driver {driver['name']!r} does not serve "
-                f"(it serves {', '.join(driver['protocols'])}); use a driver that does, e.g. driver=gemini-2.5-flash"
+                f"agent {agent.name!r} speaks the {protocol} API, which driver {driver.name!r} does not serve "
+                f"(it serves {', '.join(driver.protocols) or 'nothing'}); use a driver that does, e.g. driver=gemini-2.5-flash"
             )
+
+
+def _activate_plugins(argv: list[str]) -> None:
+    """Make the plugin folders of ``AUTORL_PLUGIN_PATH`` and of a ``plugins=[...]`` override usable."""
+    from autorl.plugins import activate, from_overrides
+
+    activate(from_overrides(argv))
 
 
 def plan_sweep(argv: list[str]) -> SweepPlan:
     """Parse, validate and expand ``argv`` into the sweep's cells. Starts nothing.
 
     Raises:
-        ConfigError: on any invalid name or override, before anything starts.
+        ConfigError: on any invalid name, override or config file, before anything starts.
     """
+    _activate_plugins(argv)
     axes, passthrough = parse_argv(argv)
-    base = compose(passthrough)
-    defaults = {axis: base[axis]["name"] for axis in AXES if axis != "seed"} | {"seed": base["seed"]}
+    for override in passthrough:  # a group that is not an axis (cluster=...): a name from its folder
+        group, sep, name = override.partition("=")
+        if sep and group in GROUPS:
+            check_names(group, [name])
+    unset = compose([])
+    defaults = {"agent": unset.agent.name, "driver": unset.driver.name, "task": unset.task.name,
+                "model": unset.model.name, "seed": str(unset.seed)}
     grid = expand_axes(axes, defaults)
-    sweep_id = sweep_id_for(base["sweep_id"], passthrough)
-    sweep_dir = Path(base["out_dir"]).expanduser().resolve() / sweep_id
+    # The pass-through overrides are checked on the grid's first cell, not on the default task:
+    # `++task.env_pool.actors=1` is valid for task=webshop although the default task has no pool.
+    base = compose([f"{axis}={grid[axis][0]}" for axis in AXES] + passthrough)
+    sweep_id = sweep_id_for(base.sweep_id, passthrough)
+    sweep_dir = Path(base.out_dir).expanduser().resolve() / sweep_id
     cells = []
     for agent, driver, task, model, seed in itertools.product(*(grid[axis] for axis in AXES)):
         overrides = [f"agent={agent}", f"driver={driver}", f"task={task}", f"model={model}", f"seed={seed}"]
-        config = compose(overrides + passthrough)
-        config["sweep_id"] = sweep_id
         cell_id = cell_id_for(agent, driver, task, model, int(seed))
+        try:
+            config = dataclasses.replace(compose(overrides + passthrough), sweep_id=sweep_id)
+        except ConfigError as error:  # e.g. agent.sft.steps=3 suits agent=scripted, not agent=codex
+            raise ConfigError(f"cell {cell_id}: {error}") from error
         cells.append(CellSpec(sweep_id, cell_id, agent, driver, task, model, int(seed), config))
-    check_combinations(cells)  # e.g. an agent that needs a driver with driver=none
-    return SweepPlan(sweep_id, sweep_dir, cells, base)
+    check_combinations(cells)
+    return SweepPlan(sweep_id, sweep_dir, cells, dataclasses.replace(base, sweep_id=sweep_id))
+

@@ -1,10 +1,13 @@
 """``python -m autorl.ls tasks|agents|drivers|models|clusters``: list what is registered.
 
+Lists autorl's own options and those of the plugin folders (:mod:`autorl.plugins`) named by
+``AUTORL_PLUGIN_PATH`` or ``--plugins``; a plugin's option says which folder it comes from.
 Imports nothing heavy (no torch, no Ray): it only reads YAML files.
 
 Examples:
     $ python -m autorl.ls tasks
     $ python -m autorl.ls agents
+    $ python -m autorl.ls tasks --plugins ~/my_plugin
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import sys
 
 from autorl.errors import ConfigError
+from autorl.plugins import PLUGIN_PATH_ENV, activate, plugin_dirs
 from autorl.registry import list_options
 
 _KINDS = {"tasks": "task", "agents": "agent", "drivers": "driver", "models": "model", "clusters": "cluster"}
@@ -22,20 +26,25 @@ def main(argv: list[str] | None = None) -> int:
     """Print one line per registered option of the requested kind; return the exit code."""
     parser = argparse.ArgumentParser(
         prog="python -m autorl.ls",
-        description="List the registered tasks, agents, drivers, models or clusters.",
-        epilog="examples:\n  python -m autorl.ls tasks\n  python -m autorl.ls drivers",
+        description="List the registered tasks, agents, drivers, models or clusters, autorl's and the plugins'.",
+        epilog="examples:\n  python -m autorl.ls tasks\n  python -m autorl.ls drivers\n"
+               "  python -m autorl.ls tasks --plugins ~/my_plugin",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("kind", choices=sorted(_KINDS))
+    parser.add_argument("--plugins", action="append", default=[], metavar="DIR",
+                        help=f"a plugin folder (repeatable), added to those in ${PLUGIN_PATH_ENV}")
     args = parser.parse_args(argv)
     try:
+        activate(plugin_dirs(args.plugins))
         options = list_options(_KINDS[args.kind])
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     width = max((len(option.name) for option in options), default=0)
     for option in options:
-        print(f"{option.name:<{width}}  {option.description}")
+        origin = f"  (plugin {option.plugin})" if option.plugin else ""
+        print(f"{option.name:<{width}}  {option.description}{origin}")
     return 0
 
 

@@ -6,8 +6,8 @@ Two kinds of registry live here, both read without importing anything heavy:
   shape): agents, engines, environments, judges and stream parsers each keep one. The target is
   imported on first :meth:`Registry.get`; an unknown name fails with "did you mean".
 - :func:`list_options` reads a config group folder under ``conf/`` (``agent/``, ``driver/``,
-  ``task/``, ``model/``, ``cluster/``); each YAML file is one option and its ``description`` field
-  is the line that ``autorl.ls`` prints.
+  ``task/``, ``model/``, ``cluster/``), autorl's and each plugin's (:mod:`autorl.plugins`); each
+  YAML file is one option and its ``description`` field is the line that ``autorl.ls`` prints.
 """
 
 from __future__ import annotations
@@ -126,29 +126,90 @@ class Registry(Generic[T]):
 
 @dataclass(frozen=True)
 class Option:
-    """One option of a config group."""
+    """One option of a config group.
+
+    Attributes:
+        group: The config group (``task``, ``agent``, ...).
+        name: The option's name (its file's stem), as given on the command line.
+        description: The line ``autorl.ls`` prints.
+        path: The option's YAML file.
+        plugin: The plugin folder it comes from; ``None`` for autorl's own ``conf/``.
+    """
 
     group: str
     name: str
     description: str
+    path: Path
+    plugin: Path | None = None
+
+
+def conf_dirs() -> list[tuple[Path, Path | None]]:
+    """autorl's ``conf/`` and each active plugin's, as ``(conf folder, plugin folder or None)``.
+
+    Raises:
+        ConfigError: A plugin's ``conf/`` holds something other than config group folders (a typo
+            such as ``conf/tasks/`` would otherwise be ignored without a word).
+    """
+    # Imported here: autorl.plugins imports autorl.task_code, which an agent process that imports
+    # this module (the scripted agent does) must never load.
+    from autorl.plugins import active_dirs
+
+    found: list[tuple[Path, Path | None]] = [(CONF_DIR, None)]
+    for plugin in active_dirs():
+        conf = plugin / "conf"
+        if not conf.is_dir():
+            continue
+        strays = sorted(p.name for p in conf.iterdir() if p.name not in GROUPS and not p.name.startswith("."))
+        if strays:
+            raise ConfigError(
+                f"plugin {plugin}: conf/ may hold only the config group folders {', '.join(GROUPS)}, "
+                f"found {', '.join(strays)}; move each option to conf/<group>/<name>.yaml"
+            )
+        found.append((conf, plugin))
+    return found
 
 
 def list_options(group: str) -> list[Option]:
-    """Return the options of ``group`` sorted by name.
+    """Return the options of ``group`` sorted by name: autorl's and every active plugin's.
+
+    Files whose name starts with ``_`` are shared bases that options include (``defaults: [_base]``),
+    not options. A plugin option may not take a name that autorl or another plugin has: Hydra
+    would compose the first file on its search path (autorl's) and ignore the plugin's in silence.
 
     Raises:
-        ConfigError: if ``group`` is not a config group.
+        ConfigError: ``group`` is not a config group, or two files give one option name (the message
+            names both files).
     """
     if group not in GROUPS:
         raise ConfigError(f"unknown config group {group!r}; valid groups: {', '.join(GROUPS)}")
-    options = []
-    for path in sorted((CONF_DIR / group).glob("*.yaml")):
-        data = yaml.safe_load(path.read_text()) or {}
-        description = str(data.get("description") or "")
-        if group == "task":
-            description = _task_description(path.stem) or description
-        options.append(Option(group, path.stem, description))
-    return options
+    options: dict[str, Option] = {}
+    for conf, plugin in conf_dirs():
+        for path in sorted((conf / group).glob("*.yaml")):
+            if path.stem.startswith("_"):
+                continue
+            if path.stem in options:
+                raise ConfigError(
+                    f"config option {group}={path.stem} is defined twice: {options[path.stem].path} and {path}; "
+                    "a plugin's options need names of their own: rename the plugin's file and its name: key"
+                )
+            data = yaml.safe_load(path.read_text()) or {}
+            description = str(data.get("description") or "")
+            if group == "task":
+                description = _task_description(path.stem) or description
+            options[path.stem] = Option(group, path.stem, description, path, plugin)
+    return [options[name] for name in sorted(options)]
+
+
+def option_file(group: str, name: str) -> Path:
+    """The YAML file of option ``name`` of ``group``, in autorl's ``conf/`` or a plugin's.
+
+    Raises:
+        ConfigError: No such option ("did you mean" and every valid name).
+    """
+    options = {option.name: option.path for option in list_options(group)}
+    if name not in options:
+        raise ConfigError(unknown_name_message(group, name, sorted(options)))
+    return options[name]
 
 
 def option_names(group: str) -> list[str]:
@@ -169,9 +230,12 @@ def check_names(group: str, names: list[str]) -> None:
 
 
 def _task_description(task_id: str) -> str | None:
-    """The task's own one-line description and level from ``tasks/<id>/task.yaml``, if present."""
-    manifest = CONF_DIR.parent / "tasks" / task_id / "task.yaml"
-    if not manifest.exists():
-        return None
-    data = yaml.safe_load(manifest.read_text()) or {}
-    return f"[{data.get('level', '?')}] {data.get('description', '')}"
+    """The task's own level and one-line description from its ``task.yaml`` (autorl's or a plugin's)."""
+    from autorl.plugins import task_dirs  # here, not at the top: see conf_dirs
+
+    for folder in task_dirs():
+        manifest = folder / task_id / "task.yaml"
+        if manifest.is_file():
+            data = yaml.safe_load(manifest.read_text()) or {}
+            return f"[{data.get('level', '?')}] {data.get('description', '')}"
+    return None

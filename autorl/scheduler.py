@@ -7,6 +7,7 @@ store makes re-running the same command a resume: completed cells are skipped, t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -27,7 +28,8 @@ from autorl.cluster import connect
 from autorl.config import CellSpec, SweepPlan, resolve_cache_dir
 from autorl.errors import PrerequisiteError
 from autorl.progress import CellBoard
-from autorl.records.types import CellRecord
+from autorl.records.migrations import autorl_version
+from autorl.records.types import CellRecord, plain_config
 from autorl.tasks import get_task
 from autorl.tracking.sweep_end import finish_sweep
 
@@ -47,9 +49,9 @@ class _Attempt:
 
 
 def _bundle(cell: CellSpec) -> dict[str, float]:
-    bundle = {"CPU": float(cell.config["cell"]["cpus"])}
-    if cell.config["cell"]["gpus"]:
-        bundle["GPU"] = float(cell.config["cell"]["gpus"])
+    bundle = {"CPU": cell.config.cell.cpus}
+    if cell.config.cell.gpus:
+        bundle["GPU"] = cell.config.cell.gpus
     return bundle
 
 
@@ -64,23 +66,25 @@ class SweepRunner:
         self.recorder = (
             ray.remote(Recorder)
             .options(name="recorder", num_cpus=0, max_restarts=-1, max_task_retries=-1)
-            .remote(str(db_path), self.cfg["tracking"])
+            # Plain data across the actor boundary: the Recorder hands tracking["wandb"] to its WandbTracker.
+            .remote(str(db_path), dataclasses.asdict(self.cfg.tracking))
         )
         self.pool = (
             ray.remote(GraderPool)
             .options(name="grader_pool", num_cpus=0)
-            .remote(dict(self.cfg["grader"]), str(resolve_cache_dir(self.cfg["cache_dir"])), self.recorder)
+            .remote(self.cfg.grader, str(resolve_cache_dir(self.cfg.cache_dir)), self.recorder)
         )
         # envpool:<kind> for each interactive task of the sweep (found by name by graders and cells).
-        self.env_pools = start_env_pools(plan.cells, str(resolve_cache_dir(self.cfg["cache_dir"])))
-        self.board = CellBoard(plan.sweep_id, enabled=bool(self.cfg["progress"]))
-        timeout = float(self.cfg["scheduler"]["placement_timeout_s"])
+        self.env_pools = start_env_pools(plan.cells, str(resolve_cache_dir(self.cfg.cache_dir)))
+        self.board = CellBoard(plan.sweep_id, enabled=self.cfg.progress)
+        timeout = self.cfg.scheduler.placement_timeout_s
         try:
             ray.get(self.pool.ready.remote(), timeout=timeout)
         except GetTimeoutError as error:
+            grader = self.cfg.grader
             raise PrerequisiteError(
-                f"the grader pool ({self.cfg['grader']['replicas']} × {self.cfg['grader']['cpus']} CPU, "
-                f"{self.cfg['grader']['gpus']} GPU) did not start within {timeout:.0f} s: the cluster lacks those "
+                f"the grader pool ({grader.replicas} × {grader.cpus:g} CPU, "
+                f"{grader.gpus:g} GPU) did not start within {timeout:.0f} s: the cluster lacks those "
                 "resources; lower grader.cpus/grader.replicas or add nodes"
             ) from error
 
@@ -98,7 +102,7 @@ class SweepRunner:
         if skipped:
             self.board.note(f"{len(skipped)} cell(s) already completed, skipped: {', '.join(skipped)}")
         active: list[_Attempt] = []
-        limit = int(self.cfg["scheduler"]["max_concurrent_cells"])
+        limit = self.cfg.scheduler.max_concurrent_cells
         with self.board:
             try:
                 while todo or active:
@@ -129,11 +133,12 @@ class SweepRunner:
         return list(ray.get(self.recorder.list_cells.remote(self.plan.sweep_id)))
 
     def _record(self, cell: CellSpec, status: str, attempts: int) -> CellRecord:
+        config = plain_config(cell.config)  # a composed dict or a typed config: stored as plain JSON
         return CellRecord(
             sweep_id=cell.sweep_id, cell_id=cell.cell_id, agent=cell.agent, driver=cell.driver, task=cell.task,
             task_version=get_task(cell.task).version, model=cell.model, seed=cell.seed, budget_s=cell.budget_s,
-            status=status, attempts=attempts, config_json=json.dumps(cell.config, sort_keys=True),
-            task_source=cell.config["task"]["source"],
+            status=status, attempts=attempts, config_json=json.dumps(config, sort_keys=True),
+            task_source=config["task"]["source"], autorl_version=autorl_version(),
         )
 
     def _place(self, cell: CellSpec, attempt: int) -> _Attempt:
@@ -148,7 +153,7 @@ class SweepRunner:
             return []
         done, _ = ray.wait(refs, num_returns=len(refs), timeout=1.0)
         finished = []
-        timeout = float(self.cfg["scheduler"]["placement_timeout_s"])
+        timeout = self.cfg.scheduler.placement_timeout_s
         if any(a.run_ref is not None and a.run_ref not in done for a in active):
             # Waiting behind running cells is normal queueing: only a wait while nothing of this
             # sweep runs (so nothing will free resources) counts towards the placement timeout.
@@ -167,12 +172,12 @@ class SweepRunner:
     def _start(self, attempt: _Attempt) -> None:
         cell = attempt.cell
         options: dict[str, Any] = {
-            "num_cpus": float(cell.config["cell"]["cpus"]),
+            "num_cpus": cell.config.cell.cpus,
             "max_concurrency": 4,  # run() plus cancel() calls
             "scheduling_strategy": PlacementGroupSchedulingStrategy(placement_group=attempt.pg),
         }
-        if cell.config["cell"]["gpus"]:
-            options["num_gpus"] = float(cell.config["cell"]["gpus"])
+        if cell.config.cell.gpus:
+            options["num_gpus"] = cell.config.cell.gpus
         cell_dir = self.plan.sweep_dir / "cells" / cell.cell_id
         attempt.actor = ray.remote(Workspace).options(**options).remote(cell, str(cell_dir), self.recorder, self.pool)
         attempt.run_ref = attempt.actor.run.remote()
@@ -185,14 +190,14 @@ class SweepRunner:
             if attempt.run_ref is None:
                 raise TimeoutError(
                     f"resources {_bundle(cell)} for cell {cell.cell_id} did not become available within "
-                    f"{self.cfg['scheduler']['placement_timeout_s']} s while no other cell was running: the cluster "
+                    f"{self.cfg.scheduler.placement_timeout_s:g} s while no other cell was running: the cluster "
                     "cannot hold this bundle next to the grader and env pools; lower cell.cpus/cell.gpus or add nodes"
                 )
             fields = ray.get(attempt.run_ref)
             ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "completed", fields | {"finished_at": time.time(), "error": None}))
             return False
         except (RayError, TimeoutError) as error:
-            retries = int(self.cfg["scheduler"]["max_retries"])
+            retries = self.cfg.scheduler.max_retries
             logger.warning("cell %s attempt %d failed: %s", cell.cell_id, attempt.attempt, error)
             message = str(error).strip().splitlines()[-1][:500] if str(error).strip() else type(error).__name__
             status = "pending" if attempt.attempt <= retries else "failed"
@@ -224,7 +229,8 @@ class SweepRunner:
 def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
     """Connect to Ray, run the sweep and return (final status per cell, the sweep's records)."""
     plan.sweep_dir.mkdir(parents=True, exist_ok=True)
-    dashboard = connect(plan.base_config["cluster"], f"{plan.base_config['cluster']['namespace_prefix']}-{plan.sweep_id}")
+    cluster = plan.base_config.cluster
+    dashboard = connect(cluster, f"{cluster.namespace_prefix}-{plan.sweep_id}")
     try:
         runner = SweepRunner(plan)
         if dashboard:
@@ -235,7 +241,7 @@ def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
         def finish_wandb(timeout_s: float) -> bool:
             return bool(ray.get(recorder.finish_sweep.remote(plan.sweep_id), timeout=timeout_s))
 
-        finish_sweep(finish_wandb, plan.sweep_id, plan.sweep_dir, plan.base_config["tracking"], runner.board.note)
+        finish_sweep(finish_wandb, plan.sweep_id, plan.sweep_dir, plan.base_config.tracking, runner.board.note)
         return statuses, runner.cells()
     finally:
         ray.shutdown()

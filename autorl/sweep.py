@@ -20,12 +20,13 @@ import signal
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from autorl.agents.preflight import missing_requirements
+from autorl.cluster import configure_client_auth
 from autorl.config import SweepPlan, plan_sweep
 from autorl.errors import AutorlError
-from autorl.cluster import configure_client_auth
 
 FINAL_OK = ("completed",)
 
@@ -37,7 +38,8 @@ def print_plan(plan: SweepPlan, console: Console) -> None:
     for column in ("agent", "driver", "task", "model", "seed", "resources", "budget s"):
         table.add_column(column, no_wrap=True)
     for cell in plan.cells:
-        resources = f"CPU {cell.config['cell']['cpus']}" + (f", GPU {cell.config['cell']['gpus']}" if cell.config["cell"]["gpus"] else "")
+        cpus, gpus = cell.config.cell.cpus, cell.config.cell.gpus
+        resources = f"CPU {cpus:g}" + (f", GPU {gpus:g}" if gpus else "")
         table.add_row(cell.cell_id, cell.agent, cell.driver, cell.task, cell.model, str(cell.seed), resources, f"{cell.budget_s:.0f}")
     console.print(table)
 
@@ -45,30 +47,31 @@ def print_plan(plan: SweepPlan, console: Console) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep command; returns the process exit code (SPEC §2)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
+    # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default; errors go to stderr.
     console = Console(width=None if sys.stdout.isatty() else 160)
+    errors = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     if any(a in ("-h", "--help") for a in argv):
         console.print(__doc__)
         return 0
     try:
         plan = plan_sweep(argv)
     except AutorlError as error:
-        console.print(f"[red]error:[/] {error}")
+        errors.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True, highlight=False)
         return 2
     # Driver keys and agent CLIs: a real run stops here before any cell starts; a dry run
     # still prints its cells and names what a real run would lack.
-    local = not plan.base_config["cluster"]["address"]  # a remote cluster's nodes hold their own CLIs
+    local = not plan.base_config.cluster.address  # a remote cluster's nodes hold their own CLIs
     missing = missing_requirements(plan.cells, check_binaries=local)
-    if plan.base_config["dry_run"]:
+    if plan.base_config.dry_run:
         print_plan(plan, console)
         for problem in missing:
-            console.print(f"[yellow]note (a real run would stop here):[/] {problem}")
+            console.print(f"[yellow]note (a real run would stop here):[/] {escape(problem)}", soft_wrap=True)
         return 0
     if missing:
         for problem in missing:
-            console.print(f"[red]error:[/] {problem}")
+            errors.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True, highlight=False)
         return 2
-    configure_client_auth(plan.base_config["cluster"])  # before the scheduler imports ray
+    configure_client_auth(plan.base_config.cluster)  # before the scheduler imports ray
     from autorl.progress import cells_table
     from autorl.scheduler import run_sweep
 
@@ -80,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print("[yellow]interrupted[/]; run the same command again to resume")
         return 130
     except AutorlError as error:
-        console.print(f"[red]error:[/] {error}")
+        errors.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True, highlight=False)
         return 2
     console.print(cells_table(f"sweep {plan.sweep_id} results ({plan.sweep_dir / 'results.csv'})", cells))
     bad = {cell: status for cell, status in statuses.items() if status not in FINAL_OK}

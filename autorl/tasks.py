@@ -26,81 +26,41 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
-import yaml
 from filelock import FileLock
 
 from autorl.errors import AutorlError, ConfigError, TaskError
 from autorl.registry import load_object
-from autorl.task_code import TASKS_DIR, add_tasks_dir
+from autorl.task_options import (
+    TaskOptions,
+    build_options,
+    check_option_names,
+    eval_options,
+    require_options,
+    task_conf_dirs,
+    task_conf_path,
+    task_options,
+)
+from autorl.task_spec import AGENT_SUBPACKAGE, PACKAGE, TaskSpec, discover_tasks, get_task, parse_manifest
+
+# The task API in one import: the manifest side (autorl.task_spec) and the options side
+# (autorl.task_options) are re-exported here for callers of autorl.tasks.
+__all__ = [
+    "AGENT_SUBPACKAGE", "PACKAGE", "Builder", "EpisodeEnvs", "EvalContext", "EvalResult", "Evaluator", "TaskData",
+    "TaskOptions", "TaskSpec", "build_options", "build_task_data", "check_option_names", "discover_tasks",
+    "eval_options", "get_task", "load_entry_point", "load_evaluator", "load_task_module", "parse_manifest",
+    "require_options", "task_conf_dirs", "task_conf_path", "task_options",
+]
 
 if TYPE_CHECKING:
     from autorl.engine.base import GenerationEngine
 
-PACKAGE = "autorl.task_code"
-AGENT_SUBPACKAGE = "agent"
-LEVELS = ("L1", "L2", "L3")
-KINDS = ("static", "interactive")
-REQUIRED_KEYS = ("id", "name", "version", "level", "kind", "description", "sources", "entry_points")
-ENTRY_POINTS = ("evaluate", "env", "recipe")
 _MARKER = "COMPLETE.json"
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """A task's manifest (``task.yaml``) plus where its folder is.
-
-    Attributes:
-        id: Snake-case task id; equals the folder name.
-        name: Human-readable name.
-        version: Bumped on any change to data or evaluation; part of every cache key.
-        level: ``"L1"``, ``"L2"`` or ``"L3"``.
-        kind: ``"static"`` or ``"interactive"``.
-        description: One-line summary (the agent's full instructions are ``description.md``).
-        folder: The task folder.
-        builders: Data source (``"fixture"``, ``"hub"``) to its builder's ``module:attr``.
-        entry_points: ``evaluate`` (required), ``env`` (interactive tasks), ``recipe`` (the scripted
-            agent's, relative to ``agent/``), each a ``module:attr``.
-    """
-
-    id: str
-    name: str
-    version: int
-    level: str
-    kind: str
-    description: str
-    folder: Path
-    builders: dict[str, str] = field(default_factory=dict, hash=False)
-    entry_points: dict[str, str] = field(default_factory=dict, hash=False)
-
-    @property
-    def sources(self) -> tuple[str, ...]:
-        """The data sources the task can be built from, e.g. ``("fixture", "hub")``."""
-        return tuple(self.builders)
-
-    @property
-    def env(self) -> str:
-        """The environment kind of an interactive task (its id), ``"none"`` for a static one."""
-        return self.id if "env" in self.entry_points else "none"
-
-    @property
-    def package(self) -> str:
-        """The package the task folder is imported as."""
-        return f"{PACKAGE}.{self.id}"
-
-    @property
-    def description_md(self) -> Path:
-        """The agent-facing task description."""
-        return self.folder / "description.md"
-
-    @property
-    def agent_dir(self) -> Path:
-        """The agent-side subfolder: the only task code an agent process may import."""
-        return self.folder / AGENT_SUBPACKAGE
 
 
 @dataclass(frozen=True)
@@ -163,7 +123,8 @@ class EvalContext:
 
     Attributes:
         private_dir: The task's built private data (the eval split).
-        options: The task's eval options (``conf/task/<id>.yaml`` ``eval.<source>``).
+        options: The task's complete eval options: ``conf/task/<id>.yaml`` ``eval.<source>`` with any
+            overrides over them (build it with :meth:`for_task`; the evaluator refuses a partial dict).
         cache_dir: A folder the task may keep answers in across scorings (judge verdicts).
         envs: Interactive tasks: the client their episodes are played through (an EnvPool or
             in-process environments), bound to this data; ``None`` for static tasks.
@@ -173,6 +134,35 @@ class EvalContext:
     options: dict[str, Any] = field(default_factory=dict)
     cache_dir: Path | None = None
     envs: EpisodeEnvs | None = None
+
+    @classmethod
+    def for_task(
+        cls,
+        spec: TaskSpec,
+        source: str,
+        private_dir: Path,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        cache_dir: Path | None = None,
+        envs: EpisodeEnvs | None = None,
+        conf_dirs: Sequence[Path] | None = None,
+    ) -> EvalContext:
+        """A context with complete eval options: ``overrides`` over the task's conf defaults.
+
+        Args:
+            spec: The task.
+            source: The data source ``private_dir`` was built from.
+            private_dir: The built private data.
+            overrides: Eval options that differ from ``conf/task/<id>.yaml`` ``eval.<source>``.
+            cache_dir: Where the task may cache answers (``None``: no cache).
+            envs: Interactive tasks: the episode client (``None``: in-process environments).
+            conf_dirs: Conf folders to find the task's YAML in (default :func:`task_conf_dirs`).
+
+        Raises:
+            TaskError: An override is not an eval option of the task, or the conf file is missing.
+        """
+        options = eval_options(spec, source, overrides, conf_dirs=conf_dirs)
+        return cls(Path(private_dir), options, cache_dir, envs)
 
 
 class Evaluator(Protocol):
@@ -189,88 +179,6 @@ class Builder(Protocol):
     def __call__(self, public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
         """Write the data; raise with a message naming what is missing when it cannot."""
         ...
-
-
-def _entry_map(path: Path, raw: dict[str, Any], key: str) -> dict[str, str]:
-    value = raw[key]
-    if not isinstance(value, dict) or not value or not all(
-            isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in value.items()):
-        raise TaskError(f"{path}: '{key}' must map names to 'module:attr' strings, e.g. "
-                        "{fixture: 'fixture:build'} or {evaluate: 'evaluate:evaluate'}")
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def _parse_manifest(path: Path) -> TaskSpec:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise TaskError(f"{path}: not valid YAML ({exc})") from exc
-    if not isinstance(raw, dict):
-        raise TaskError(f"{path}: expected a mapping of keys, got {type(raw).__name__}")
-    for key in REQUIRED_KEYS:
-        if key not in raw:
-            raise TaskError(f"{path}: missing required key '{key}' (required: {', '.join(REQUIRED_KEYS)})")
-    folder = path.parent
-    if raw["id"] != folder.name:
-        raise TaskError(f"{path}: id '{raw['id']}' must equal the folder name '{folder.name}'")
-    if not isinstance(raw["version"], int) or isinstance(raw["version"], bool):
-        raise TaskError(f"{path}: 'version' must be an integer, got {raw['version']!r}")
-    if raw["level"] not in LEVELS:
-        raise TaskError(f"{path}: 'level' must be one of {LEVELS}, got {raw['level']!r}")
-    if raw["kind"] not in KINDS:
-        raise TaskError(f"{path}: 'kind' must be one of {KINDS}, got {raw['kind']!r}")
-    description = raw["description"]
-    if not isinstance(description, str) or not description.strip() or "\n" in description.strip():
-        raise TaskError(f"{path}: 'description' must be one non-empty line")
-    builders = _entry_map(path, raw, "sources")
-    entry_points = _entry_map(path, raw, "entry_points")
-    unknown = sorted(set(entry_points) - set(ENTRY_POINTS))
-    if unknown:
-        raise TaskError(f"{path}: unknown entry point(s) {', '.join(unknown)}; valid: {', '.join(ENTRY_POINTS)}")
-    if "evaluate" not in entry_points:
-        raise TaskError(f"{path}: entry_points needs 'evaluate' (e.g. evaluate: 'evaluate:evaluate')")
-    if (raw["kind"] == "interactive") != ("env" in entry_points):
-        raise TaskError(f"{path}: an interactive task names an 'env' entry point and a static one does not")
-    return TaskSpec(
-        id=str(raw["id"]),
-        name=str(raw["name"]),
-        version=raw["version"],
-        level=raw["level"],
-        kind=raw["kind"],
-        description=description.strip(),
-        folder=folder,
-        builders=builders,
-        entry_points=entry_points,
-    )
-
-
-def discover_tasks(tasks_dir: Path = TASKS_DIR) -> dict[str, TaskSpec]:
-    """Read every ``<tasks_dir>/*/task.yaml``.
-
-    Args:
-        tasks_dir: The folder holding one sub-folder per task.
-
-    Returns:
-        Task id to spec, sorted by id.
-
-    Raises:
-        TaskError: A manifest is malformed; the message names the file and the problem.
-    """
-    tasks = {p.parent.name: _parse_manifest(p) for p in sorted(Path(tasks_dir).glob("*/task.yaml"))}
-    add_tasks_dir(Path(tasks_dir))
-    return tasks
-
-
-def get_task(task_id: str, tasks_dir: Path = TASKS_DIR) -> TaskSpec:
-    """Return one task's spec.
-
-    Raises:
-        TaskError: No such task; the message lists the valid ids.
-    """
-    tasks = discover_tasks(tasks_dir)
-    if task_id not in tasks:
-        raise TaskError(f"unknown task '{task_id}'; valid tasks: {', '.join(tasks) or '(none)'}")
-    return tasks[task_id]
 
 
 def load_task_module(spec: TaskSpec, filename: str) -> ModuleType:
@@ -358,7 +266,8 @@ def build_task_data(
     cache_root: Path,
     *,
     seed: int = 0,
-    options: dict[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    conf_dirs: Sequence[Path] | None = None,
 ) -> TaskData:
     """Build (or reuse) a task's public and private data.
 
@@ -372,17 +281,20 @@ def build_task_data(
         source: One of ``spec.sources``.
         cache_root: Root of the data cache.
         seed: Seed for generated (fixture) data.
-        options: Builder options (e.g. ``train_size``); part of the cache key.
+        options: Builder options that differ from the task's defaults (``conf/task/<id>.yaml``
+            ``build.<source>``); the builder gets the defaults with these over them, and that
+            complete dict is part of the cache key (so ``{}`` and the defaults spelled out share
+            one build).
+        conf_dirs: Conf folders to find the task's YAML in (default :func:`task_conf_dirs`).
 
     Returns:
         Where the data is, with its source and digest.
 
     Raises:
-        TaskError: Unknown source, or the builder failed.
+        TaskError: Unknown source, an unknown option (the message lists the valid ones), no conf
+            file for the task, or the builder failed.
     """
-    if source not in spec.sources:
-        raise TaskError(f"task '{spec.id}' has no source '{source}'; valid sources: {', '.join(spec.sources)}")
-    opts = dict(options or {})
+    opts = build_options(spec, source, options, conf_dirs=conf_dirs)
     parent = Path(cache_root) / spec.id / f"v{spec.version}"
     final = parent / f"{source}-seed{seed}-{_options_digest(opts)}"
     if (done := _cached(final, source)) is not None:

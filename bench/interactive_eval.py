@@ -23,18 +23,18 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def _run(task: str, engine: Any, private_dir: Path, options: dict[str, Any]) -> tuple[Any, float]:
+def _run(task: str, engine: Any, private_dir: Path, overrides: dict[str, Any]) -> tuple[Any, float]:
+    """Evaluate with the task's fixture eval options (conf/task/<task>.yaml) and ``overrides`` over them."""
     from autorl.tasks import EvalContext, get_task, load_evaluator
 
+    spec = get_task(task)
     started = time.perf_counter()
-    result = load_evaluator(get_task(task))(engine, EvalContext(private_dir, options))
+    result = load_evaluator(spec)(engine, EvalContext.for_task(spec, "fixture", private_dir, overrides))
     return result, time.perf_counter() - started
 
 
 def main(argv: list[str]) -> int:
     """Run the benchmark; exit code 1 when the two runs disagree."""
-    import yaml
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     from autorl.tasks import discover_tasks
 
@@ -50,19 +50,19 @@ def main(argv: list[str]) -> int:
 
     from autorl.engine.hf import HFEngine
     from autorl.models.tiny import ensure_tiny_model
-    from autorl.tasks import build_task_data, get_task
+    from autorl.tasks import build_task_data, get_task, task_options
 
     torch.set_num_threads(args.threads)
     cache = Path(args.cache_dir)
-    conf = yaml.safe_load((Path(__file__).resolve().parent.parent / "conf" / "task" / f"{args.task}.yaml").read_text())
-    build = dict(conf["build"]["fixture"])
-    build["eval_size"] = max(int(build["eval_size"]), args.episodes)
-    data = build_task_data(get_task(args.task), "fixture", cache / "tasks", seed=0, options=build)
-    options = dict(conf["eval"]["fixture"]) | {"limit": args.episodes}
+    spec = get_task(args.task)
+    defaults = task_options(spec, "fixture")
+    build = {"eval_size": max(int(defaults.build["eval_size"]), args.episodes)}
+    data = build_task_data(spec, "fixture", cache / "tasks", seed=0, options=build)
+    options: dict[str, Any] = {"limit": args.episodes}
     if args.max_steps is not None:
         options["max_steps"] = args.max_steps
     engine = HFEngine(ensure_tiny_model(cache / "models"), batch_size=max(64, args.episodes))
-    print(f"task={args.task} episodes={args.episodes} options={options}", flush=True)
+    print(f"task={args.task} episodes={args.episodes} eval option overrides={options}", flush=True)
 
     together, t_together = _run(args.task, engine, data.private_dir, options | {"concurrency": args.episodes})
     print(f"concurrent: score {together.score:.2f}  {t_together:.1f} s  engine calls {together.details['engine_calls']}", flush=True)

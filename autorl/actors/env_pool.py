@@ -22,6 +22,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 
 from autorl.envs.base import EnvError, EpisodeSpec, StepResult
 from autorl.envs.host import EnvHost, cache_resolver
+from autorl.schema import EnvPoolConfig
 
 logger = logging.getLogger(__name__)
 _DEAD = (ActorDiedError, ActorUnavailableError, RayActorError)
@@ -69,15 +70,15 @@ class _Live:
 class EnvPool:
     """Async supervisor actor of one environment kind; wrapped with ``ray.remote`` by the scheduler."""
 
-    def __init__(self, kind: str, cfg: dict[str, Any], cache_dir: str) -> None:
-        """Start ``cfg['actors']`` env actors with the declared resources."""
+    def __init__(self, kind: str, cfg: EnvPoolConfig, cache_dir: str) -> None:
+        """Start ``cfg.actors`` env actors with the declared resources."""
         self.kind = kind
         self.cfg = cfg
         self.cache_dir = cache_dir
-        self.actors = [self._start_actor() for _ in range(int(cfg["actors"]))]
+        self.actors = [self._start_actor() for _ in range(cfg.actors)]
         self.live: dict[str, _Live] = {}
         self.load = [0] * len(self.actors)
-        self.capacity = int(cfg["envs_per_actor"])
+        self.capacity = cfg.envs_per_actor
         self.free = asyncio.Semaphore(self.capacity * len(self.actors))
         self.locks = [asyncio.Lock() for _ in self.actors]
         self.ids = itertools.count()
@@ -85,9 +86,8 @@ class EnvPool:
         self.episodes_started = 0
 
     def _start_actor(self) -> Any:
-        options = {"num_cpus": float(self.cfg["cpus_per_actor"]), "memory": int(self.cfg["memory_mb_per_actor"]) * 2**20,
-                   "max_restarts": 0}
-        return ray.remote(EnvActor).options(**options).remote(self.kind, int(self.cfg["envs_per_actor"]), self.cache_dir)
+        options = {"num_cpus": self.cfg.cpus_per_actor, "memory": self.cfg.memory_mb_per_actor * 2**20, "max_restarts": 0}
+        return ray.remote(EnvActor).options(**options).remote(self.kind, self.cfg.envs_per_actor, self.cache_dir)
 
     # ---- the client API ------------------------------------------------------------------------
 
@@ -146,7 +146,7 @@ class EnvPool:
 
         async def run(index: int, positions: list[int]) -> None:
             batch = [items[p] for p in positions]
-            for _attempt in range(int(self.cfg["max_replays"]) + 1):
+            for _attempt in range(self.cfg.max_replays + 1):
                 actor = self.actors[index]
                 try:
                     results = await getattr(actor, method).remote(batch)
@@ -159,7 +159,7 @@ class EnvPool:
                 for p, result in zip(positions, results, strict=True):
                     out[p] = result
                 return
-            raise EnvError(f"{self.kind} env actor {index} kept dying ({self.cfg['max_replays']} replacements)")
+            raise EnvError(f"{self.kind} env actor {index} kept dying ({self.cfg.max_replays} replacements)")
 
         await asyncio.gather(*(run(i, ps) for i, ps in by_actor.items()))
         return [r for r in out if r is not None]
@@ -176,7 +176,7 @@ class EnvPool:
                 return
             for _, episode in mine:
                 episode.replays += 1
-                if episode.replays > int(self.cfg["max_replays"]):
+                if episode.replays > self.cfg.max_replays:
                     raise EnvError(f"{self.kind} episode {episode.spec.episode_id} was replayed too often")
             actor = self.actors[index]
             await actor.reset.remote([(h, e.spec) for h, e in mine])
@@ -200,7 +200,7 @@ class EnvPool:
         """Live episodes, restarts and the declared resources."""
         return {"kind": self.kind, "actors": len(self.actors), "live": len(self.live), "restarts": self.restarts,
                 "episodes_started": self.episodes_started, "load": list(self.load),
-                "cpus_per_actor": float(self.cfg["cpus_per_actor"]), "memory_mb_per_actor": int(self.cfg["memory_mb_per_actor"])}
+                "cpus_per_actor": self.cfg.cpus_per_actor, "memory_mb_per_actor": self.cfg.memory_mb_per_actor}
 
     def ping(self) -> bool:
         """Liveness check."""
@@ -262,13 +262,18 @@ def start_env_pools(cells: list[Any], cache_dir: str, timeout_s: float = 120.0) 
         spec = get_task(cell.task)
         if spec.kind != "interactive" or spec.env in pools:
             continue
-        cfg = dict(cell.config["task"]["env_pool"])
+        cfg = cell.config.task.env_pool
+        if cfg is None:
+            raise AutorlError(
+                f"task {spec.id!r} is interactive ({spec.env} environments) but conf/task/{spec.id}.yaml has no env_pool "
+                "block (actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
+            )
         pools[spec.env] = (
             ray.remote(EnvPool)
             .options(name=pool_name(spec.env), num_cpus=0, get_if_exists=True, max_concurrency=1000)
             .remote(spec.env, cfg, cache_dir)
         )
-        asks[spec.env] = f"{cfg['actors']} x (CPU {cfg['cpus_per_actor']}, {cfg['memory_mb_per_actor']} MB)"
+        asks[spec.env] = f"{cfg.actors} x (CPU {cfg.cpus_per_actor:g}, {cfg.memory_mb_per_actor} MB)"
     try:
         ray.get([pool.ready.remote() for pool in pools.values()], timeout=timeout_s)
     except GetTimeoutError as error:

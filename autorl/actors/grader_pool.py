@@ -20,6 +20,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError
 from autorl.actors.grader import Grader
 from autorl.errors import AutorlError
 from autorl.grading.scoring import EvalTarget, ScoreOutcome
+from autorl.schema import GraderConfig
 from autorl.tracking import metrics as dashboard
 
 logger = logging.getLogger(__name__)
@@ -33,21 +34,21 @@ class BaselineError(AutorlError):
 class GraderPool:
     """Async supervisor actor; wrapped with ``ray.remote`` by the scheduler."""
 
-    def __init__(self, grader_cfg: dict[str, Any], cache_dir: str, recorder: Any) -> None:
-        """Start ``grader_cfg['replicas']`` graders with the configured resources."""
+    def __init__(self, grader_cfg: GraderConfig, cache_dir: str, recorder: Any) -> None:
+        """Start ``grader_cfg.replicas`` graders with the configured resources."""
         self.cfg = grader_cfg
         self.cache_dir = cache_dir
         self.recorder = recorder
-        self.workers = [self._start_grader() for _ in range(int(grader_cfg["replicas"]))]
+        self.workers = [self._start_grader() for _ in range(grader_cfg.replicas)]
         self.in_flight = [0] * len(self.workers)
         self.key_locks: dict[str, asyncio.Lock] = {}
 
     def _start_grader(self) -> Any:
-        options: dict[str, Any] = {"num_cpus": self.cfg["cpus"], "max_restarts": 2}
-        if self.cfg["gpus"]:
-            options["num_gpus"] = self.cfg["gpus"]
-        threads = max(1, int(self.cfg["cpus"]))
-        return ray.remote(Grader).options(**options).remote(self.cache_dir, int(self.cfg["batch_size"]), threads)
+        options: dict[str, Any] = {"num_cpus": self.cfg.cpus, "max_restarts": 2}
+        if self.cfg.gpus:
+            options["num_gpus"] = self.cfg.gpus
+        threads = max(1, int(self.cfg.cpus))
+        return ray.remote(Grader).options(**options).remote(self.cache_dir, self.cfg.batch_size, threads)
 
     async def _run_on_grader(self, target: EvalTarget, model_dir: str) -> ScoreOutcome:
         for attempt in range(1, _MAX_ATTEMPTS + 1):

@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from autorl.records.migrations import autorl_version
 from autorl.records.results import summarize_submissions, write_results_csv
 from autorl.records.store import RecordStore
 from autorl.records.types import CellRecord, CodeRevision, DriverCall, SubmissionRecord, TraceSummary
@@ -30,7 +31,15 @@ class Recorder:
         block (W&B off when None)."""
         self.db_path = Path(db_path)
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
+        # Opening migrates a store written by an older autorl (a resumed sweep) to this schema.
         self.store = RecordStore(self.db_path)
+        if self.store.migrated_from:
+            logger.warning(
+                "record store %s migrated from schema version %d to %d (%s) by autorl %s; an autorl that knows "
+                "only version %d can no longer open it",
+                self.db_path, self.store.migrated_from, self.store.schema_version,
+                ", ".join(self.store.migrations_applied), autorl_version(), self.store.migrated_from,
+            )
         wandb_cfg = tracking["wandb"] if tracking else {"enabled": False}
         self.tracker = WandbTracker(wandb_cfg, self.db_path.parent)
         dashboard.set_cell_counts(self.store.list_cells())

@@ -28,6 +28,7 @@ from autorl.grading.scoring import ScoreOutcome, target_from_config
 from autorl.grading.service import CellGradingContext, SubmissionService
 from autorl.models.resolve import resolve_model
 from autorl.records.types import CodeRevision, DriverCall, SubmissionRecord, TraceSummary
+from autorl.task_code import PLUGIN_PATH_ENV
 from autorl.tasks import TaskSpec, build_task_data, get_task
 from autorl.workspace.layout import build_workspace, copy_agent_code, write_instructions
 from autorl.workspace.process import run_agent
@@ -91,13 +92,13 @@ class Workspace:
         """Run the cell from workspace to final records; returns the cell's final fields."""
         cfg = self.cell.config
         started = time.time()
-        cache_dir = resolve_cache_dir(cfg["cache_dir"])
+        cache_dir = resolve_cache_dir(cfg.cache_dir)
         self.cell_dir.mkdir(parents=True, exist_ok=True)
 
         spec = get_task(self.cell.task)
         target = target_from_config(cfg, spec.version)
         data = build_task_data(spec, target.source, cache_dir / "tasks", seed=target.seed, options=target.build_options)
-        base_dir = resolve_model(cfg["model"], cache_dir)
+        base_dir = resolve_model(cfg.model, cache_dir)
         base_hash = weights_hash(check_loadable_model(base_dir))
         baseline = float(ray.get(self.pool.baseline.remote(target, str(base_dir), base_hash)))
         ray.get(self.recorder.set_cell_status.remote(self.cell.cell_id, "running", {"baseline": baseline, "task_source": target.source}))
@@ -115,18 +116,18 @@ class Workspace:
             outcome, cached = ray.get(self.pool.score.remote(target, str(model_dir), digest))
             return outcome, bool(cached)
 
-        ctx = CellGradingContext(self.cell.cell_id, paths.root, base_hash, baseline, int(cfg["grader"]["max_queued_per_cell"]))
+        ctx = CellGradingContext(self.cell.cell_id, paths.root, base_hash, baseline, cfg.grader.max_queued_per_cell)
         service = SubmissionService(
             ctx, scorer, self.sink, run_meta, self.cell_dir / "grader_copies", revisions.snapshot
         )
         token = secrets.token_urlsafe(32)
         app = create_app(
-            service, run_meta, token=token, task_id=self.cell.task, max_body_bytes=int(cfg["grading_api"]["max_body_bytes"]),
+            service, run_meta, token=token, task_id=self.cell.task, max_body_bytes=cfg.grading_api.max_body_bytes,
             submit_timeout_s=lambda: (run_meta.remaining() or 0.0) + _DRAIN_TIMEOUT_S,
             health_extra=lambda: {"gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "grader_queue": ray.get(self.pool.queue_depth.remote())},
             envs=training_envs(spec, target, data.public_dir, cache_dir, find_pool=find_pool_client),
         )
-        server = GradingServer(app, host=str(cfg["grading_api"]["host"]))
+        server = GradingServer(app, host=cfg.grading_api.host)
         server.start()
         try:
             agent_exit = self._run_agent(spec, paths.root, server.url, token, run_meta, revisions)
@@ -151,9 +152,10 @@ class Workspace:
         agent_code = copy_agent_code(spec, self.cell_dir / "agent_code")
         home = self.cell_dir / "home"
         home.mkdir(exist_ok=True)
-        # The agent gets the node's environment minus Ray's own variables, a HOME of its own (no
-        # shared credentials or caches between cells) and the benchmark's variables.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {
+        # The agent gets the node's environment minus Ray's own variables and the plugin path (which
+        # leads to plugin task folders), a HOME of its own (no shared credentials or caches between
+        # cells) and the benchmark's variables.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != PLUGIN_PATH_ENV} | {
             "HOME": str(home),
             "TASK": self.cell.task,
             "BASE_MODEL": self.cell.model,
@@ -163,17 +165,17 @@ class Workspace:
             "OUTPUT_DIR": str(workspace / "output"),
             "GRADING_SERVER_URL": url,
             "GRADING_TOKEN": token,
-            "OMP_NUM_THREADS": str(max(1, int(cfg["cell"]["cpus"]))),
+            "OMP_NUM_THREADS": str(max(1, int(cfg.cell.cpus))),
             "PYTHONUNBUFFERED": "1",
         }
         # The driver gateway (agents that need a driver) starts before the agent; provider keys
         # never reach the agent's environment, and its output stream is parsed into trace.jsonl.
-        session = DriverSession(self.cell.cell_id, self.cell_dir, cfg["agent"], cfg["driver"], self.sink, str(cfg["grading_api"]["host"]))
+        session = DriverSession(self.cell.cell_id, self.cell_dir, cfg.agent, cfg.driver, self.sink, cfg.grading_api.host)
         try:
             env = session.agent_env(env)
-            adapter = load_adapter(cfg["agent"])
+            adapter = load_adapter(cfg.agent)
             launch = adapter.launch(LaunchContext(
-                workspace, cfg["agent"], cfg["driver"], env, self.cell_dir, self.cell.seed,
+                workspace, cfg.agent, cfg.driver, env, self.cell_dir, self.cell.seed,
                 task_agent_dir=agent_code, task_recipe=spec.entry_points.get("recipe"),
             ))
             session.follow(adapter)
@@ -188,7 +190,7 @@ class Workspace:
             try:
                 return run_agent(
                     launch.command, cwd=workspace, env=launch.env, log_path=self.cell_dir / "agent.log",
-                    budget_s=self.cell.budget_s, grace_s=float(cfg["budget"]["kill_grace_s"]), cancel=self.cancelled,
+                    budget_s=self.cell.budget_s, grace_s=cfg.budget.kill_grace_s, cancel=self.cancelled,
                     on_start=lambda: run_meta.update(start_time=time.time()),
                 )
             finally:

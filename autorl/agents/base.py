@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from autorl.registry import load_object
+from autorl.schema import AgentConfig, DriverConfig
 
 
 @dataclass(frozen=True)
@@ -14,8 +15,8 @@ class LaunchContext:
     """What an adapter may use to build the agent's command line."""
 
     workspace: Path
-    agent_cfg: dict[str, Any]
-    driver_cfg: dict[str, Any]
+    agent_cfg: AgentConfig
+    driver_cfg: DriverConfig
     env: dict[str, str]
     cell_dir: Path | None = None  # the cell folder (outside the workspace), for files the agent must not see
     seed: int = 0  # the cell's seed: agents that take one (the scripted agent) vary their runs by it
@@ -39,12 +40,12 @@ class AgentAdapter(Protocol):
         ...
 
 
-def load_adapter(agent_cfg: dict[str, Any]) -> AgentAdapter:
-    """Instantiate the adapter named by ``agent_cfg['adapter']`` (``module:Class``).
+def load_adapter(agent_cfg: AgentConfig) -> AgentAdapter:
+    """Instantiate the adapter named by ``agent_cfg.adapter`` (``module:Class``).
 
     Raises:
         ConfigError: if the string is malformed or names nothing importable.
     """
-    factory = load_object(str(agent_cfg.get("adapter") or ""), what=f"agent {agent_cfg.get('name')!r} adapter")
+    factory = load_object(agent_cfg.adapter, what=f"agent {agent_cfg.name!r} adapter")
     adapter: AgentAdapter = factory()
     return adapter

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from autorl.agents.base import LaunchContext
 from autorl.agents.cli import CLIAgent
+from autorl.errors import ConfigError
+from autorl.schema import ClaudeCodeAgentConfig
 
 
 class ClaudeCodeAgent(CLIAgent):
@@ -23,11 +25,14 @@ class ClaudeCodeAgent(CLIAgent):
     def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
         """``claude --print`` with the gateway as its Anthropic endpoint."""
         url, token = self.gateway(ctx)
-        model = str(ctx.driver_cfg["model"])
+        agent = ctx.agent_cfg
+        if not isinstance(agent, ClaudeCodeAgentConfig):
+            raise ConfigError(f"agent {agent.name!r} runs Claude Code: its conf/agent file must start with `defaults: [_claude_code, _self_]`")
+        model = str(ctx.driver_cfg.model)
         config_dir = home / ".claude"
         config_dir.mkdir(parents=True, exist_ok=True)
         # Long training commands must not be cut at Claude Code's default 2-minute bash timeout.
-        bash_ms = str(int(float(ctx.agent_cfg["bash_timeout_s"]) * 1000))
+        bash_ms = str(int(agent.bash_timeout_s * 1000))
         env = {
             "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": token, "ANTHROPIC_MODEL": model,
             "ANTHROPIC_SMALL_FAST_MODEL": model, "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
@@ -38,6 +43,6 @@ class ClaudeCodeAgent(CLIAgent):
         }
         command = [
             binary, "--print", "--verbose", "--output-format", "stream-json", "--dangerously-skip-permissions",
-            "--model", model, *map(str, ctx.agent_cfg["extra_args"]), prompt,
+            "--model", model, *agent.extra_args, prompt,
         ]
         return command, env

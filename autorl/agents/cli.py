@@ -18,12 +18,12 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 from autorl.agents.base import AgentLaunch, LaunchContext
 from autorl.agents.prompt import build_prompt
 from autorl.errors import ConfigError
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV
+from autorl.schema import CliAgentConfig, InstallManager
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 # Provider credentials and endpoints a CLI would otherwise pick up from the node's environment.
@@ -35,93 +35,113 @@ PROVIDER_ENV = (
 )
 
 
-def agents_dir(agent_cfg: dict[str, Any]) -> Path:
+def agents_dir(agent_cfg: CliAgentConfig) -> Path:
     """Where CLIs are installed."""
-    configured = agent_cfg["agents_dir"] or os.environ.get("AUTORL_AGENTS_DIR")
+    configured = agent_cfg.agents_dir or os.environ.get("AUTORL_AGENTS_DIR")
     return Path(configured).expanduser().resolve() if configured else REPO_DIR / ".cache" / "agents"
 
 
-def install_dir(agent_cfg: dict[str, Any]) -> Path:
+def install_dir(agent_cfg: CliAgentConfig) -> Path:
     """The agent's own install folder, ``<agents_dir>/<name>/`` (an npm prefix or a pip venv).
 
-    >>> install_dir({"name": "codex", "agents_dir": "/x"})
+    >>> install_dir(CliAgentConfig(name="codex", agents_dir="/x"))
     PosixPath('/x/codex')
     """
-    return agents_dir(agent_cfg) / agent_cfg["name"]
+    return agents_dir(agent_cfg) / agent_cfg.name
 
 
-def installed_path(agent_cfg: dict[str, Any]) -> Path:
+def installed_path(agent_cfg: CliAgentConfig) -> Path:
     """Where :func:`install_commands` puts the agent's CLI executable.
 
-    >>> installed_path({"name": "codex", "agents_dir": "/x", "install": {"manager": "npm", "bin": "codex"}})
+    >>> from autorl.schema import InstallConfig
+    >>> installed_path(CliAgentConfig(name="codex", agents_dir="/x", install=InstallConfig(manager=InstallManager.npm, bin="codex")))
     PosixPath('/x/codex/node_modules/.bin/codex')
     """
-    install = agent_cfg["install"]
+    install = agent_cfg.install
     prefix = install_dir(agent_cfg)
-    if install["manager"] == "npm":
-        return prefix / "node_modules" / ".bin" / install["bin"]
-    return prefix / "bin" / install["bin"]
+    if install.manager == InstallManager.npm:
+        return prefix / "node_modules" / ".bin" / install.bin
+    return prefix / "bin" / install.bin
 
 
-def installed_version(agent_cfg: dict[str, Any]) -> str | None:
+def installed_version(agent_cfg: CliAgentConfig) -> str | None:
     """The version of the agent's CLI installed in :func:`install_dir`; None when it is not installed there."""
-    install = agent_cfg["install"]
+    install = agent_cfg.install
     prefix = install_dir(agent_cfg)
     if not installed_path(agent_cfg).exists():
         return None
-    if install["manager"] == "npm":
-        manifest = prefix / "node_modules" / install["package"] / "package.json"
+    if install.manager == InstallManager.npm:
+        manifest = prefix / "node_modules" / install.package / "package.json"
         return str(json.loads(manifest.read_text())["version"]) if manifest.exists() else None
     # pip: the wheel's .dist-info folder is named after the normalized project name and its version.
-    project = re.sub(r"[-_.]+", "_", install["package"]).lower()
+    project = re.sub(r"[-_.]+", "_", install.package).lower()
     for info in prefix.glob(f"lib/python*/site-packages/{project}-*.dist-info"):
         return info.name[len(project) + 1:-len(".dist-info")]
     return None
 
 
-def install_commands(agent_cfg: dict[str, Any]) -> list[list[str]]:
+def install_commands(agent_cfg: CliAgentConfig) -> list[list[str]]:
     """The commands that install the agent's CLI at its pinned version into :func:`install_dir`.
 
     npm records the pin in the prefix's own ``package.json`` (``--save-exact``), so a later
     ``npm install`` there keeps it.
 
-    >>> cfg = {"name": "codex", "agents_dir": "/x", "install": {"manager": "npm", "package": "@openai/codex", "version": "1.0", "bin": "codex"}}
-    >>> install_commands(cfg)
+    >>> from autorl.schema import InstallConfig
+    >>> npm = InstallConfig(manager=InstallManager.npm, package="@openai/codex", version="1.0", bin="codex")
+    >>> install_commands(CliAgentConfig(name="codex", agents_dir="/x", install=npm))
     [['npm', 'install', '--prefix', '/x/codex', '--no-audit', '--no-fund', '--save-exact', '@openai/codex@1.0']]
+
+    Raises:
+        ConfigError: a pip CLI without ``install.python`` (the interpreter of its venv).
     """
-    install = agent_cfg["install"]
+    install = agent_cfg.install
     prefix = install_dir(agent_cfg)
-    if install["manager"] == "npm":
-        return [["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact", f"{install['package']}@{install['version']}"]]
-    if install["manager"] == "pip":
-        return [[install["python"], "-m", "venv", str(prefix)],
-                [str(prefix / "bin" / "python"), "-m", "pip", "install", f"{install['package']}=={install['version']}"]]
-    raise ConfigError(f"agent {agent_cfg['name']!r}: install.manager must be npm or pip, got {install['manager']!r}")
+    if install.manager == InstallManager.npm:
+        return [["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact", f"{install.package}@{install.version}"]]
+    if not install.python:
+        raise ConfigError(f"agent {agent_cfg.name!r}: a pip CLI needs install.python, the interpreter its venv is made with (e.g. python3.12)")
+    return [[install.python, "-m", "venv", str(prefix)],
+            [str(prefix / "bin" / "python"), "-m", "pip", "install", f"{install.package}=={install.version}"]]
 
 
-def find_binary(agent_cfg: dict[str, Any]) -> str:
+def find_binary(agent_cfg: CliAgentConfig) -> str:
     """The agent's CLI executable.
 
     Raises:
         ConfigError: when it is not installed, with the command that installs it.
     """
-    if agent_cfg["binary"]:
-        path = Path(str(agent_cfg["binary"])).expanduser()
+    if agent_cfg.binary:
+        path = Path(agent_cfg.binary).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise ConfigError(f"agent {agent_cfg['name']!r}: agent.binary={path} is not an executable file")
+            raise ConfigError(f"agent {agent_cfg.name!r}: agent.binary={path} is not an executable file")
         return str(path)
     installed = installed_path(agent_cfg)
     if installed.exists():
         return str(installed)
-    on_path = shutil.which(agent_cfg["install"]["bin"])
+    install = agent_cfg.install
+    on_path = shutil.which(install.bin)
     if on_path:
         return on_path
     command = " && ".join(" ".join(c) for c in install_commands(agent_cfg))
     raise ConfigError(
-        f"the {agent_cfg['name']} CLI ({agent_cfg['install']['package']}) is not installed: looked for {installed} and "
-        f"{agent_cfg['install']['bin']!r} on PATH. Install it with `python -m autorl.agents.install {agent_cfg['name']}` "
-        f"({command}), or set agent.binary=/path/to/{agent_cfg['install']['bin']}"
+        f"the {agent_cfg.name} CLI ({install.package}) is not installed: looked for {installed} and "
+        f"{install.bin!r} on PATH. Install it with `python -m autorl.agents.install {agent_cfg.name}` "
+        f"({command}), or set agent.binary=/path/to/{install.bin}"
     )
+
+
+def cli_config(ctx: LaunchContext) -> CliAgentConfig:
+    """The launch's agent config as a CLI agent's.
+
+    Raises:
+        ConfigError: the agent's conf file does not build on the CLI schema (``defaults: [_cli, _self_]``).
+    """
+    if not isinstance(ctx.agent_cfg, CliAgentConfig):
+        raise ConfigError(
+            f"agent {ctx.agent_cfg.name!r} has a CLI adapter but its conf/agent file does not start with "
+            "`defaults: [_cli, _self_]` (autorl/schema.py CliAgentConfig)"
+        )
+    return ctx.agent_cfg
 
 
 class CLIAgent:
@@ -131,10 +151,11 @@ class CLIAgent:
 
     def launch(self, ctx: LaunchContext) -> AgentLaunch:
         """Write the CLI's config files into the cell's HOME and build its command line."""
+        agent = cli_config(ctx)
         if GATEWAY_URL_ENV not in ctx.env or GATEWAY_TOKEN_ENV not in ctx.env:
-            raise ConfigError(f"agent {ctx.agent_cfg['name']!r} needs a driver gateway; run it with a driver (driver=...)")
-        binary = find_binary(ctx.agent_cfg)
-        prompt = build_prompt(ctx.workspace, ctx.agent_cfg)
+            raise ConfigError(f"agent {agent.name!r} needs a driver gateway; run it with a driver (driver=...)")
+        binary = find_binary(agent)
+        prompt = build_prompt(ctx.workspace, agent.mode)
         if ctx.cell_dir is not None:
             (ctx.cell_dir / "prompt.md").write_text(prompt)
         home = Path(ctx.env["HOME"])

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent
+from autorl.agents.cli import CLIAgent, cli_config
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV
 
 
@@ -29,7 +29,7 @@ class CodexAgent(CLIAgent):
         url, _ = self.gateway(ctx)
         codex_home = home / ".codex"
         codex_home.mkdir(parents=True, exist_ok=True)
-        model = str(ctx.driver_cfg["model"])
+        model = str(ctx.driver_cfg.model)
         (codex_home / "config.toml").write_text(
             f"model = {_toml(model)}\n"
             'model_provider = "autorl"\n'
@@ -46,6 +46,6 @@ class CodexAgent(CLIAgent):
         )
         command = [
             binary, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-            "--cd", str(ctx.workspace), "--model", model, *map(str, ctx.agent_cfg["extra_args"]), prompt,
+            "--cd", str(ctx.workspace), "--model", model, *cli_config(ctx).extra_args, prompt,
         ]
         return command, {"CODEX_HOME": str(codex_home)}

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent
+from autorl.agents.cli import CLIAgent, cli_config
 
 
 class GeminiCliAgent(CLIAgent):
@@ -36,7 +36,7 @@ class GeminiCliAgent(CLIAgent):
         env = {"GEMINI_API_KEY": token, "GOOGLE_GEMINI_BASE_URL": url, "GEMINI_SANDBOX": "false",
                "GEMINI_CLI_TRUST_WORKSPACE": "true"}
         command = [
-            binary, "--yolo", "--model", str(ctx.driver_cfg["model"]), "--output-format", "stream-json",
-            *map(str, ctx.agent_cfg["extra_args"]), "--prompt", prompt,
+            binary, "--yolo", "--model", str(ctx.driver_cfg.model), "--output-format", "stream-json",
+            *cli_config(ctx).extra_args, "--prompt", prompt,
         ]
         return command, env

@@ -20,6 +20,7 @@ from autorl.agents.cli import install_commands, install_dir, installed_path, ins
 from autorl.config import compose
 from autorl.errors import AutorlError
 from autorl.registry import check_names
+from autorl.schema import CliAgentConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,26 +32,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_names("agent", args.agents)
-        configs = [compose([f"agent={name}"])["agent"] for name in args.agents]
+        configs = [compose([f"agent={name}"]).agent for name in args.agents]
     except AutorlError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     for cfg in configs:
-        if "install" not in cfg:
-            print(f"{cfg['name']}: built in, nothing to install")
+        if not isinstance(cfg, CliAgentConfig):
+            print(f"{cfg.name}: built in, nothing to install")
             continue
-        pinned = str(cfg["install"]["version"])
+        pinned = cfg.install.version
         if not (args.dry or args.force) and installed_version(cfg) == pinned:
-            print(f"{cfg['name']} {pinned}: already installed ({installed_path(cfg)})")
+            print(f"{cfg.name} {pinned}: already installed ({installed_path(cfg)})")
             continue
         install_dir(cfg).parent.mkdir(parents=True, exist_ok=True)
         for command in install_commands(cfg):
             print("+", " ".join(command), flush=True)
             if not args.dry and subprocess.run(command).returncode != 0:
-                print(f"error: installing {cfg['name']} failed", file=sys.stderr)
+                print(f"error: installing {cfg.name} failed", file=sys.stderr)
                 return 1
         if not args.dry and installed_version(cfg) != pinned:
-            print(f"error: {cfg['name']} {pinned} is not at {installed_path(cfg)} after installing it", file=sys.stderr)
+            print(f"error: {cfg.name} {pinned} is not at {installed_path(cfg)} after installing it", file=sys.stderr)
             return 1
     return 0
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent
+from autorl.agents.cli import CLIAgent, cli_config
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV
 
 
@@ -25,7 +25,7 @@ class OpenCodeAgent(CLIAgent):
     def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
         """``opencode run`` with a per-cell config pointing at the gateway."""
         url, _ = self.gateway(ctx)
-        model = str(ctx.driver_cfg["model"])
+        model = str(ctx.driver_cfg.model)
         config_home = home / ".config"
         (config_home / "opencode").mkdir(parents=True, exist_ok=True)
         config = {
@@ -42,5 +42,5 @@ class OpenCodeAgent(CLIAgent):
         (config_home / "opencode" / "opencode.json").write_text(json.dumps(config, indent=2))
         env = {"XDG_CONFIG_HOME": str(config_home), "OPENCODE_DISABLE_MODELS_FETCH": "1",
                "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
-        command = [binary, "run", "--format", "json", "--model", f"autorl/{model}", *map(str, ctx.agent_cfg["extra_args"]), prompt]
+        command = [binary, "run", "--format", "json", "--model", f"autorl/{model}", *cli_config(ctx).extra_args, prompt]
         return command, env

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent
+from autorl.agents.cli import CLIAgent, cli_config
 
 
 class OpenHandsAgent(CLIAgent):
@@ -24,8 +24,8 @@ class OpenHandsAgent(CLIAgent):
         """``openhands --headless --json`` with its LLM pointed at the gateway."""
         url, token = self.gateway(ctx)
         (home / ".openhands").mkdir(parents=True, exist_ok=True)
-        env = {"LLM_MODEL": f"openai/{ctx.driver_cfg['model']}", "LLM_BASE_URL": f"{url}/v1", "LLM_API_KEY": token,
+        env = {"LLM_MODEL": f"openai/{ctx.driver_cfg.model}", "LLM_BASE_URL": f"{url}/v1", "LLM_API_KEY": token,
                # The bundled LiteLLM would fetch its price map from GitHub at start.
                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"}
-        command = [binary, "--headless", "--json", "--override-with-envs", *map(str, ctx.agent_cfg["extra_args"]), "--task", prompt]
+        command = [binary, "--headless", "--json", "--override-with-envs", *cli_config(ctx).extra_args, "--task", prompt]
         return command, env

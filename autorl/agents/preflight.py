@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from autorl.errors import ConfigError
 from autorl.gateway.settings import missing_key_message
+from autorl.schema import CliAgentConfig
+
+if TYPE_CHECKING:
+    from autorl.config import CellSpec
 
 
-def missing_requirements(cells: Iterable[Any], environ: dict[str, str] | None = None, *, check_binaries: bool = True) -> list[str]:
+def missing_requirements(cells: Iterable[CellSpec], environ: dict[str, str] | None = None, *, check_binaries: bool = True) -> list[str]:
     """What a real run of ``cells`` lacks on this machine: unset driver keys, uninstalled CLIs.
 
     Returns:
@@ -29,15 +33,15 @@ def missing_requirements(cells: Iterable[Any], environ: dict[str, str] | None = 
     env = os.environ if environ is None else environ
     problems: dict[str, str] = {}
     for cell in cells:
-        agent, driver = cell.config["agent"], cell.config["driver"]
-        if not agent["needs_driver"]:
+        agent, driver = cell.config.agent, cell.config.driver
+        if not agent.needs_driver:
             continue
-        variable = driver["api_key_env"]
+        variable = driver.api_key_env
         if variable and not env.get(variable):
-            problems.setdefault(f"key:{variable}", missing_key_message(driver["name"], variable))
-        if check_binaries and f"cli:{agent['name']}" not in problems:
+            problems.setdefault(f"key:{variable}", missing_key_message(driver.name, variable))
+        if check_binaries and isinstance(agent, CliAgentConfig) and f"cli:{agent.name}" not in problems:
             try:
                 find_binary(agent)
             except ConfigError as error:
-                problems[f"cli:{agent['name']}"] = str(error)
+                problems[f"cli:{agent.name}"] = str(error)
     return list(problems.values())

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
 from autorl.errors import ConfigError
 
 MODES: dict[str, str] = {
@@ -62,13 +60,13 @@ def _budget_s(workspace: Path) -> float | None:
     return None if value is None else float(value)
 
 
-def build_prompt(workspace: Path, agent_cfg: dict[str, Any]) -> str:
-    """The full task prompt for an agent working in ``workspace``.
+def build_prompt(workspace: Path, mode: str) -> str:
+    """The full task prompt for an agent working in ``workspace`` in operating mode ``mode`` (``agent.mode``).
 
     Raises:
-        ConfigError: if ``agent.mode`` is not one of :data:`MODES`.
+        ConfigError: if ``mode`` is not one of :data:`MODES`.
     """
-    mode = str(agent_cfg["mode"])
+    mode = str(mode)
     if mode not in MODES:
         raise ConfigError(f"agent.mode must be one of {', '.join(MODES)}, got {mode!r}")
     entries = sorted(p.name + ("/" if p.is_dir() else "") for p in workspace.iterdir())

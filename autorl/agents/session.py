@@ -14,6 +14,7 @@ from autorl.agents.cli import PROVIDER_ENV
 from autorl.agents.trace import TraceFollower
 from autorl.gateway.cell import CellGateway, DriverCallSink
 from autorl.records.types import TraceSummary
+from autorl.schema import AgentConfig, DriverConfig
 
 TRACE_FILE = "trace.jsonl"
 
@@ -38,7 +39,7 @@ class DriverSession:
         host: Loopback address for the gateway.
     """
 
-    def __init__(self, cell_id: str, cell_dir: Path, agent_cfg: dict[str, Any], driver_cfg: dict[str, Any],
+    def __init__(self, cell_id: str, cell_dir: Path, agent_cfg: AgentConfig, driver_cfg: DriverConfig,
                  sink: SessionSink, host: str) -> None:
         self.cell_id = cell_id
         self.cell_dir = cell_dir
@@ -55,9 +56,9 @@ class DriverSession:
         Raises:
             ConfigError: if the driver's key variable is unset (the gateway cannot start).
         """
-        secret = self.driver_cfg["api_key_env"]
+        secret = self.driver_cfg.api_key_env
         clean = {k: v for k, v in env.items() if k not in PROVIDER_ENV and k != secret}
-        if not self.agent_cfg["needs_driver"]:
+        if not self.agent_cfg.needs_driver:
             return clean
         self.gateway = CellGateway(self.driver_cfg, self.cell_id, self.sink, host=self.host)
         return clean | self.gateway.start()
@@ -66,7 +67,7 @@ class DriverSession:
         """Parse the agent's output into ``trace.jsonl`` while it runs, if its adapter has a format."""
         stream_format = getattr(adapter, "stream_format", "")  # the scripted agent has none
         if stream_format:
-            self.follower = TraceFollower(self.cell_dir / "agent.log", self.cell_dir / TRACE_FILE, stream_format, self.agent_cfg["name"])
+            self.follower = TraceFollower(self.cell_dir / "agent.log", self.cell_dir / TRACE_FILE, stream_format, self.agent_cfg.name)
             self.follower.start()
 
     def close(self) -> dict[str, Any]:
@@ -76,7 +77,7 @@ class DriverSession:
             if self.follower is not None:
                 stats = self.follower.stop()
                 summary = TraceSummary(
-                    cell_id=self.cell_id, agent=self.agent_cfg["name"], events=stats.events, messages=stats.messages,
+                    cell_id=self.cell_id, agent=self.agent_cfg.name, events=stats.events, messages=stats.messages,
                     tool_calls=stats.tool_calls, tokens_in=stats.tokens_in, tokens_out=stats.tokens_out,
                     unparsed_lines=stats.unparsed_lines, path=str(self.cell_dir / TRACE_FILE),
                 )

@@ -149,7 +149,10 @@ def training_envs(spec: Any, target: Any, public_dir: Path, cache_dir: Path, *,
     """
     if spec.kind != "interactive":
         return None
-    source = EnvSource(target.task_id, target.source, target.seed, dict(target.build_options), dict(target.eval_options))
+    from autorl.tasks import build_options, eval_options
+
+    source = EnvSource(target.task_id, target.source, target.seed, build_options(spec, target.source, target.build_options),
+                       eval_options(spec, target.source, target.eval_options))
     kind = spec.env
 
     def make() -> EnvClient:

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from autorl.gateway.app import Gateway
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, DriverSettings
 from autorl.records.types import DriverCall
+from autorl.schema import DriverConfig
 
 
 class DriverCallSink(Protocol):
@@ -36,7 +37,7 @@ class CellGateway:
         ConfigError: if the driver is invalid or its key variable is unset.
     """
 
-    def __init__(self, driver_cfg: dict[str, Any], cell_id: str, sink: DriverCallSink, host: str = "127.0.0.1") -> None:
+    def __init__(self, driver_cfg: DriverConfig, cell_id: str, sink: DriverCallSink, host: str = "127.0.0.1") -> None:
         settings = DriverSettings.from_config(driver_cfg)
         self.sink = sink
         self.token = secrets.token_urlsafe(32)

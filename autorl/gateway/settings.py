@@ -1,4 +1,9 @@
-"""A driver config (``conf/driver/<name>.yaml``) as a typed, validated object.
+"""What the gateway needs of a driver config (:class:`autorl.schema.DriverConfig`), checked.
+
+The driver config itself is typed by the schema and composed like every config (a cell's comes
+with the cell; :func:`autorl.config.load_driver_config` loads one by name for the judges and the
+report's summariser). :class:`DriverSettings` adds what the schema cannot say: a driver that
+serves an agent has a provider, a model, a URL and at least one protocol.
 
 Imports nothing heavy: ``autorl.config`` and the sweep's preflight use it before anything starts.
 """
@@ -7,13 +12,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from autorl.errors import ConfigError
+from autorl.schema import ApiProtocol, DriverConfig, Provider
 
-PROVIDERS = ("openai", "anthropic", "google", "openai_compatible", "none")
+PROVIDERS = tuple(Provider)
 # The wire protocols the gateway serves, each on its own route (see autorl.gateway.app).
-PROTOCOLS = ("chat", "responses", "messages", "gemini")
+PROTOCOLS = tuple(ApiProtocol)
 # Protocols the gateway can translate with LiteLLM when the provider does not speak them.
 TRANSLATABLE = ("chat", "responses", "messages")
 # LiteLLM's model prefix for each provider, used when a call must be translated.
@@ -65,44 +70,31 @@ class DriverSettings:
     enforce_model: bool
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> DriverSettings:
-        """Validate a composed driver config.
+    def from_config(cls, cfg: DriverConfig) -> DriverSettings:
+        """Check that a driver config can serve an agent, and flatten it for the gateway.
 
         Raises:
             ConfigError: naming the bad field and how to fix it.
         """
-        name = str(cfg["name"])
-        provider = str(cfg["provider"])
-        if provider not in PROVIDERS:
-            raise ConfigError(f"driver {name!r}: provider must be one of {', '.join(PROVIDERS)}, got {provider!r}")
-        if provider == "none":
+        name = cfg.name
+        if cfg.provider == Provider.none:
             raise ConfigError(f"driver {name!r} has no provider: it cannot serve an agent that needs a driver")
-        if not cfg["model"] or not cfg["base_url"]:
+        if not cfg.model or not cfg.base_url:
             raise ConfigError(f"driver {name!r}: set driver.model and driver.base_url")
-        protocols = {str(k): str(v).rstrip("/") for k, v in (cfg["protocols"] or {}).items()}
-        unknown = sorted(set(protocols) - set(PROTOCOLS))
-        if unknown or not protocols:
-            raise ConfigError(
-                f"driver {name!r}: protocols must map some of {', '.join(PROTOCOLS)} to base URLs, got {sorted(protocols)}"
-            )
-        price = cfg["price_per_mtok"]
-        if price is not None and not {"input", "output"} <= set(price):
-            raise ConfigError(f"driver {name!r}: price_per_mtok needs 'input' and 'output' (USD per million tokens) or null")
-        budget, gateway = cfg["budget"], cfg["gateway"]
-        settings = cls(
-            name=name, provider=provider, model=str(cfg["model"]), base_url=str(cfg["base_url"]).rstrip("/"),
-            api_key_env=cfg["api_key_env"] or None, protocols=protocols,
-            price_in=None if price is None else float(price["input"]),
-            price_out=None if price is None else float(price["output"]),
-            max_tokens=None if budget["max_tokens"] is None else int(budget["max_tokens"]),
-            max_cost_usd=None if budget["max_cost_usd"] is None else float(budget["max_cost_usd"]),
-            timeout_s=float(gateway["timeout_s"]), max_attempts=int(gateway["max_attempts"]),
-            initial_backoff_s=float(gateway["initial_backoff_s"]), max_backoff_s=float(gateway["max_backoff_s"]),
-            enforce_model=bool(gateway["enforce_model"]),
+        if not cfg.protocols:
+            raise ConfigError(f"driver {name!r}: driver.protocols must map some of {', '.join(PROTOCOLS)} to base URLs")
+        if cfg.gateway.max_attempts < 1:
+            raise ConfigError(f"driver {name!r}: driver.gateway.max_attempts must be at least 1, got {cfg.gateway.max_attempts}")
+        price, budget, gateway = cfg.price_per_mtok, cfg.budget, cfg.gateway
+        return cls(
+            name=name, provider=str(cfg.provider), model=cfg.model, base_url=cfg.base_url.rstrip("/"),
+            api_key_env=cfg.api_key_env or None, protocols={str(k): v.rstrip("/") for k, v in cfg.protocols.items()},
+            price_in=None if price is None else price.input, price_out=None if price is None else price.output,
+            max_tokens=budget.max_tokens, max_cost_usd=budget.max_cost_usd,
+            timeout_s=gateway.timeout_s, max_attempts=gateway.max_attempts,
+            initial_backoff_s=gateway.initial_backoff_s, max_backoff_s=gateway.max_backoff_s,
+            enforce_model=gateway.enforce_model,
         )
-        if settings.max_attempts < 1:
-            raise ConfigError(f"driver {name!r}: gateway.max_attempts must be at least 1")
-        return settings
 
     def api_key(self, environ: dict[str, str] | None = None) -> str | None:
         """The real key from the environment (None for a keyless driver).

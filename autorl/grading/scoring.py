@@ -6,11 +6,19 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from autorl.tasks import EvalContext, TaskSpec, build_task_data, get_task, load_evaluator
+from autorl.schema import RunConfig
+from autorl.tasks import (
+    EvalContext,
+    TaskSpec,
+    build_options,
+    build_task_data,
+    get_task,
+    load_evaluator,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,34 +61,39 @@ class ScoreOutcome:
     elapsed_s: float
 
 
-def target_from_config(config: dict[str, Any], task_version: int) -> EvalTarget:
-    """The eval target of a composed cell config."""
-    task = config["task"]
-    source = task["source"]
+def target_from_config(config: RunConfig, task_version: int) -> EvalTarget:
+    """The eval target of a cell's config (its task's source was checked when the sweep was planned)."""
+    task = config.task
     return EvalTarget(
-        task_id=task["name"],
+        task_id=task.name,
         task_version=task_version,
-        source=source,
+        source=task.source,
         seed=0,  # the eval split is the same for every seed of a cell, so scores are comparable
-        build_options=dict(task["build"].get(source) or {}),
-        eval_options=dict(task["eval"].get(source) or {}),
+        build_options=dict(task.build[task.source]),
+        eval_options=dict(task.eval[task.source]),
     )
 
 
 def eval_context(spec: TaskSpec, target: EvalTarget, private_dir: Path, cache_root: Path, envs: Any = None) -> EvalContext:
-    """The evaluator's context for ``target``: its private data, eval options and answer cache; for an
-    interactive task, ``envs`` (the sweep's EnvPool client, or in-process environments when ``None``)
-    bound to the target's data and eval options."""
-    episodes = None
-    if spec.kind == "interactive":
-        from autorl.envs.base import EnvSource
-        from autorl.envs.host import EpisodeClient, LocalEnvClient, cache_resolver
+    """The evaluator's context for ``target``: its private data, complete eval options (the target's
+    over the task's conf defaults) and answer cache; for an interactive task, ``envs`` (the sweep's
+    EnvPool client, or in-process environments when ``None``) bound to the target's data and the
+    same eval options.
 
-        client = envs if envs is not None else LocalEnvClient(spec.env, cache_resolver(cache_root))
-        source = EnvSource(target.task_id, target.source, target.seed, dict(target.build_options), dict(target.eval_options))
-        episodes = EpisodeClient(client, source)
-    return EvalContext(private_dir=private_dir, options=dict(target.eval_options),
-                       cache_dir=cache_root / "eval" / target.task_id, envs=episodes)
+    Raises:
+        TaskError: The target names an option the task's conf does not list.
+    """
+    ctx = EvalContext.for_task(spec, target.source, private_dir, target.eval_options,
+                               cache_dir=cache_root / "eval" / target.task_id)
+    if spec.kind != "interactive":
+        return ctx
+    from autorl.envs.base import EnvSource
+    from autorl.envs.host import EpisodeClient, LocalEnvClient, cache_resolver
+
+    client = envs if envs is not None else LocalEnvClient(spec.env, cache_resolver(cache_root))
+    build = build_options(spec, target.source, target.build_options)
+    source = EnvSource(target.task_id, target.source, target.seed, build, dict(ctx.options))
+    return replace(ctx, envs=EpisodeClient(client, source))
 
 
 def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_size: int, envs: Any = None) -> ScoreOutcome:
@@ -97,6 +110,7 @@ def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_
     spec = get_task(target.task_id)
     data = build_task_data(spec, target.source, cache_root / "tasks", seed=target.seed, options=target.build_options)
     evaluate = load_evaluator(spec)
+    ctx = eval_context(spec, target, data.private_dir, cache_root, envs)  # a bad option is the sweep's error, not the model's
     started = time.monotonic()
     try:
         engine = ENGINES.get("hf")(model_dir, batch_size=batch_size)
@@ -104,7 +118,7 @@ def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_
         logger.info("model %s failed to load: %s", model_dir, error)
         return ScoreOutcome(None, 0, {}, f"model failed to load: {type(error).__name__}: {error}", 0.0)
     try:
-        result = evaluate(engine, eval_context(spec, target, data.private_dir, cache_root, envs))
+        result = evaluate(engine, ctx)
     except EnvError:
         raise  # the environments failed, not the model: an infrastructure failure
     except Exception as error:  # noqa: BLE001 - e.g. generation with broken weights

@@ -1,8 +1,9 @@
 """Judge LLM client: OpenAI-compatible chat completions, cached on disk, bounded in concurrency.
 
-A judge is configured by name like an agent's driver: ``conf/driver/<name>.yaml`` (``provider,
-model, base_url, api_key_env, price_per_mtok``). Any provider that speaks OpenAI's chat
-completions API works (``openai``, ``openai_compatible``, ``google`` through its OpenAI endpoint).
+A judge is configured by name like an agent's driver: ``conf/driver/<name>.yaml``, loaded with
+:func:`autorl.config.load_driver_config`. Any driver with an OpenAI chat completions route
+(``protocols.chat``) works: ``openai``, ``openai_compatible``, ``google`` and ``anthropic``
+through their OpenAI-compatible endpoints.
 """
 
 from __future__ import annotations
@@ -16,16 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from autorl.config import load_driver_config
 from autorl.engine.base import ChatMessage
 from autorl.errors import AutorlError, ConfigError, PrerequisiteError
 from autorl.judge.cache import JudgeCache
+from autorl.schema import PricePerMtok
 
 logger = logging.getLogger(__name__)
 
-DRIVER_DIR = Path(__file__).resolve().parent.parent.parent / "conf" / "driver"
-OPENAI_COMPATIBLE = ("openai", "openai_compatible", "google")
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
@@ -42,14 +41,14 @@ class JudgeSpec:
         model: Model id sent in each request.
         base_url: API root, e.g. ``https://api.openai.com/v1``.
         api_key_env: Environment variable holding the API key; ``None`` for keyless local servers.
-        price_per_mtok: ``{"input": usd, "output": usd}`` per million tokens, if known.
+        price_per_mtok: USD per million input and output tokens, if known.
     """
 
     name: str
     model: str
     base_url: str
     api_key_env: str | None = None
-    price_per_mtok: dict[str, float] | None = None
+    price_per_mtok: PricePerMtok | None = None
 
     @property
     def identity(self) -> str:
@@ -57,36 +56,24 @@ class JudgeSpec:
         return f"{self.name}/{self.model}"
 
 
-def load_judge_spec(name: str, driver_dir: Path = DRIVER_DIR) -> JudgeSpec:
-    """Read the judge from ``conf/driver/<name>.yaml``.
+def load_judge_spec(name: str) -> JudgeSpec:
+    """The judge of driver ``name`` (:func:`autorl.config.load_driver_config`).
 
-    The chat completions root is the driver's ``protocols.chat`` (interpolations such as
-    ``${driver.base_url}`` resolved), or its ``base_url`` for a config without ``protocols`` whose
-    provider is OpenAI-compatible.
+    It is reached at the driver's chat completions root, ``protocols.chat``.
 
     Raises:
-        ConfigError: No such driver, or it serves no OpenAI chat completions route.
+        ConfigError: No such driver ("did you mean" and the valid names), or it has no model or no
+            OpenAI chat completions route.
     """
-    from omegaconf import OmegaConf
-
-    path = driver_dir / f"{name}.yaml"
-    if not path.is_file():
-        valid = sorted(p.stem for p in driver_dir.glob("*.yaml"))
-        raise ConfigError(f"unknown judge driver {name!r} (no {path}); valid drivers: {', '.join(valid)}")
-    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    driver = OmegaConf.to_container(OmegaConf.create({"driver": raw}), resolve=True)["driver"]  # type: ignore[index]
-    protocols = driver.get("protocols")
-    if protocols is None:
-        chat = driver.get("base_url") if driver.get("provider") in OPENAI_COMPATIBLE else None
-    else:
-        chat = (protocols or {}).get("chat")
-    if not chat or not driver.get("model"):
+    driver = load_driver_config(name)
+    chat = driver.chat_root()
+    if not chat or not driver.model:
         raise ConfigError(
-            f"driver {name!r} ({path}) cannot judge: a judge needs a model and an OpenAI chat completions route "
-            f"(protocols.chat, or base_url with provider one of {', '.join(OPENAI_COMPATIBLE)})"
+            f"driver {name!r} cannot judge: a judge needs a model and an OpenAI chat completions route "
+            "(driver.model and driver.protocols.chat)"
         )
-    return JudgeSpec(name=name, model=str(driver["model"]), base_url=str(chat).rstrip("/"),
-                     api_key_env=driver.get("api_key_env"), price_per_mtok=driver.get("price_per_mtok"))
+    return JudgeSpec(name=name, model=driver.model, base_url=chat, api_key_env=driver.api_key_env,
+                     price_per_mtok=driver.price_per_mtok)
 
 
 @dataclass
@@ -99,11 +86,11 @@ class JudgeUsage:
     completion_tokens: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def as_dict(self, price: dict[str, float] | None) -> dict[str, Any]:
+    def as_dict(self, price: PricePerMtok | None) -> dict[str, Any]:
         """JSON-ready summary; ``cost_usd`` is ``None`` when the price is unknown."""
         cost = None
-        if price:
-            cost = (self.prompt_tokens * price["input"] + self.completion_tokens * price["output"]) / 1e6
+        if price is not None:
+            cost = (self.prompt_tokens * price.input + self.completion_tokens * price.output) / 1e6
         return {"requests": self.requests, "cache_hits": self.cache_hits, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "cost_usd": cost}
 

@@ -14,12 +14,12 @@ import sqlite3
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from autorl.errors import AutorlError
+from autorl.records.migrations import SCHEMA_VERSION, check_not_newer, migrate, stored_version
 from autorl.records.types import (
     CELL_STATUSES,
-    SCHEMA_VERSION,
     CellRecord,
     CodeRevision,
     DriverCall,
@@ -27,112 +27,6 @@ from autorl.records.types import (
     TraceSummary,
     _check_status,
 )
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_version (
-    version INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS cells (
-    sweep_id TEXT NOT NULL,
-    cell_id TEXT PRIMARY KEY,
-    agent TEXT NOT NULL,
-    driver TEXT NOT NULL,
-    task TEXT NOT NULL,
-    task_version INTEGER NOT NULL,
-    model TEXT NOT NULL,
-    seed INTEGER NOT NULL,
-    budget_s REAL NOT NULL,
-    status TEXT NOT NULL,
-    baseline REAL,
-    best_score REAL,
-    improvement REAL,
-    submissions INTEGER NOT NULL,
-    valid_submissions INTEGER NOT NULL,
-    duration_s REAL,
-    tokens_in INTEGER NOT NULL,
-    tokens_out INTEGER NOT NULL,
-    cost_usd REAL NOT NULL,
-    exit_class TEXT,
-    exit_code INTEGER,
-    working_time_s REAL,
-    task_source TEXT,
-    error TEXT,
-    attempts INTEGER NOT NULL,
-    config_json TEXT NOT NULL,
-    started_at REAL,
-    finished_at REAL
-);
-CREATE INDEX IF NOT EXISTS cells_by_sweep ON cells (sweep_id);
-CREATE TABLE IF NOT EXISTS submissions (
-    cell_id TEXT NOT NULL,
-    submission_id INTEGER NOT NULL,
-    model_path TEXT NOT NULL,
-    status TEXT NOT NULL,
-    weights_hash TEXT,
-    score REAL,
-    baseline_score REAL,
-    improvement REAL,
-    error TEXT,
-    details_json TEXT NOT NULL,
-    code_revision TEXT,
-    submitted_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    queue_wait_s REAL,
-    PRIMARY KEY (cell_id, submission_id)
-);
-CREATE TABLE IF NOT EXISTS code_revisions (
-    cell_id TEXT NOT NULL,
-    revision TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    reason TEXT NOT NULL,
-    diff TEXT NOT NULL,
-    files_changed INTEGER NOT NULL,
-    PRIMARY KEY (cell_id, revision)
-);
-CREATE TABLE IF NOT EXISTS baselines (
-    key TEXT PRIMARY KEY,
-    score REAL NOT NULL,
-    details_json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS score_cache (
-    key TEXT PRIMARY KEY,
-    score REAL NOT NULL,
-    details_json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS driver_calls (
-    cell_id TEXT NOT NULL,
-    call_id TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    latency_s REAL NOT NULL,
-    protocol TEXT NOT NULL,
-    requested_model TEXT,
-    model TEXT NOT NULL,
-    status_code INTEGER NOT NULL,
-    stream INTEGER NOT NULL,
-    attempts INTEGER NOT NULL,
-    tokens_in INTEGER,
-    tokens_out INTEGER,
-    cached_in INTEGER,
-    cost_usd REAL,
-    request_bytes INTEGER NOT NULL,
-    response_bytes INTEGER NOT NULL,
-    translated INTEGER NOT NULL,
-    error TEXT,
-    PRIMARY KEY (cell_id, call_id)
-);
-CREATE TABLE IF NOT EXISTS traces (
-    cell_id TEXT PRIMARY KEY,
-    agent TEXT NOT NULL,
-    events INTEGER NOT NULL,
-    messages INTEGER NOT NULL,
-    tool_calls INTEGER NOT NULL,
-    tokens_in INTEGER NOT NULL,
-    tokens_out INTEGER NOT NULL,
-    unparsed_lines INTEGER NOT NULL,
-    path TEXT NOT NULL
-);
-"""
 
 _R = TypeVar("_R")
 
@@ -166,62 +60,125 @@ _INSERT_REVISION = (
 )
 
 
+# The tables that hold records, and which of their fields have defaults: a read-only store at an
+# older schema version may lack those columns (fields added by a migration always have one).
+_RECORD_TYPES: dict[str, Any] = {
+    "cells": CellRecord, "submissions": SubmissionRecord, "code_revisions": CodeRevision,
+    "driver_calls": DriverCall, "traces": TraceSummary,
+}
+_TABLE_FIELDS = {table: tuple(f.name for f in dataclasses.fields(rt)) for table, rt in _RECORD_TYPES.items()}
+_OPTIONAL_FIELDS = {
+    table: frozenset(
+        f.name for f in dataclasses.fields(rt)
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+    )
+    for table, rt in _RECORD_TYPES.items()
+}
+
+
 class RecordStore:
     """The sweep's SQLite record store.
 
     Every write is an idempotent upsert, committed immediately. One process should write;
     others may read the same file at the same time.
 
+    Opening a store migrates it to :data:`SCHEMA_VERSION` (see :mod:`autorl.records.migrations`),
+    so a sweep folder written by an older autorl resumes. Opened with ``read_only=True`` the file
+    is never changed: an older store is read as it is, fields its schema lacks taking their
+    record defaults (e.g. ``CellRecord.autorl_version`` is None), and an older autorl can still
+    resume it afterwards.
+
     Args:
-        path: The database file; created (with its parent directory) if missing.
+        path: The database file; created (with its parent directory) if missing, unless
+            ``read_only``.
+        read_only: Open for reading only: no migration, and every write raises.
+
+    Attributes:
+        path: The database file.
+        read_only: Whether writes are refused.
+        schema_version: The file's schema version now (after any migration).
+        migrated_from: The version before this open migrated it (0: this open created the store);
+            None when nothing was migrated.
+        migrations_applied: Names of the steps this open applied, oldest first.
 
     Raises:
-        AutorlError: The file was written by a newer schema version.
+        SchemaTooNewError: The file was written by a newer schema version.
+        AutorlError: ``read_only`` and there is no file, or the file is not an autorl record
+            store (tables or columns missing).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
+        self.migrated_from: int | None = None
+        self.migrations_applied: tuple[str, ...] = ()
         # A Ray actor may call in from several threads; the lock serialises use of the connection.
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
-        )
+        if read_only:
+            if not self.path.is_file():
+                raise AutorlError(f"no record store at {self.path}: the file does not exist")
+            # mode=ro: SQLite itself refuses writes, so a report can never change an archived sweep.
+            target, uri = f"{self.path.resolve().as_uri()}?mode=ro", True
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            target, uri = str(self.path), False
+        self._conn = sqlite3.connect(target, timeout=30.0, isolation_level=None, check_same_thread=False, uri=uri)
         self._conn.row_factory = sqlite3.Row
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._init_schema()
+            if read_only:
+                self.schema_version = stored_version(self._conn)
+                check_not_newer(self.schema_version, self.path)
+            else:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                before, steps = migrate(self._conn, self.path)
+                self.schema_version = SCHEMA_VERSION
+                if steps:
+                    self.migrated_from, self.migrations_applied = before, tuple(m.name for m in steps)
+            self._columns = self._table_columns()
+            self._check_columns()
         except BaseException:
             self._conn.close()
             raise
 
-    def _init_schema(self) -> None:
-        # executescript() would commit on its own; one immediate transaction keeps a reader that
-        # opens the file at the same moment from seeing half a schema.
-        statements = [s.strip() for s in _SCHEMA.split(";") if s.strip()]
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in statements:
-                    self._conn.execute(statement)
-                row = self._conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-                version = row[0]
-                if version is None:
-                    self._conn.execute(
-                        "INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,)
-                    )
-                elif version > SCHEMA_VERSION:
-                    raise AutorlError(
-                        f"record store {self.path} has schema version {version}, newer than this "
-                        f"autorl's {SCHEMA_VERSION}; upgrade autorl to read it"
-                    )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+    def _table_columns(self) -> dict[str, frozenset[str]]:
+        """Columns of each record table; a table the file lacks maps to no columns."""
+        return {
+            table: frozenset(row[1] for row in self._conn.execute(f"PRAGMA table_info({table})"))
+            for table in _TABLE_FIELDS
+        }
+
+    def _check_columns(self) -> None:
+        """Refuse a file whose tables cannot hold the records (not an autorl store, or damaged).
+
+        A writable store must have every column (the migrations put them there). A read-only one
+        may lack the tables and optional columns that later schema versions added.
+        """
+        missing = []
+        for table, fields in _TABLE_FIELDS.items():
+            columns = self._columns[table]
+            if not columns:
+                if not self.read_only or table == "cells":
+                    missing.append(f"the {table} table")
+                # An old store may predate a whole table (driver_calls and traces before version 2).
+                continue
+            optional = _OPTIONAL_FIELDS[table] if self.read_only else frozenset()
+            missing += [f"{table}.{name}" for name in fields if name not in columns and name not in optional]
+        if missing:
+            raise AutorlError(
+                f"{self.path} is not a usable autorl record store (schema version {self.schema_version}): it lacks "
+                f"{', '.join(missing)}. Was it written by autorl? Point autorl at the sweep folder's records.sqlite."
+            )
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise AutorlError(f"record store {self.path} was opened read-only; open it without read_only=True to write")
+
+    def _has_table(self, table: str) -> bool:
+        return bool(self._columns[table])
 
     def _write(self, sql: str, params: Iterable[Any] = ()) -> int:
+        self._check_writable()
         with self._lock:
             return self._conn.execute(sql, tuple(params)).rowcount
 
@@ -231,7 +188,21 @@ class RecordStore:
 
     @staticmethod
     def _to_record(record_type: type[_R], row: sqlite3.Row, fields: tuple[str, ...]) -> _R:
-        return record_type(**{name: row[name] for name in fields})
+        # A read-only older store lacks the columns later versions added: those take their defaults.
+        present = set(row.keys())
+        return record_type(**{name: row[name] for name in fields if name in present})
+
+    def migration_log(self) -> list[tuple[int, str, float, str]]:
+        """The migrations applied to this file: ``(version, name, applied_at, autorl_version)``.
+
+        Empty for a store no autorl with migrations has written to (every store made before
+        schema version 3, opened read-only).
+        """
+        exists = self._read("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
+        if not exists:
+            return []
+        rows = self._read("SELECT version, name, applied_at, autorl_version FROM schema_migrations ORDER BY version")
+        return [(int(r[0]), str(r[1]), float(r[2]), str(r[3])) for r in rows]
 
     # Cells.
 
@@ -288,6 +259,7 @@ class RecordStore:
         """Store ``rec`` as a fresh attempt of its cell: the cell's earlier submissions and code
         revisions (from an interrupted or failed attempt) are removed, so a re-run never mixes
         two workspaces' results."""
+        self._check_writable()
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
@@ -382,12 +354,16 @@ class RecordStore:
         self._write(_UPSERT_CALL, (getattr(rec, f) for f in _CALL_FIELDS))
 
     def list_driver_calls(self, cell_id: str) -> list[DriverCall]:
-        """Return a cell's driver calls, oldest first."""
+        """Return a cell's driver calls, oldest first (none from a store without the table)."""
+        if not self._has_table("driver_calls"):
+            return []
         rows = self._read("SELECT * FROM driver_calls WHERE cell_id = ? ORDER BY started_at, rowid", (cell_id,))
         return [self._to_record(DriverCall, r, _CALL_FIELDS) for r in rows]
 
     def driver_usage(self, cell_id: str) -> dict[str, Any]:
         """A cell's summed driver usage: ``{"tokens_in", "tokens_out", "cost_usd", "calls"}``."""
+        if not self._has_table("driver_calls"):
+            return {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "calls": 0}
         row = self._read(
             "SELECT COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0), COALESCE(SUM(cost_usd), 0.0), COUNT(*) "
             "FROM driver_calls WHERE cell_id = ?",
@@ -401,6 +377,8 @@ class RecordStore:
 
     def get_trace(self, cell_id: str) -> TraceSummary | None:
         """The summary of a cell's parsed agent trace, or None."""
+        if not self._has_table("traces"):
+            return None
         rows = self._read("SELECT * FROM traces WHERE cell_id = ?", (cell_id,))
         return self._to_record(TraceSummary, rows[0], _TRACE_FIELDS) if rows else None
 
@@ -409,7 +387,7 @@ class RecordStore:
         with self._lock:
             self._conn.close()
 
-    def __enter__(self) -> RecordStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -6,9 +6,12 @@ statuses they may take. Standard library only.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-SCHEMA_VERSION = 1
+from pathlib import PurePath
+from typing import Any
 
 CELL_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 FINAL_STATUSES = ("completed", "failed", "cancelled")
@@ -40,6 +43,40 @@ RESULTS_COLUMNS: tuple[str, ...] = (
     "working_time_s",
     "error",
 )
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: dataclasses and mappings become dicts, sequences lists."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # Field by field rather than dataclasses.asdict, which deep-copies every leaf and leaves a
+        # mapping that is not a dict (an OmegaConf DictConfig) unconverted.
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if isinstance(value, PurePath):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise TypeError(f"cannot store a {type(value).__name__} in a cell config ({value!r}); use JSON-like values")
+
+
+def plain_config(config: Any) -> dict[str, Any]:
+    """A cell's composed config as plain, JSON-ready data.
+
+    Accepts the config as a mapping (the composed dict) or as a dataclass instance (a typed
+    config), including one nested in the other; enums become their values and paths strings.
+
+    Raises:
+        TypeError: ``config`` is neither, or holds a value JSON cannot represent.
+    """
+    plain = _plain(config)
+    if not isinstance(plain, dict):
+        raise TypeError(f"a cell config must be a mapping or a dataclass instance, not {type(config).__name__}")
+    return plain
 
 
 def _check_status(status: str, valid: tuple[str, ...], what: str) -> None:
@@ -80,6 +117,9 @@ class CellRecord:
         config_json: The cell's resolved configuration as JSON.
         started_at: Unix time the cell started.
         finished_at: Unix time the cell reached a final status.
+        autorl_version: The autorl that registered this attempt of the cell (see
+            :func:`autorl.records.migrations.autorl_version`); None for cells of stores from
+            before schema version 3.
     """
 
     sweep_id: str
@@ -110,6 +150,9 @@ class CellRecord:
     config_json: str = "{}"
     started_at: float | None = None
     finished_at: float | None = None
+    # Fields added by a schema migration need a default: a store opened read-only at an older
+    # version has no column for them.
+    autorl_version: str | None = None
 
     def __post_init__(self) -> None:
         _check_status(self.status, CELL_STATUSES, "cell")

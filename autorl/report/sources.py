@@ -86,7 +86,7 @@ def open_store(sweep_dir: Path) -> RecordStore:
             f"{sweep_dir} has no records.sqlite, so it is not a sweep folder "
             f"(a sweep writes <out_dir>/<sweep_id>/records.sqlite).{hint}"
         )
-    return RecordStore(db)
+    return RecordStore(db, read_only=True)
 
 
 def _read_text(path: Path, limit: int | None = None) -> str:

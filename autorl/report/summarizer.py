@@ -1,9 +1,8 @@
 """Optional LLM narrative of a cell's run (SPEC §8), written on top of the run report's facts.
 
-The summariser is a driver from ``conf/driver/<name>.yaml`` reached through the OpenAI-compatible
-chat-completions API (``POST {base_url}/chat/completions``; Anthropic's compatible route is
-``{base_url}/v1/chat/completions``). The key is read from the environment variable the driver
-names (never from config). The narrative goes to ``run_summary.md`` next to ``run_report.json``
+The summariser is a driver from ``conf/driver/<name>.yaml`` (:func:`autorl.config.load_driver_config`)
+reached through its OpenAI-compatible chat-completions route (``POST {protocols.chat}/chat/completions``).
+The key is read from the environment variable the driver names (never from config). The narrative goes to ``run_summary.md`` next to ``run_report.json``
 and never replaces the facts: its header says so, and the report links both.
 """
 
@@ -14,10 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from autorl.config import load_driver_config
 from autorl.errors import ConfigError, PrerequisiteError
-from autorl.registry import CONF_DIR, check_names
 
 SYSTEM_PROMPT = (
     "You are the analyst of an AI-agent benchmark. An autonomous coding agent tried to post-train a small "
@@ -54,28 +51,27 @@ def load_driver(name: str, *, base_url: str | None = None, model: str | None = N
 
     Args:
         name: A ``conf/driver`` option (e.g. ``gpt-5``, ``local``).
-        base_url: Overrides the driver's ``base_url`` (e.g. a local server's ``http://127.0.0.1:8000/v1``).
+        base_url: Replaces the driver's chat completions root ``protocols.chat`` (e.g. a local
+            server's ``http://127.0.0.1:8000/v1``).
         model: Overrides the driver's model id.
         timeout_s: Per-request timeout in seconds.
 
     Raises:
-        ConfigError: unknown driver, or one without a model or URL (``none``).
+        ConfigError: unknown driver, or one without a model or a chat completions route (``none``).
         PrerequisiteError: the driver's key variable is named but not set.
     """
-    check_names("driver", [name])
-    cfg = yaml.safe_load((CONF_DIR / "driver" / f"{name}.yaml").read_text()) or {}
-    url = base_url or cfg.get("base_url")
-    model_id = model or cfg.get("model")
-    if not url or not model_id:
-        raise ConfigError(f"driver {name!r} has no base_url/model, so it cannot summarise; choose an LLM driver "
-                          f"such as gpt-5 or local (with its base_url set)")
-    key_env = cfg.get("api_key_env")
+    driver = load_driver_config(name)
+    root = base_url.rstrip("/") if base_url else driver.chat_root()
+    model_id = model or driver.model
+    if not root or not model_id:
+        raise ConfigError(f"driver {name!r} has no chat completions route (protocols.chat) or no model, so it cannot "
+                          "summarise; choose an LLM driver such as gpt-5, or local with its base_url set")
+    key_env = driver.api_key_env
     key = os.environ.get(key_env) if key_env else None
     if key_env and not key:
         raise PrerequisiteError(f"the summariser driver {name!r} needs its API key in ${key_env}; export it, or "
                                 f"turn the summariser off (tracking.report.summarizer_driver=null)")
-    route = "/v1/chat/completions" if cfg.get("provider") == "anthropic" and not base_url else "/chat/completions"
-    return SummarizerDriver(name, str(url).rstrip("/") + route, str(model_id), key, timeout_s)
+    return SummarizerDriver(name, root + "/chat/completions", model_id, key, timeout_s)
 
 
 def facts_for_llm(report: dict[str, Any]) -> dict[str, Any]:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+
+from autorl.schema import TrackingConfig
 
 logger = logging.getLogger(__name__)
 
 
 def finish_sweep(
-    finish_wandb: Callable[[float], bool], sweep_id: str, sweep_dir: Path, tracking_cfg: dict[str, Any],
+    finish_wandb: Callable[[float], bool], sweep_id: str, sweep_dir: Path, tracking_cfg: TrackingConfig,
     note: Callable[[str], None],
 ) -> Path | None:
     """Close the sweep's W&B runs, then build ``<sweep_dir>/report/``.
@@ -31,23 +32,23 @@ def finish_sweep(
     Returns:
         The report's ``index.html``, or None when it is off or could not be built.
     """
-    if tracking_cfg["wandb"]["enabled"]:
+    wandb_cfg, report_cfg = tracking_cfg.wandb, tracking_cfg.report
+    if wandb_cfg.enabled:
         try:
             # The recorder bounds its own wait; the margin covers the actor call itself.
-            timeout = float(tracking_cfg["wandb"]["finish_timeout_s"]) + 30
+            timeout = wandb_cfg.finish_timeout_s + 30
             if finish_wandb(timeout):
-                note(f"W&B runs of this sweep are under {sweep_dir / 'wandb'} ({tracking_cfg['wandb']['mode']} mode)")
+                note(f"W&B runs of this sweep are under {sweep_dir / 'wandb'} ({wandb_cfg.mode} mode)")
         except Exception as error:  # noqa: BLE001 - W&B must never fail a sweep
             logger.warning("W&B finish failed: %s", error)
             note(f"W&B: could not finish the runs ({error}); the sweep's results are unaffected")
-    if not tracking_cfg["report"]["enabled"]:
+    if not report_cfg.enabled:
         return None
     try:
         from autorl.report.build import build_report
 
-        report_cfg = tracking_cfg["report"]
-        index = build_report(sweep_dir, summarizer_driver=report_cfg["summarizer_driver"],
-                             summarizer_timeout_s=float(report_cfg["summarizer_timeout_s"]))
+        index = build_report(sweep_dir, summarizer_driver=report_cfg.summarizer_driver,
+                             summarizer_timeout_s=report_cfg.summarizer_timeout_s)
     except Exception as error:  # noqa: BLE001 - a report failure must never fail the sweep
         logger.exception("report of sweep %s failed", sweep_id)
         note(f"report failed: {error} (rebuild it with: python -m autorl.report {sweep_dir})")

@@ -19,11 +19,12 @@ import json
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from autorl.records.types import FINAL_STATUSES, CellRecord, SubmissionRecord
+from autorl.schema import WandbConfig, WandbMode
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,9 @@ TABLE_COLUMNS = (
 )
 SCORED = ("scored", "duplicate", "copy_of_base")
 _MAX_INIT_FAILURES = 2  # after this many failed wandb.init calls the tracker stops trying
+_INIT_MODES: dict[WandbMode, Literal["online", "offline", "disabled"]] = {
+    WandbMode.online: "online", WandbMode.offline: "offline", WandbMode.disabled: "disabled",
+}
 
 
 def _mode_of(cell: CellRecord) -> str:
@@ -52,19 +56,44 @@ def table_rows(cells: list[CellRecord]) -> list[list[Any]]:
     return rows
 
 
+def wandb_config(block: WandbConfig | Mapping[str, Any] | None) -> WandbConfig | None:
+    """The ``tracking.wandb`` block as a checked :class:`WandbConfig`, or None when W&B is off.
+
+    The Recorder actor gets the block as plain data across the Ray boundary (``{"enabled": false}``
+    alone when it has no tracking config); a mapping is checked against the schema here, so a
+    wrong key or type fails with the key's name rather than inside the W&B thread.
+
+    >>> wandb_config({"enabled": False}) is None
+    True
+
+    Raises:
+        omegaconf.errors.OmegaConfBaseException: an enabled block with an unknown key, a wrong
+            type or a missing value.
+    """
+    if block is None or isinstance(block, WandbConfig):
+        return block if block is not None and block.enabled else None
+    from omegaconf import OmegaConf
+
+    checked = OmegaConf.merge(OmegaConf.structured(WandbConfig), dict(block))
+    if not checked.enabled:
+        return None
+    typed = OmegaConf.to_object(checked)
+    assert isinstance(typed, WandbConfig)  # merged onto the WandbConfig schema
+    return typed
+
+
 class WandbTracker:
-    """Queue-fed W&B writer; a no-op when ``cfg['enabled']`` is false.
+    """Queue-fed W&B writer; a no-op when W&B is off.
 
     Args:
-        cfg: The ``tracking.wandb`` config block (enabled, project, entity, mode, init_timeout_s,
-            finish_timeout_s).
+        cfg: The ``tracking.wandb`` config block (see :func:`wandb_config`); None: off.
         sweep_dir: The sweep folder; runs are written under ``<sweep_dir>/wandb/``.
     """
 
-    def __init__(self, cfg: dict[str, Any], sweep_dir: Path) -> None:
+    def __init__(self, cfg: WandbConfig | Mapping[str, Any] | None, sweep_dir: Path) -> None:
         """Start the background thread (only when enabled)."""
-        self.enabled = bool(cfg["enabled"])
-        self.cfg = cfg
+        self.cfg = wandb_config(cfg)
+        self.enabled = self.cfg is not None
         self.sweep_dir = Path(sweep_dir)
         self._runs: dict[str, Any] = {}
         self._logged: set[tuple[str, int]] = set()
@@ -100,13 +129,13 @@ class WandbTracker:
         Returns:
             True when everything was handed to W&B in time (or W&B is off).
         """
-        if not self.enabled or self._thread is None:
+        if self.cfg is None or self._thread is None:
             return True
         done = threading.Event()
         self._queue.put((self._write_table, (sweep_id, cells)))
         self._queue.put((lambda: done.set(), ()))
-        if not done.wait(float(self.cfg["finish_timeout_s"])):
-            logger.warning("W&B did not finish within %ss; the sweep goes on without it", self.cfg["finish_timeout_s"])
+        if not done.wait(self.cfg.finish_timeout_s):
+            logger.warning("W&B did not finish within %ss; the sweep goes on without it", self.cfg.finish_timeout_s)
             return False
         return True
 
@@ -124,15 +153,15 @@ class WandbTracker:
                 logger.warning("W&B call %s failed: %s", getattr(fn, "__name__", fn), error)
 
     def _init(self, **kwargs: Any) -> Any:
-        if self._init_failures >= _MAX_INIT_FAILURES:
+        if self.cfg is None or self._init_failures >= _MAX_INIT_FAILURES:
             return None
         import wandb
 
         try:
             return wandb.init(
-                project=self.cfg["project"], entity=self.cfg["entity"], mode=self.cfg["mode"], dir=str(self.sweep_dir),
+                project=self.cfg.project, entity=self.cfg.entity, mode=_INIT_MODES[self.cfg.mode], dir=str(self.sweep_dir),
                 reinit="create_new",
-                settings=wandb.Settings(init_timeout=float(self.cfg["init_timeout_s"]), console="off", silent=True),
+                settings=wandb.Settings(init_timeout=self.cfg.init_timeout_s, console="off", silent=True),
                 **kwargs,
             )
         except Exception as error:  # noqa: BLE001 - e.g. no API key online, network down, bad entity
@@ -201,6 +230,6 @@ class WandbTracker:
 
     def close(self) -> None:
         """Stop the background thread after the queued work (bounded by ``finish_timeout_s``)."""
-        if self._thread is not None:
+        if self._thread is not None and self.cfg is not None:
             self._queue.put(None)
-            self._thread.join(float(self.cfg["finish_timeout_s"]))
+            self._thread.join(self.cfg.finish_timeout_s)

@@ -30,10 +30,6 @@ from typing import Any
 from .fixture import write_fixture_split
 from .games import collect_games, task_short_name
 
-EVAL_GAMES = 134  # playable valid_unseen games of json_2.1.1
-DEFAULTS = {"fixture": {"train_size": 60, "eval_size": 36},
-            "hub": {"data_root": None, "download": True, "expect_eval_games": EVAL_GAMES}}
-
 
 def _write_rows(folder: Path, rows: list[dict[str, str]]) -> None:
     with (folder / "episodes.jsonl").open("w", encoding="utf-8", newline="\n") as fh:
@@ -50,15 +46,15 @@ def _rows(prefix: str, games: list[tuple[str, Path]], relative_to: Path | None) 
 
 
 def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
-    """Write generated games: ``options`` ``train_size`` / ``eval_size`` (defaults 60 / 36).
+    """Write generated games: ``options`` ``train_size`` / ``eval_size`` (defaults in
+    ``conf/task/alfworld.yaml`` ``build.fixture``).
 
     Train games go to ``public/games/`` (scenes 1…), eval games to ``private/games/`` (scenes
     10001…), each listed in that folder's ``episodes.jsonl``.
     """
-    opts = DEFAULTS["fixture"] | dict(options)
     rng = random.Random(seed)
-    train = write_fixture_split(public, "games", int(opts["train_size"]), rng, first_scene=1)
-    evals = write_fixture_split(private, "games", int(opts["eval_size"]), rng, first_scene=10_001)
+    train = write_fixture_split(public, "games", int(options["train_size"]), rng, first_scene=1)
+    evals = write_fixture_split(private, "games", int(options["eval_size"]), rng, first_scene=10_001)
     _write_rows(public, _rows("train", train, public))
     _write_rows(private, _rows("eval", evals, private))
 
@@ -90,17 +86,17 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
         public: Empty folder for what the agent may see.
         private: Empty folder for what only the grader reads.
         seed: Unused.
-        options: ``data_root`` (default ``$ALFWORLD_DATA`` or ``~/.cache/alfworld``), ``download``
-            (run alfworld-download when the data is missing; default true), ``expect_eval_games``
-            (134; ``null`` to accept any count).
+        options: ``data_root`` (``None``: ``$ALFWORLD_DATA`` or ``~/.cache/alfworld``), ``download``
+            (run alfworld-download when the data is missing), ``expect_eval_games`` (the playable
+            valid_unseen games of json_2.1.1, 134; ``None`` to accept any count); defaults in
+            ``conf/task/alfworld.yaml`` ``build.hub``.
 
     Raises:
         RuntimeError: The data is missing (and not downloaded), or has the wrong number of games.
     """
-    opts = DEFAULTS["hub"] | dict(options)
-    root = _data_root(opts)
+    root = _data_root(options)
     if not _complete(root):
-        if not opts["download"]:
+        if not options["download"]:
             raise RuntimeError(f"no ALFWorld data at {root} (expected json_2.1.1/ and logic/alfred.pddl); "
                                "run alfworld-download or set build.hub.data_root")
         _download(root)
@@ -108,7 +104,7 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
             raise RuntimeError(f"alfworld-download finished but {root} still lacks json_2.1.1 games")
     train = collect_games(root / "json_2.1.1" / "train")
     evals = collect_games(root / "json_2.1.1" / "valid_unseen")
-    expected = opts["expect_eval_games"]
+    expected = options["expect_eval_games"]
     if expected is not None and len(evals) != int(expected):
         raise RuntimeError(f"{root}/json_2.1.1/valid_unseen has {len(evals)} playable games, expected {expected}; "
                            "re-run alfworld-download (or set build.hub.expect_eval_games for a custom copy)")

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.envs.base import EnvData, EnvError, EpisodeSpec, StepResult, split_of
-
-DEFAULT_MAX_STEPS = 50
+from autorl.tasks import require_options
 
 
 def _memoize_textworld_parsers() -> None:
@@ -103,10 +102,14 @@ class AlfworldEnv:
         return row, folder
 
     def reset(self, episode: EpisodeSpec, data: EnvData) -> StepResult:
-        """Load the episode's game and return its first observation."""
+        """Load the episode's game and return its first observation.
+
+        ``episode.source.env_options`` are the task's complete eval options (``max_steps`` ends the game).
+        """
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
+        options = require_options(__package__, "eval", episode.source.env_options, error=EnvError)
         _memoize_textworld_parsers()
         row, folder = self._row(episode, data)
         game_file = Path(row["game"]) if Path(row["game"]).is_absolute() else folder / row["game"]
@@ -118,7 +121,7 @@ class AlfworldEnv:
         self._game = textworld.start(str(game_file), request_infos=infos, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
         state = self._game.reset()
         self._state = {"steps": 0, "won": False, "expert": expert, "task": row["task"],
-                       "max_steps": int(episode.source.env_options.get("max_steps", DEFAULT_MAX_STEPS))}
+                       "max_steps": int(options["max_steps"])}
         return self._result(clean_reset_text(state["feedback"]), state, done=False)
 
     def step(self, action: str) -> StepResult:

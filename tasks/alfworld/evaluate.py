@@ -2,8 +2,8 @@
 
 Protocol (reference ``benchmarks/alfworld/eval.py``, a port of ReAct's ``alfworld.ipynb``): a
 2-shot ReAct prompt per task type (:mod:`autorl.task_code.alfworld.agent.protocol`), raw
-completion, greedy, at most ``max_new_tokens`` (100) tokens, stop ``"\\n"``, at most ``max_steps``
-(50) actions per game.
+completion, greedy, at most ``max_new_tokens`` (the reference's 100) tokens, stop ``"\\n"``, at most
+``max_steps`` (the reference's 50) actions per game.
 Unlike the reference, all games advance together: one batched engine call per step for every
 live game, env steps in parallel in the EnvPool (``ctx.envs``); without it the games run in
 this process. Score = % of games won, with per-task-type rates.
@@ -12,20 +12,17 @@ this process. Score = % of games won, with per-task-type rates.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from autorl.engine.base import GenerationEngine
 from autorl.envs.host import local_episode_client
 from autorl.envs.rollout import PlayStats, play
 from autorl.errors import TaskError
-from autorl.tasks import EvalContext, EvalResult
+from autorl.tasks import EvalContext, EvalResult, require_options
 
 from .agent.protocol import AlfworldProtocol
 from .env import load_episodes
 from .games import SHORT_TYPES
 
-DEFAULTS: dict[str, Any] = {"max_steps": 50, "max_new_tokens": 100, "max_prompt_chars": None,
-                            "concurrency": 64, "limit": None}
 NUM_SAMPLES = 3
 
 
@@ -34,23 +31,20 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
 
     Args:
         engine: Greedy generation engine.
-        ctx: ``private_dir`` holds ``episodes.jsonl`` (the eval games); ``options``: ``max_steps``
-            (50), ``max_new_tokens`` (100), ``max_prompt_chars`` (None: no truncation here; the
-            engine still keeps the prompt's end within the model's window), ``concurrency`` (64
-            live games), ``limit`` (first N games); ``envs``: episodes bound to this task's data in
-            the EnvPool (``None``: play in-process).
+        ctx: ``private_dir`` holds ``episodes.jsonl`` (the eval games); ``options`` (every one
+            required; defaults and meanings in ``conf/task/alfworld.yaml`` ``eval``): ``max_steps``,
+            ``max_new_tokens``, ``max_prompt_chars`` (``None``: no truncation here; the engine
+            still keeps the prompt's end within the model's window), ``concurrency`` (live games),
+            ``limit`` (first N games); ``envs``: episodes bound to this task's data in the EnvPool
+            (``None``: play in-process).
 
     Returns:
         % won, with ``success_count``, ``total_count``, ``per_task`` and a few transcripts.
 
     Raises:
-        TaskError: Unknown options or no eval games.
+        TaskError: Unknown or missing options, or no eval games.
     """
-    options, private_dir = ctx.options, Path(ctx.private_dir)
-    unknown = sorted(set(options) - set(DEFAULTS))
-    if unknown:
-        raise TaskError(f"unknown alfworld eval option(s) {unknown}; valid: {sorted(DEFAULTS)}")
-    opts = {**DEFAULTS, **options}
+    opts, private_dir = require_options(__package__, "eval", ctx.options), Path(ctx.private_dir)
     episodes = list(load_episodes(private_dir))  # file order: task types interleaved
     if opts["limit"] is not None:
         episodes = episodes[: int(opts["limit"])]

@@ -27,8 +27,6 @@ from typing import Any
 
 from .fixture import fixture_split
 
-TRAIN_PATH = "tatsu-lab/alpaca"
-EVAL_REPO = "tatsu-lab/alpaca_eval"
 EVAL_FILE = "alpaca_eval_gpt4_baseline.json"
 PRIOR_FILE = "df_gamed.csv"
 TRAIN_FIELDS = ("instruction", "input", "output", "question", "answer")
@@ -53,13 +51,13 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]], fields: tuple[str, 
 
 def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
     """Write generated instructions (:func:`.fixture.fixture_split`): ``options`` ``train_size`` /
-    ``eval_size`` (defaults 600 / 60).
+    ``eval_size`` (defaults in ``conf/task/alpacaeval.yaml`` ``build.fixture``).
 
     Raises:
         ValueError: More instructions asked for than the fixture holds.
     """
-    train_size = int(options.get("train_size", 600))
-    eval_size = int(options.get("eval_size", 60))
+    train_size = int(options["train_size"])
+    eval_size = int(options["eval_size"])
     evals, train_pairs = fixture_split(seed, train_size, eval_size)
     train = []
     for question, answer in train_pairs:
@@ -75,7 +73,7 @@ def _hub_file(repo_or_dir: str, filename: str) -> Path:
     if local.is_dir():
         path = local / filename
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found (a local stand-in of {EVAL_REPO} needs {filename})")
+            raise FileNotFoundError(f"{path} not found (a local stand-in of the eval_path repo needs {filename})")
         return path
     from huggingface_hub import hf_hub_download
 
@@ -89,9 +87,10 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
         public: Empty folder for what the agent may see (``train.jsonl``).
         private: Empty folder for what only the evaluator reads (``eval.jsonl``, ``lc_prior.csv``).
         seed: Unused.
-        options: ``train_size`` (2000), ``train_path`` (``tatsu-lab/alpaca`` or a local folder with
-            its layout), ``eval_path`` (``tatsu-lab/alpaca_eval`` or a local folder holding its json
-            and csv files), ``lc_prior`` (true: fetch ``df_gamed.csv`` for the ``length_controlled_v1`` GLM).
+        options: ``train_size``, ``train_path`` (``tatsu-lab/alpaca`` or a local folder with its
+            layout), ``eval_path`` (``tatsu-lab/alpaca_eval`` or a local folder holding its json and
+            csv files), ``lc_prior`` (true: fetch ``df_gamed.csv`` for the ``length_controlled_v1``
+            GLM); defaults in ``conf/task/alpacaeval.yaml`` ``build.hub``.
 
     Raises:
         ValueError: Malformed hub files.
@@ -99,9 +98,9 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
     """
     import datasets  # heavy; only the hub source needs it
 
-    train_size = int(options.get("train_size", 2000))
-    eval_repo = str(options.get("eval_path", EVAL_REPO))
-    data = datasets.load_dataset(str(options.get("train_path", TRAIN_PATH)), split="train")
+    train_size = int(options["train_size"])
+    eval_repo = str(options["eval_path"])
+    data = datasets.load_dataset(str(options["train_path"]), split="train")
     data = data.select(range(min(train_size, len(data))))
     _write_jsonl(public / "train.jsonl",
                  (alpaca_row(r["instruction"], r["input"] or "", r["output"]) for r in data), TRAIN_FIELDS)
@@ -112,5 +111,5 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
     _write_jsonl(private / "eval.jsonl", ({"question": i["instruction"], "reference": i["output"],
                                            "generator": i.get("generator", ""), "dataset": i.get("dataset", "")}
                                           for i in items), EVAL_FIELDS)
-    if options.get("lc_prior", True):
+    if options["lc_prior"]:
         shutil.copyfile(_hub_file(eval_repo, PRIOR_FILE), private / "lc_prior.csv")

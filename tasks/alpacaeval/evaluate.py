@@ -1,7 +1,7 @@
 """Evaluator for alpacaeval: chat-template generation, a pairwise LLM judge, AlpacaEval 2.0's LC win rate.
 
 1. Every eval instruction goes to the engine in one batched call: one user turn with the model's
-   chat template, greedy, at most ``max_new_tokens`` (512) new tokens; outputs are stripped.
+   chat template, greedy, at most ``max_new_tokens`` new tokens; outputs are stripped.
 2. A judge compares each output with the reference output using AlpacaEval's pairwise prompt
    (:mod:`.pairwise`), output order randomised per instruction. Answers are cached
    on disk by (judge, request) under the grader's cache dir and at most ``judge_concurrency``
@@ -27,15 +27,13 @@ from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import ConfigError, TaskError
 from autorl.judge.client import JudgeClient, JudgeError, JudgeSpec, load_judge_spec
 from autorl.registry import Registry
-from autorl.tasks import EvalContext, EvalResult
+from autorl.tasks import EvalContext, EvalResult, require_options
 
 from .agent.protocol import chat_prompt
 from .fixture import ideal_answer
 from .lc import LCPrior, length_controlled_win_rate
 from .pairwise import comparison, preference
 
-DEFAULT_MAX_NEW_TOKENS = 512
-DEFAULT_CONCURRENCY = 8
 NUM_SAMPLES = 5
 
 
@@ -66,7 +64,7 @@ def judge_spec(options: dict[str, Any]) -> Iterator[JudgeSpec]:
     Raises:
         ConfigError: Neither or both of ``judge_driver`` and ``judge_server`` are set, or unknown names.
     """
-    driver, server = options.get("judge_driver"), options.get("judge_server")
+    driver, server = options["judge_driver"], options["judge_server"]
     if bool(driver) == bool(server):
         raise ConfigError("alpacaeval needs exactly one of eval options judge_driver (a conf/driver name, e.g. "
                           f"gpt-5.2) and judge_server (a local judging model: {', '.join(LOCAL_JUDGES)}); "
@@ -98,11 +96,12 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Args:
         engine: Greedy generation engine.
         ctx: ``private_dir`` holds ``eval.jsonl`` (``question``, ``reference``, ...) and, for the
-            ``length_controlled_v1`` GLM, ``lc_prior.csv``. ``options``: ``judge_driver`` or
-            ``judge_server`` (see the module docstring), ``judge_params`` (request fields sent
-            verbatim, e.g. ``{max_completion_tokens: 100}``), ``judge_concurrency`` (8),
+            ``length_controlled_v1`` GLM, ``lc_prior.csv``. ``options`` (every one required;
+            defaults and meanings in ``conf/task/alpacaeval.yaml`` ``eval``): ``judge_driver`` and
+            ``judge_server`` (exactly one set; see the module docstring), ``judge_params`` (request
+            fields sent verbatim, e.g. ``{max_completion_tokens: 100}``), ``judge_concurrency``,
             ``lc_glm`` (``length_controlled_v1`` or ``length_controlled_minimal``),
-            ``max_new_tokens`` (512), ``limit`` (first N items). ``cache_dir``: where judge
+            ``max_new_tokens``, ``limit`` (first N items; ``None`` = all). ``cache_dir``: where judge
             answers are cached (under ``judge/``; the grader passes its cache dir); ``None``
             disables the cache.
 
@@ -110,13 +109,15 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         The LC win rate (0-100), with the raw win rate, judge usage and samples in details.
 
     Raises:
-        TaskError: Missing eval data or LC prior, or the engine returned the wrong count.
+        TaskError: Unknown or missing options, missing eval data or LC prior, or the engine
+            returned the wrong count.
         ConfigError: Bad judge options.
         JudgeError: The judge failed, or none of its answers could be read.
     """
-    options, private_dir, cache_dir = ctx.options, Path(ctx.private_dir), ctx.cache_dir
-    items = _read_items(private_dir, options.get("limit"))
-    glm = str(options.get("lc_glm", "length_controlled_v1"))
+    options = require_options(__package__, "eval", ctx.options)
+    private_dir, cache_dir = Path(ctx.private_dir), ctx.cache_dir
+    items = _read_items(private_dir, options["limit"])
+    glm = str(options["lc_glm"])
     prior = None
     if glm == "length_controlled_v1":
         prior_path = Path(private_dir) / "lc_prior.csv"
@@ -124,12 +125,11 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
             raise TaskError(f"lc_glm length_controlled_v1 needs {prior_path} (AlpacaEval's df_gamed.csv, built with "
                             "the hub source); use lc_glm: length_controlled_minimal for other data")
         prior = LCPrior.from_csv(prior_path)
-    max_new_tokens = int(options.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
+    max_new_tokens = int(options["max_new_tokens"])
 
     # The judge is set up first, so a missing API key or a bad judge option fails before generating.
     with judge_spec(options) as spec, JudgeClient(
-        spec, params=dict(options.get("judge_params") or {}),
-        concurrency=int(options.get("judge_concurrency", DEFAULT_CONCURRENCY)),
+        spec, params=dict(options["judge_params"] or {}), concurrency=int(options["judge_concurrency"]),
         cache_dir=None if cache_dir is None else Path(cache_dir) / "judge",
     ) as client:
         conversations = [chat_prompt(str(item["question"])) for item in items]

@@ -21,11 +21,8 @@ from typing import Any
 
 from .fixture import fixture_data
 
-HUB_PATH = "google/deepsearchqa"
 HUB_SPLIT = "eval"
 SHUFFLE_SEED = 42
-DEFAULTS = {"fixture": {"train_size": 100, "eval_size": 60, "distractor_towns": 40},
-            "hub": {"train_size": 100, "eval_size": 200, "hub_path": HUB_PATH}}
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -41,10 +38,10 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, 
         public: Empty folder for what the agent may see (``questions.jsonl``, train).
         private: Empty folder for what only the grader reads (``questions.jsonl``, eval, and ``corpus.jsonl``).
         seed: Seed of the fixture generator.
-        options: ``train_size`` (100), ``eval_size`` (60), ``distractor_towns`` (40).
+        options: ``train_size``, ``eval_size``, ``distractor_towns`` (defaults in
+            ``conf/task/deepsearchqa.yaml`` ``build.fixture``).
     """
-    opts = DEFAULTS["fixture"] | dict(options)
-    data = fixture_data(seed, int(opts["train_size"]), int(opts["eval_size"]), int(opts["distractor_towns"]))
+    data = fixture_data(seed, int(options["train_size"]), int(options["eval_size"]), int(options["distractor_towns"]))
     private, public = Path(private), Path(public)
     _write(private / "corpus.jsonl", data.corpus)
     _write(private / "questions.jsonl", [{"episode_id": f"eval/{i}", **q} for i, q in enumerate(data.eval)])
@@ -58,19 +55,19 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
         public: Empty folder for what the agent may see (``questions.jsonl``, ``split_meta.json``).
         private: Empty folder for what only the grader reads (``questions.jsonl``).
         seed: Unused.
-        options: ``train_size`` (100), ``eval_size`` (200), ``hub_path`` (``google/deepsearchqa`` or
-            a local copy with the same layout).
+        options: ``train_size``, ``eval_size``, ``hub_path`` (``google/deepsearchqa`` or a local copy
+            with the same layout); defaults in ``conf/task/deepsearchqa.yaml`` ``build.hub``.
 
     Raises:
         ValueError: The split has fewer rows than ``train_size + eval_size``.
     """
     import datasets  # heavy; only the hub source needs it
 
-    opts = DEFAULTS["hub"] | dict(options)
-    data = datasets.load_dataset(opts["hub_path"], split=HUB_SPLIT).shuffle(seed=SHUFFLE_SEED)
-    train_n, eval_n = int(opts["train_size"]), int(opts["eval_size"])
+    hub_path = str(options["hub_path"])
+    data = datasets.load_dataset(hub_path, split=HUB_SPLIT).shuffle(seed=SHUFFLE_SEED)
+    train_n, eval_n = int(options["train_size"]), int(options["eval_size"])
     if len(data) < train_n + eval_n:
-        raise ValueError(f"{opts.get('hub_path', HUB_PATH)} split {HUB_SPLIT} has {len(data)} rows, "
+        raise ValueError(f"{hub_path} split {HUB_SPLIT} has {len(data)} rows, "
                          f"fewer than train_size + eval_size = {train_n + eval_n}")
 
     def row(item: dict[str, Any]) -> dict[str, str]:
@@ -81,5 +78,5 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
     _write(public / "questions.jsonl", [{"episode_id": f"train/{i}", **row(data[i])} for i in range(train_n)])
     _write(private / "questions.jsonl",
            [{"episode_id": f"eval/{i}", **row(data[train_n + i])} for i in range(eval_n)])
-    (public / "split_meta.json").write_text(json.dumps({"dataset": opts["hub_path"], "train_size": train_n},
+    (public / "split_meta.json").write_text(json.dumps({"dataset": options["hub_path"], "train_size": train_n},
                                                        sort_keys=True), encoding="utf-8")

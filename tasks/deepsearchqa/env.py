@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.envs.base import EnvData, EnvError, EpisodeSpec, StepResult, split_of
+from autorl.tasks import require_options
 
 from .search import SearchBackend, make_search
 
@@ -54,7 +55,11 @@ class DeepSearchEnv:
         self.done = False
 
     def reset(self, episode: EpisodeSpec, data: EnvData) -> StepResult:
-        """Pose the episode's question."""
+        """Pose the episode's question.
+
+        ``episode.source.env_options`` are the task's complete eval options (``search``; the judge
+        options for training episodes' rewards).
+        """
         self.train = split_of(episode.episode_id) == "train"
         folder = data.public_dir if self.train else data.private_dir
         if folder not in self._questions:
@@ -62,8 +67,8 @@ class DeepSearchEnv:
         row = self._questions[folder].get(episode.episode_id)
         if row is None:
             raise EnvError(f"no DeepSearchQA question {episode.episode_id!r} in this task's data")
-        self.options = dict(episode.source.env_options)
-        search_options = dict(self.options.get("search") or {"backend": "bm25"})
+        self.options = require_options(__package__, "eval", episode.source.env_options, error=EnvError)
+        search_options = dict(self.options["search"])
         key = json.dumps(search_options, sort_keys=True) + str(data.private_dir)
         if key not in self._search:
             self._search[key] = make_search(search_options, data.private_dir)

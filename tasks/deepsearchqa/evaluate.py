@@ -1,9 +1,9 @@
 """Evaluator for deepsearchqa: ReAct with a working search tool, then an LLM judge.
 
 Protocol (reference ``benchmarks/deepsearchqa/eval.py``, bugs fixed): raw-completion ReAct
-(:mod:`autorl.task_code.deepsearchqa.agent.protocol`), greedy, at most 256 tokens a step, at most 6
-steps, all questions advancing together (one batched engine call per step, searches in parallel in
-the EnvPool). The final answer is the ``answer[…]`` action; an episode that never answers has an
+(:mod:`autorl.task_code.deepsearchqa.agent.protocol`), greedy, at most ``max_new_tokens`` (the
+reference's 256) tokens a step, at most ``max_steps`` (6) steps, all questions advancing together
+(one batched engine call per step, searches in parallel in the EnvPool). The final answer is the ``answer[…]`` action; an episode that never answers has an
 empty prediction, which is incorrect (never sent to the judge). Answers are judged after all
 episodes by the configured judge (:mod:`autorl.task_code.deepsearchqa.judge`): "correct"/"incorrect",
 Set answers must contain every item. Score = % correct.
@@ -12,21 +12,17 @@ Set answers must contain every item. Score = % correct.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from autorl.engine.base import GenerationEngine
 from autorl.envs.host import local_episode_client
 from autorl.envs.rollout import PlayStats, play
 from autorl.errors import TaskError
-from autorl.tasks import EvalContext, EvalResult
+from autorl.tasks import EvalContext, EvalResult, require_options
 
 from .agent.protocol import DeepSearchProtocol
 from .env import load_questions
 from .judge import judge_answers, open_judge
 
-DEFAULTS: dict[str, Any] = {"max_steps": 6, "max_new_tokens": 256, "concurrency": 200, "limit": None,
-                            "search": {"backend": "bm25"}, "judge_driver": None, "judge_server": None,
-                            "judge_params": {}, "judge_concurrency": 8}
 NUM_SAMPLES = 5
 TASK_ID = "deepsearchqa"  # the env kind of the in-process client (this task's ``env`` entry point)
 
@@ -37,9 +33,11 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Args:
         engine: Greedy generation engine.
         ctx: ``private_dir`` holds ``questions.jsonl`` (and the fixture's ``corpus.jsonl``);
-            ``options``: ``max_steps`` (6), ``max_new_tokens`` (256), ``concurrency``, ``limit``,
-            ``search`` (``{backend: bm25}`` or ``{backend: web, endpoint, api_key_env, num_results}``),
-            ``judge_driver`` or ``judge_server``, ``judge_params``, ``judge_concurrency``;
+            ``options`` (every one required; defaults and meanings in ``conf/task/deepsearchqa.yaml``
+            ``eval``): ``max_steps``, ``max_new_tokens``, ``concurrency``, ``limit``, ``search``
+            (``{backend: bm25, num_results}`` or ``{backend: web, endpoint, api_key_env, num_results,
+            timeout_s}``), ``judge_driver`` and ``judge_server`` (exactly one set), ``judge_params``,
+            ``judge_concurrency``;
             ``envs``: episodes bound to this task's data in the EnvPool (``None``: play in-process);
             ``cache_dir``: where judge answers are cached, under ``judge/`` (``None``: no cache).
 
@@ -47,14 +45,11 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         % correct, with per-answer-type counts and a few samples.
 
     Raises:
-        TaskError: Unknown options or no questions.
+        TaskError: Unknown or missing options, or no questions.
         ConfigError: Bad judge options (before anything is generated).
     """
-    options, private_dir, cache_dir = ctx.options, ctx.private_dir, ctx.cache_dir
-    unknown = sorted(set(options) - set(DEFAULTS))
-    if unknown:
-        raise TaskError(f"unknown deepsearchqa eval option(s) {unknown}; valid: {sorted(DEFAULTS)}")
-    opts = {**DEFAULTS, **options}
+    opts = require_options(__package__, "eval", ctx.options)
+    private_dir, cache_dir = ctx.private_dir, ctx.cache_dir
     rows = load_questions(Path(private_dir))
     ids = sorted(rows, key=lambda e: int(e.split("/")[1]) if e.split("/")[1].isdigit() else e)
     if opts["limit"] is not None:

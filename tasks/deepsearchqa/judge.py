@@ -89,17 +89,22 @@ LOCAL_JUDGES: Registry[type[RuleQAJudge]] = Registry("local judge", {"rules": f"
 def open_judge(options: dict[str, Any], cache_dir: Path | None) -> Iterator[Any]:
     """A :class:`autorl.judge.client.JudgeClient` for ``judge_driver`` or ``judge_server`` options.
 
+    Args:
+        options: The task's eval options; ``judge_driver``, ``judge_server`` (exactly one set),
+            ``judge_params`` and ``judge_concurrency`` are read (all required).
+        cache_dir: Where judge answers are cached (``None``: no cache).
+
     Raises:
         ConfigError: Neither or both are set, or the local judge is unknown (with "did you mean").
     """
     from autorl.judge.client import JudgeClient, JudgeSpec, load_judge_spec
 
-    driver, server = options.get("judge_driver"), options.get("judge_server")
+    driver, server = options["judge_driver"], options["judge_server"]
     if bool(driver) == bool(server):
         raise ConfigError("deepsearchqa needs exactly one of the options judge_driver (a conf/driver name, e.g. "
                           f"gemini-2.5-flash) and judge_server ({', '.join(LOCAL_JUDGES)}); got {driver!r}, {server!r}")
-    params = dict(options.get("judge_params") or {})
-    concurrency = int(options.get("judge_concurrency", 8))
+    params = dict(options["judge_params"] or {})
+    concurrency = int(options["judge_concurrency"])
     if driver:
         with JudgeClient(load_judge_spec(str(driver)), params=params, concurrency=concurrency, cache_dir=cache_dir) as client:
             yield client

@@ -30,7 +30,7 @@ class SearchBackend(Protocol):
 class WebSearch:
     """A SerpAPI-compatible web search client."""
 
-    def __init__(self, endpoint: str, api_key_env: str, num_results: int = 3, timeout_s: float = 10.0) -> None:
+    def __init__(self, endpoint: str, api_key_env: str, num_results: int, timeout_s: float) -> None:
         """Read the key from ``api_key_env``.
 
         Raises:
@@ -49,7 +49,7 @@ class WebSearch:
         """The URL and query parameters of one search request.
 
         >>> os.environ["DOCTEST_SERP_KEY"] = "k"
-        >>> WebSearch("https://serpapi.com/search", "DOCTEST_SERP_KEY").request("who won")
+        >>> WebSearch("https://serpapi.com/search", "DOCTEST_SERP_KEY", 3, 10.0).request("who won")
         ('https://serpapi.com/search', {'q': 'who won', 'num': '3', 'api_key': 'k', 'engine': 'google'})
         """
         return self.endpoint, {"q": query, "num": str(self.num_results), "api_key": self.key, "engine": "google"}
@@ -74,7 +74,7 @@ class Bm25Search:
 
     _indexes: dict[Path, tuple[Any, list[dict[str, str]]]] = {}
 
-    def __init__(self, corpus_path: Path, num_results: int = 3) -> None:
+    def __init__(self, corpus_path: Path, num_results: int) -> None:
         """Index ``corpus_path`` once per process."""
         import bm25s
 
@@ -103,16 +103,35 @@ class Bm25Search:
         return " | ".join(f"{d['title']}: {d['text']}" for d in hits) if hits else "No results found."
 
 
+# The settings of each search backend, all required (defaults: conf/task/deepsearchqa.yaml eval.<source>.search).
+SEARCH_SETTINGS: dict[str, tuple[str, ...]] = {"bm25": ("num_results",),
+                                               "web": ("endpoint", "api_key_env", "num_results", "timeout_s")}
+
+
 def make_search(options: dict[str, Any], public_dir: Path) -> SearchBackend:
-    """The backend the ``search`` env options name (``backend: bm25`` or ``web``).
+    """The backend the ``search`` eval option names: ``{backend: bm25, num_results}`` (over
+    ``public_dir/corpus.jsonl``) or ``{backend: web, endpoint, api_key_env, num_results, timeout_s}``.
 
     Raises:
-        EnvError: Unknown backend or missing settings.
+        EnvError: Unknown backend, or a missing or unknown setting of it.
+
+    >>> make_search({"backend": "bm25", "num_results": 2, "timeout_s": 5}, Path("."))
+    Traceback (most recent call last):
+    ...
+    autorl.envs.base.EnvError: search backend 'bm25' has unknown timeout_s; it takes backend, num_results
     """
-    backend = options.get("backend", "bm25")
+    if "backend" not in options:
+        raise EnvError(f"the search option needs a backend ({', '.join(SEARCH_SETTINGS)}), got {options!r}")
+    backend = options["backend"]
+    if backend not in SEARCH_SETTINGS:
+        raise EnvError(f"unknown search backend {backend!r}; valid: {', '.join(SEARCH_SETTINGS)}")
+    takes = {"backend", *SEARCH_SETTINGS[backend]}
+    missing, unknown = sorted(takes - set(options)), sorted(set(options) - takes)
+    if missing or unknown:
+        problems = [f"lacks {', '.join(missing)}"] if missing else []
+        problems += [f"has unknown {', '.join(unknown)}"] if unknown else []
+        raise EnvError(f"search backend {backend!r} {'; '.join(problems)}; it takes {', '.join(sorted(takes))}")
     if backend == "bm25":
-        return Bm25Search(public_dir / "corpus.jsonl", int(options.get("num_results", 3)))
-    if backend == "web":
-        return WebSearch(str(options.get("endpoint", "https://serpapi.com/search")), str(options.get("api_key_env", "")),
-                         int(options.get("num_results", 3)), float(options.get("timeout_s", 10.0)))
-    raise EnvError(f"unknown search backend {backend!r}; valid: bm25, web")
+        return Bm25Search(public_dir / "corpus.jsonl", int(options["num_results"]))
+    return WebSearch(str(options["endpoint"]), str(options["api_key_env"]), int(options["num_results"]),
+                     float(options["timeout_s"]))

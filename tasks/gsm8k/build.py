@@ -18,7 +18,6 @@ from typing import Any
 
 from .fixture import fixture_rows
 
-HUB_PATH = "openai/gsm8k"
 HUB_CONFIG = "main"
 
 
@@ -32,9 +31,10 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, str]]) -> int:
 
 
 def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
-    """Write generated problems: ``options`` ``train_size`` / ``eval_size`` (defaults 2000 / 200)."""
-    train_size = int(options.get("train_size", 2000))
-    eval_size = int(options.get("eval_size", 200))
+    """Write generated problems: ``options`` ``train_size`` / ``eval_size`` (defaults in
+    ``conf/task/gsm8k.yaml`` ``build.fixture``, like every option here)."""
+    train_size = int(options["train_size"])
+    eval_size = int(options["eval_size"])
     # One pool of distinct questions, split afterwards, keeps eval disjoint from train.
     rows = fixture_rows(seed, train_size + eval_size)
     _write_jsonl(private / "eval.jsonl", rows[:eval_size])
@@ -42,10 +42,10 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, 
 
 
 def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
-    """Write the hub splits (the seed is unused: they are fixed); ``options`` ``hub_path`` (default
-    ``openai/gsm8k``; a local folder with the same layout works)."""
+    """Write the hub splits (the seed is unused: they are fixed); ``options`` ``hub_path`` (the dataset
+    repo; a local folder with the same layout works)."""
     import datasets  # heavy; only the hub source needs it
 
-    data = datasets.load_dataset(options.get("hub_path", HUB_PATH), HUB_CONFIG)
+    data = datasets.load_dataset(str(options["hub_path"]), HUB_CONFIG)
     _write_jsonl(public / "train.jsonl", data["train"])
     _write_jsonl(private / "eval.jsonl", data["test"])

@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import TaskError
-from autorl.tasks import EvalContext, EvalResult
+from autorl.tasks import EvalContext, EvalResult, require_options
 
 from .agent.protocol import HASHES, extract_answer, format_question, normalize_number
 
-DEFAULT_NUM_SHOTS = 4
-DEFAULT_MAX_NEW_TOKENS = 256
-# A model that keeps going invents the next "Question:"; cut there (as OpenCompass's postprocess does).
-DEFAULT_STOP = ("Question:",)
 NUM_SAMPLES = 5
 
 # The four shots of OpenCompass gsm8k_gen_1d7fe4, copied verbatim (typos included, e.g. the
@@ -72,9 +67,11 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
 
     Args:
         engine: Greedy generation engine (``autorl.engine.base.GenerationEngine``).
-        ctx: ``private_dir`` holds ``eval.jsonl`` (``{"question", "answer"}`` rows); ``options``:
-            ``num_shots`` (0-4, default 4), ``max_new_tokens`` (default 256),
-            ``limit`` (first N items; ``None`` = all), ``stop`` (default ``["Question:"]``).
+        ctx: ``private_dir`` holds ``eval.jsonl`` (``{"question", "answer"}`` rows); ``options``
+            (every one required; defaults and meanings in ``conf/task/gsm8k.yaml`` ``eval``):
+            ``num_shots`` (0-4), ``max_new_tokens``, ``limit`` (first N items; ``None`` = all),
+            ``stop`` (where a generation is cut: a model that keeps going invents the next
+            ``"Question:"``, which OpenCompass's postprocess cuts too).
 
     Returns:
         Accuracy x100 of exact matches of the final number, with a few samples in details.
@@ -82,13 +79,13 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Raises:
         TaskError: Bad options, malformed eval data, or an engine returning the wrong count.
     """
-    options, private_dir = ctx.options, ctx.private_dir
-    num_shots = int(options.get("num_shots", DEFAULT_NUM_SHOTS))
+    options, private_dir = require_options(__package__, "eval", ctx.options), ctx.private_dir
+    num_shots = int(options["num_shots"])
     if not 0 <= num_shots <= len(SHOTS):
         raise TaskError(f"gsm8k num_shots must be 0..{len(SHOTS)}, got {num_shots}")
-    max_new_tokens = int(options.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
-    limit = options.get("limit")
-    stop = list(options.get("stop", DEFAULT_STOP))
+    max_new_tokens = int(options["max_new_tokens"])
+    limit = options["limit"]
+    stop = list(options["stop"])
 
     with (Path(private_dir) / "eval.jsonl").open(encoding="utf-8") as fh:
         items = [json.loads(line) for line in fh if line.strip()]

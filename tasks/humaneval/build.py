@@ -22,9 +22,7 @@ from typing import Any
 
 from .fixture import fixture_problems
 
-HUB_PATH = "openai/openai_humaneval"
 HUB_CONFIG = "openai_humaneval"
-HUB_SPLIT_AT = 82
 FIELDS = ("question", "answer", "task_id", "entry_point", "test")
 
 
@@ -50,13 +48,13 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, 
         public: Empty folder for what the agent may see (``train.jsonl``).
         private: Empty folder for what only the evaluator reads (``eval.jsonl``).
         seed: Seed of the shuffle that picks and orders the problems.
-        options: ``train_size`` / ``eval_size`` (defaults 240 / 40).
+        options: ``train_size`` / ``eval_size`` (defaults in ``conf/task/humaneval.yaml`` ``build.fixture``).
 
     Raises:
         ValueError: The sizes ask for more problems than the fixture has, or eval text leaked into train.
     """
-    train_size = int(options.get("train_size", 240))
-    eval_size = int(options.get("eval_size", 40))
+    train_size = int(options["train_size"])
+    eval_size = int(options["eval_size"])
     pool = fixture_problems()
     if train_size + eval_size > len(pool):
         raise ValueError(f"the fixture has {len(pool)} problems; train_size + eval_size = {train_size + eval_size}")
@@ -77,18 +75,18 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
         public: Empty folder for what the agent may see (``train.jsonl``).
         private: Empty folder for what only the evaluator reads (``eval.jsonl``).
         seed: Unused.
-        options: ``hub_path`` (default ``openai/openai_humaneval``; a local folder with the same
-            layout works) and ``split_at`` (default 82).
+        options: ``hub_path`` (the dataset repo; a local folder with the same layout works) and
+            ``split_at`` (test problems before it are train); defaults in ``conf/task/humaneval.yaml``.
 
     Raises:
         ValueError: The test split has no more than ``split_at`` problems.
     """
     import datasets  # heavy; only the hub source needs it
 
-    split_at = int(options.get("split_at", HUB_SPLIT_AT))
-    data = datasets.load_dataset(options.get("hub_path", HUB_PATH), HUB_CONFIG, split="test")
+    split_at = int(options["split_at"])
+    data = datasets.load_dataset(str(options["hub_path"]), HUB_CONFIG, split="test")
     if len(data) <= split_at:
-        raise ValueError(f"{options.get('hub_path', HUB_PATH)} test split has {len(data)} problems; "
+        raise ValueError(f"{options['hub_path']} test split has {len(data)} problems; "
                          f"need more than split_at={split_at}")
     rows = [{"question": r["prompt"], "answer": r["canonical_solution"], "task_id": r["task_id"],
              "entry_point": r["entry_point"], "test": r["test"]} for r in data]

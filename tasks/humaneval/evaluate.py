@@ -17,13 +17,10 @@ from typing import Any
 from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import TaskError
 from autorl.sandbox import Sandbox, SandboxLimits
-from autorl.tasks import EvalContext, EvalResult
+from autorl.tasks import EvalContext, EvalResult, require_options
 
 from .agent.protocol import build_program, format_prompt
 
-DEFAULT_MAX_NEW_TOKENS = 512
-DEFAULT_TIMEOUT_S = 10.0
-DEFAULT_WORKERS = 2
 NUM_SAMPLES = 5
 
 
@@ -33,12 +30,11 @@ def build_conversation(prompt: str) -> list[ChatMessage]:
 
 
 def sandbox_from_options(options: dict[str, Any], hidden: tuple[Path, ...] = ()) -> Sandbox:
-    """The sandbox the options ask for (``timeout_s``, ``memory_mb``, ``max_processes``, ``sandbox_mode``)."""
-    timeout = float(options.get("timeout_s", DEFAULT_TIMEOUT_S))
-    limits = SandboxLimits(timeout_s=timeout, cpu_s=max(1, int(timeout)),
-                           memory_bytes=int(options.get("memory_mb", 1024)) << 20,
-                           max_processes=int(options.get("max_processes", 32)))
-    return Sandbox(limits, mode=options.get("sandbox_mode"), hidden=hidden)
+    """The sandbox the eval options ask for (``timeout_s``, ``memory_mb``, ``max_processes``, ``sandbox_mode``)."""
+    timeout = float(options["timeout_s"])
+    limits = SandboxLimits(timeout_s=timeout, cpu_s=max(1, int(timeout)), memory_bytes=int(options["memory_mb"]) << 20,
+                           max_processes=int(options["max_processes"]))
+    return Sandbox(limits, mode=options["sandbox_mode"], hidden=hidden)
 
 
 def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
@@ -47,20 +43,22 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Args:
         engine: Greedy generation engine.
         ctx: ``private_dir`` holds ``eval.jsonl`` (``question``, ``answer``, ``task_id``,
-            ``entry_point``, ``test``); ``options``: ``max_new_tokens`` (512), ``limit`` (first N
-            problems), ``timeout_s`` (10, per problem), ``workers`` (2 problems run at once),
-            ``memory_mb`` (1024), ``max_processes`` (32), ``sandbox_mode`` (``None`` = best available).
+            ``entry_point``, ``test``); ``options`` (every one required; defaults and meanings in
+            ``conf/task/humaneval.yaml`` ``eval``): ``max_new_tokens``, ``limit`` (first N
+            problems), ``timeout_s`` (per problem), ``workers`` (problems run at once),
+            ``memory_mb``, ``max_processes``, ``sandbox_mode`` (``None`` = best available).
 
     Returns:
         pass@1 x100, with ``passed``, ``timed_out`` and a few of the model's completions in details.
 
     Raises:
-        TaskError: No eval items, or the engine returned the wrong number of generations.
+        TaskError: Unknown or missing options, no eval items, or the engine returned the wrong
+            number of generations.
         SandboxError: The sandbox cannot run even a trivial program here.
     """
-    options, private_dir = ctx.options, Path(ctx.private_dir)
-    max_new_tokens = int(options.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
-    limit = options.get("limit")
+    options, private_dir = require_options(__package__, "eval", ctx.options), Path(ctx.private_dir)
+    max_new_tokens = int(options["max_new_tokens"])
+    limit = options["limit"]
     with (private_dir / "eval.jsonl").open(encoding="utf-8") as fh:
         items = [json.loads(line) for line in fh if line.strip()]
     if limit is not None:
@@ -74,7 +72,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     if len(outputs) != len(items):
         raise TaskError(f"engine returned {len(outputs)} generations for {len(items)} prompts")
     programs = [build_program(i["question"], out or "", i["test"], i["entry_point"]) for i, out in zip(items, outputs)]
-    results = sandbox.run_many(programs, workers=int(options.get("workers", DEFAULT_WORKERS)))
+    results = sandbox.run_many(programs, workers=int(options["workers"]))
     passed = [r.ok for r in results]
     # Details reach the agent through the grading API: nothing from the private split (no prompts,
     # no test output, which would show the hidden asserts), only the model's own completions.

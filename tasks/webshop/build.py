@@ -5,7 +5,7 @@ Each source's builder is named in ``task.yaml`` (``sources``).
 Sources:
     fixture: a generated catalogue (``public/catalogue.jsonl``, WebShop's product fields) and one
         synthetic goal per session in WebShop's instruction style (:mod:`.fixture`); sessions
-        ``0..eval_size-1`` (default 100) are the eval split (``private/goals.jsonl``, ids
+        ``0..eval_size-1`` are the eval split (``private/goals.jsonl``, ids
         ``eval/<i>``), the next ``train_size`` the training split (``public/goals.jsonl``, ids
         ``train/<i>``). Every goal text is unique, so no eval instruction appears in the public data.
     hub: a running WebShop server holds the real data (its goals and 1,000-product catalogue);
@@ -21,9 +21,6 @@ from typing import Any
 
 from .fixture import fixture_data
 
-FIXTURE_DEFAULTS: dict[str, Any] = {"catalogue_size": 240, "train_size": 300, "eval_size": 100}
-HUB_DEFAULTS: dict[str, Any] = {"train_size": 1000, "eval_size": 100, "first_train_session": 1500}
-
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> None:
     with path.open("w", encoding="utf-8", newline="\n") as fh:
@@ -32,16 +29,15 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
-    """Write the generated catalogue and goals: ``options`` ``catalogue_size`` (240), ``train_size``
-    (300), ``eval_size`` (100).
+    """Write the generated catalogue and goals: ``options`` ``catalogue_size``, ``train_size``,
+    ``eval_size`` (defaults in ``conf/task/webshop.yaml`` ``build.fixture``).
 
     Raises:
         ValueError: Not enough distinct goals for the sizes asked.
     """
-    opts = FIXTURE_DEFAULTS | dict(options)
-    eval_size = int(opts["eval_size"])
-    products, goals = fixture_data(seed, catalogue_size=int(opts["catalogue_size"]), eval_size=eval_size,
-                                   train_size=int(opts["train_size"]))
+    eval_size = int(options["eval_size"])
+    products, goals = fixture_data(seed, catalogue_size=int(options["catalogue_size"]), eval_size=eval_size,
+                                   train_size=int(options["train_size"]))
     _write(Path(public) / "catalogue.jsonl", products)
     _write(Path(private) / "goals.jsonl", [{"episode_id": f"eval/{i}", **g} for i, g in enumerate(goals[:eval_size])])
     _write(Path(public) / "goals.jsonl",
@@ -50,8 +46,9 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, 
 
 def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
     """Write the session lists of a running WebShop server (the seed is unused: its sessions are fixed);
-    ``options`` ``train_size`` (1000), ``eval_size`` (100), ``first_train_session`` (1500)."""
-    opts = HUB_DEFAULTS | dict(options)
-    first = int(opts["first_train_session"])
-    _write(Path(private) / "goals.jsonl", [{"episode_id": f"eval/{i}"} for i in range(int(opts["eval_size"]))])
-    _write(Path(public) / "goals.jsonl", [{"episode_id": f"train/{first + i}"} for i in range(int(opts["train_size"]))])
+    ``options`` ``train_size``, ``eval_size``, ``first_train_session`` (defaults in ``conf/task/webshop.yaml``
+    ``build.hub``)."""
+    first = int(options["first_train_session"])
+    _write(Path(private) / "goals.jsonl", [{"episode_id": f"eval/{i}"} for i in range(int(options["eval_size"]))])
+    _write(Path(public) / "goals.jsonl",
+           [{"episode_id": f"train/{first + i}"} for i in range(int(options["train_size"]))])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autorl.envs.base import Env, EnvData, EnvError, EpisodeSpec, StepResult
+from autorl.tasks import require_options
 
 BACKENDS = ("builtin", "server")
 
@@ -17,8 +18,12 @@ class WebShopEnv:
         self.kind = ""
 
     def reset(self, episode: EpisodeSpec, data: EnvData) -> StepResult:
-        """Start the episode on the configured backend."""
-        kind = str(episode.source.env_options.get("backend", "builtin"))
+        """Start the episode on the configured backend.
+
+        ``episode.source.env_options`` are the task's complete eval options (``backend``,
+        ``server_url``, ``server_timeout_s``); an incomplete or misspelt dict is refused here.
+        """
+        kind = str(require_options(__package__, "eval", episode.source.env_options, error=EnvError)["backend"])
         if kind not in BACKENDS:
             raise EnvError(f"unknown WebShop backend {kind!r}; valid: {', '.join(BACKENDS)}")
         if kind != self.kind:

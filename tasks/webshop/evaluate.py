@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from autorl.engine.base import GenerationEngine
 from autorl.envs.host import local_episode_client
 from autorl.envs.rollout import PlayStats, play
 from autorl.errors import TaskError
-from autorl.tasks import EvalContext, EvalResult
+from autorl.tasks import EvalContext, EvalResult, require_options
 
 from .agent.protocol import WebShopProtocol
 
-DEFAULTS: dict[str, Any] = {"max_steps": 50, "max_new_tokens": 100, "history_window": 5, "success_threshold": 0.5,
-                            "concurrency": 100, "limit": None, "backend": "builtin", "server_url": None,
-                            "server_timeout_s": 30}
 NUM_SAMPLES = 3
 
 
@@ -33,23 +29,20 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
 
     Args:
         engine: Greedy generation engine.
-        ctx: ``private_dir`` holds ``goals.jsonl`` (the eval sessions); ``options``: ``max_steps``
-            (50), ``max_new_tokens`` (100), ``history_window`` (5), ``success_threshold`` (0.5),
-            ``concurrency`` (100), ``limit``, ``backend`` (``builtin`` or ``server``),
-            ``server_url``, ``server_timeout_s``; ``envs``: episodes bound to this task's data in
-            the EnvPool, ``None``: play in-process.
+        ctx: ``private_dir`` holds ``goals.jsonl`` (the eval sessions); ``options`` (every one
+            required; defaults and meanings in ``conf/task/webshop.yaml`` ``eval``): ``max_steps``,
+            ``max_new_tokens``, ``history_window``, ``success_threshold``, ``concurrency``,
+            ``limit``, ``backend`` (``builtin`` or ``server``), ``server_url``,
+            ``server_timeout_s``; ``envs``: episodes bound to this task's data in the EnvPool,
+            ``None``: play in-process.
 
     Returns:
         The success rate x100, with ``avg_reward``, ``avg_steps`` and a few transcripts.
 
     Raises:
-        TaskError: Unknown options or no eval sessions.
+        TaskError: Unknown or missing options, or no eval sessions.
     """
-    options, private_dir = ctx.options, Path(ctx.private_dir)
-    unknown = sorted(set(options) - set(DEFAULTS))
-    if unknown:
-        raise TaskError(f"unknown webshop eval option(s) {unknown}; valid: {sorted(DEFAULTS)}")
-    opts = {**DEFAULTS, **options}
+    opts, private_dir = require_options(__package__, "eval", ctx.options), Path(ctx.private_dir)
     path = private_dir / "goals.jsonl"
     ids = [json.loads(line)["episode_id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if opts["limit"] is not None:

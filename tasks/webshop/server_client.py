@@ -101,15 +101,16 @@ class WebShopServerEnv:
         """Open ``fixed_<i>`` of the episode's goal index."""
         import httpx
 
-        url = episode.source.env_options.get("server_url")
+        options = episode.source.env_options  # complete: checked by WebShopEnv.reset
+        url = options["server_url"]
         if not url:
-            raise EnvError("the WebShop server backend needs env option server_url (e.g. http://127.0.0.1:3000)")
+            raise EnvError("the WebShop server backend needs eval option server_url (e.g. http://127.0.0.1:3000)")
         index = episode.episode_id.split("/", 1)[1]
         if not index.isdigit():
             raise EnvError(f"WebShop server episodes are goal indices like 'eval/7', got {episode.episode_id!r}")
         if self._http is None or self.base_url != url.rstrip("/"):
             self.base_url = url.rstrip("/")
-            self._http = httpx.Client(timeout=float(episode.source.env_options.get("server_timeout_s", 30)))
+            self._http = httpx.Client(timeout=float(options["server_timeout_s"]))
         self.state = {"session": f"fixed_{int(index)}", "page_type": "init"}
         return self._load(done=False)
 

@@ -12,6 +12,7 @@ import pytest
 import ray
 
 from autorl.actors.grader_pool import GraderPool
+from autorl.schema import GraderConfig
 from autorl.actors.recorder import Recorder
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget
@@ -46,7 +47,7 @@ def test_recorder_and_grader_pool_export_dashboard_metrics(tmp_path: Path, ray_t
              _metrics_export_port=port, _system_config={"metrics_report_interval_ms": 1000})
     try:
         recorder = ray.remote(Recorder).options(num_cpus=0).remote(str(tmp_path / "records.sqlite"))
-        grader_cfg = {"replicas": 1, "cpus": 1, "gpus": 0, "batch_size": 8}
+        grader_cfg = GraderConfig(replicas=1, cpus=1, gpus=0, batch_size=8, max_queued_per_cell=4)
         pool = ray.remote(GraderPool).options(num_cpus=0).remote(grader_cfg, str(cache_dir), recorder)
         for seed in (0, 1):
             cell = CellRecord("sw", f"c{seed}", "scripted", "none", "gsm8k", 1, "tiny", seed, 60, "pending")

@@ -11,13 +11,14 @@ import pytest
 import ray
 
 from autorl.actors.env_pool import EnvPool, find_pool_client, pool_name
+from autorl.schema import EnvPoolConfig
 from autorl.envs.base import EnvSource
 from autorl.envs.host import EpisodeClient
-from autorl.tasks import EvalContext, build_task_data, get_task, load_evaluator
+from autorl.tasks import EvalContext, build_task_data, eval_options, get_task, load_evaluator
 
 pytestmark = pytest.mark.integration
 BUILD = {"catalogue_size": 36, "train_size": 4, "eval_size": 12}
-POOL = {"actors": 2, "envs_per_actor": 8, "cpus_per_actor": 0.25, "memory_mb_per_actor": 256, "max_replays": 3}
+POOL = EnvPoolConfig(actors=2, envs_per_actor=8, cpus_per_actor=0.25, memory_mb_per_actor=256, max_replays=3)
 
 
 class _Shopper:
@@ -73,10 +74,11 @@ def test_pool_steps_episodes_in_parallel_and_survives_a_dead_actor(cluster: None
     stats = ray.get(pool.stats.remote())
     assert stats["actors"] == 2 and stats["cpus_per_actor"] == 0.25
     assert ray.available_resources()["CPU"] == pytest.approx(2 - 2 * 0.25)  # the declared CPUs are reserved
-    envs = EpisodeClient(client, EnvSource("webshop", "fixture", 0, BUILD, {"backend": "builtin"}))
+    options = eval_options(get_task("webshop"), "fixture", {"max_steps": 6})
+    envs = EpisodeClient(client, EnvSource("webshop", "fixture", 0, BUILD, options))
     evaluate = load_evaluator(get_task("webshop"))
 
-    ctx = EvalContext(data.private_dir, {"max_steps": 6}, envs=envs)
+    ctx = EvalContext(data.private_dir, options, envs=envs)
     calm = evaluate(_Shopper(), ctx)
     assert calm.num_examples == 12 and calm.details["max_live"] == 12 and calm.details["avg_reward"] > 0
     assert ray.get(pool.stats.remote())["live"] == 0  # every episode was closed

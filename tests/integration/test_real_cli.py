@@ -23,6 +23,7 @@ import pytest
 from autorl.agents.cli import find_binary, installed_path, installed_version
 from autorl.config import compose
 from autorl.errors import ConfigError
+from autorl.schema import CliAgentConfig
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 from tests.integration.conftest import query, sweep_env
 
@@ -66,12 +67,13 @@ def _steps() -> list[str]:
 
 @pytest.fixture()
 def codex_installed() -> None:
-    agent = compose(["agent=codex"])["agent"]
+    agent = compose(["agent=codex"]).agent
+    assert isinstance(agent, CliAgentConfig)
     try:
         binary = find_binary(agent)
     except ConfigError as error:
         pytest.fail(f"this test needs the real Codex CLI (make test installs it): {error}")
-    pinned = agent["install"]["version"]
+    pinned = agent.install.version
     assert (binary, installed_version(agent)) == (str(installed_path(agent)), pinned), (
         f"this test runs the pinned Codex CLI {pinned} from {installed_path(agent)}: "
         "python -m autorl.agents.install codex")

@@ -54,7 +54,7 @@ def test_default_sweep_trains_scores_records_and_resumes(tmp_path: Path, ray_tmp
     workspace = cell_dir / "workspace"
     meta = json.loads((workspace / "run_meta.json").read_text())
     assert meta["start_time"] and meta["end_time"] and meta["last_submit_time"]
-    fixture_options = compose([])["task"]["build"]["fixture"]
+    fixture_options = compose([]).task.build["fixture"]
     eval_data = build_task_data(get_task("gsm8k"), "fixture", cache_dir / "tasks", options=fixture_options)
     eval_file = eval_data.private_dir / "eval.jsonl"
     texts = "\n".join(p.read_text(errors="ignore") for p in workspace.rglob("*") if p.is_file() and "models" not in p.parts)

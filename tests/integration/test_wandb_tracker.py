@@ -6,6 +6,7 @@ Run files are read back with wandb's own protobuf ``Record`` over the LevelDB-lo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import struct
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from omegaconf.errors import ConfigKeyError
 
 from autorl.records.types import CellRecord, SubmissionRecord
+from autorl.schema import WandbConfig, WandbMode
 from autorl.tracking.wandb_runs import TABLE_COLUMNS, WandbTracker
 
 _BLOCK = 32 * 1024  # LevelDB log block size; a record chunk never crosses a block boundary
@@ -90,9 +93,9 @@ def cell(cell_id: str, status: str = "running", **kw: Any) -> CellRecord:
                       config_json=json.dumps({"agent": {"name": "scripted", "mode": "sft_only"}, "seed": 0}), **kw)
 
 
-def cfg(**kw: Any) -> dict[str, Any]:
-    return {"enabled": True, "project": "autorl-test", "entity": None, "mode": "offline", "init_timeout_s": 10,
-            "finish_timeout_s": 60} | kw
+def cfg() -> WandbConfig:
+    return WandbConfig(enabled=True, project="autorl-test", entity=None, mode=WandbMode.offline, init_timeout_s=10,
+                       finish_timeout_s=60)
 
 
 def test_offline_runs_per_cell_and_comparison_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,7 +134,7 @@ def test_unreachable_or_misconfigured_wandb_never_blocks(tmp_path: Path, monkeyp
     else:
         monkeypatch.setenv("WANDB_API_KEY", api_key)
     monkeypatch.setenv("WANDB_SILENT", "true")
-    tracker = WandbTracker(cfg(mode="online", init_timeout_s=2, finish_timeout_s=30), tmp_path)
+    tracker = WandbTracker(dataclasses.replace(cfg(), mode=WandbMode.online, init_timeout_s=2, finish_timeout_s=30), tmp_path)
     started = time.monotonic()
     for i in range(1, 4):  # what the Recorder calls returns at once, whatever W&B does
         tracker.submission(cell("a"), SubmissionRecord("a", i, f"output/v{i}", "scored", score=1.0))
@@ -144,7 +147,14 @@ def test_unreachable_or_misconfigured_wandb_never_blocks(tmp_path: Path, monkeyp
     assert not list(tmp_path.glob("wandb/*run-*/files/media"))
 
 
+def test_the_block_as_plain_data_is_checked(tmp_path: Path) -> None:
+    # The Recorder actor gets tracking.wandb as plain data; a bad key is named, not swallowed by the W&B thread.
+    assert WandbTracker(dataclasses.asdict(cfg()), tmp_path).cfg == cfg()
+    with pytest.raises(ConfigKeyError, match="projct"):
+        WandbTracker(dataclasses.asdict(cfg()) | {"projct": "x"}, tmp_path)
+
+
 def test_disabled_tracker_does_nothing(tmp_path: Path) -> None:
-    tracker = WandbTracker({"enabled": False}, tmp_path)
+    tracker = WandbTracker({"enabled": False}, tmp_path)  # what the Recorder passes without a tracking config
     tracker.submission(cell("a"), SubmissionRecord("a", 1, "output/v1", "scored", score=1.0))
     assert tracker.finish_sweep("sw", []) is True and not (tmp_path / "wandb").exists()

@@ -9,11 +9,11 @@ exercised by ``make test`` and tests/integration/test_real_cli.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,6 +21,7 @@ from autorl.agents import install
 from autorl.agents.cli import find_binary, install_commands, install_dir, installed_path, installed_version
 from autorl.config import compose
 from autorl.registry import option_names
+from autorl.schema import CliAgentConfig, InstallManager
 
 FAKE_NPM = """\
 import json, os, shutil, sys
@@ -53,20 +54,20 @@ binary.chmod(0o755)
 """
 
 
-def _installable() -> dict[str, dict[str, Any]]:
-    configs = {name: compose([f"agent={name}"])["agent"] for name in option_names("agent")}
-    return {name: cfg for name, cfg in configs.items() if "install" in cfg}
+def _installable() -> dict[str, CliAgentConfig]:
+    configs = {name: compose([f"agent={name}"]).agent for name in option_names("agent")}
+    return {name: cfg for name, cfg in configs.items() if isinstance(cfg, CliAgentConfig)}
 
 
 def test_each_cli_has_an_install_folder_of_its_own(tmp_path: Path) -> None:
-    configs = {name: cfg | {"agents_dir": str(tmp_path)} for name, cfg in _installable().items()}
+    configs = {name: dataclasses.replace(cfg, agents_dir=str(tmp_path)) for name, cfg in _installable().items()}
     assert {"codex", "gemini-cli", "openhands"} <= set(configs)
     folders = {name: install_dir(cfg) for name, cfg in configs.items()}
     assert folders == {name: tmp_path / name for name in configs}  # distinct, named after the agent
     for name, cfg in configs.items():
         assert installed_path(cfg).is_relative_to(folders[name])
         commands = install_commands(cfg)
-        if cfg["install"]["manager"] == "npm":
+        if cfg.install.manager == InstallManager.npm:
             [command] = commands
             assert command[command.index("--prefix") + 1] == str(folders[name]) and "--no-save" not in command
         else:  # pip: a venv of its own
@@ -82,14 +83,14 @@ def test_installing_a_second_cli_keeps_the_first(tmp_path: Path, monkeypatch: py
     log = tmp_path / "npm.log"
     monkeypatch.setenv("PATH", f"{fake_bin}:/usr/bin:/bin")
     monkeypatch.setenv("FAKE_NPM_LOG", str(log))
-    monkeypatch.setenv("FAKE_NPM_BINS", json.dumps({c["install"]["package"]: c["install"]["bin"] for c in configs.values()}))
+    monkeypatch.setenv("FAKE_NPM_BINS", json.dumps({c.install.package: c.install.bin for c in configs.values()}))
     monkeypatch.setenv("AUTORL_AGENTS_DIR", str(tmp_path / "agents"))
 
     assert install.main(["codex"]) == 0
     assert install.main(["codex", "gemini-cli"]) == 0
     for name, cfg in configs.items():
-        assert installed_version(cfg) == cfg["install"]["version"], name
-        assert find_binary(cfg) == str(tmp_path / "agents" / name / "node_modules" / ".bin" / cfg["install"]["bin"])
+        assert installed_version(cfg) == cfg.install.version, name
+        assert find_binary(cfg) == str(tmp_path / "agents" / name / "node_modules" / ".bin" / cfg.install.bin)
     assert len(log.read_text().splitlines()) == 2  # codex was already installed the second time
     assert "codex 0.169.0: already installed" in capsys.readouterr().out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -18,6 +19,7 @@ from autorl.config import compose, plan_sweep
 from autorl.errors import ConfigError
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV
 from autorl.registry import option_names
+from autorl.schema import CliAgentConfig
 
 CLI_AGENTS = ("claude-code", "codex", "gemini-cli", "opencode", "openhands")
 GATEWAY = "http://127.0.0.1:5555"
@@ -42,16 +44,24 @@ def _workspace(root: Path) -> Path:
     return ws
 
 
+def _cli(agent: str) -> CliAgentConfig:
+    """The composed config of a CLI agent."""
+    cfg = compose([f"agent={agent}"]).agent
+    assert isinstance(cfg, CliAgentConfig)
+    return cfg
+
+
 def _launch(agent: str, tmp_path: Path, driver: str = "gpt-5", **agent_overrides: Any) -> tuple[Any, Path, Path]:
     cfg = compose([f"agent={agent}", f"driver={driver}"])
-    binary = _fake_cli(tmp_path / "bin" / cfg["agent"]["install"]["bin"])
-    agent_cfg = cfg["agent"] | {"binary": str(binary)} | agent_overrides
+    assert isinstance(cfg.agent, CliAgentConfig)
+    binary = _fake_cli(tmp_path / "bin" / cfg.agent.install.bin)
+    agent_cfg = dataclasses.replace(cfg.agent, binary=str(binary), **agent_overrides)
     ws = _workspace(tmp_path)
     home = tmp_path / "cell" / "home"
     home.mkdir()
     env = {"HOME": str(home), "PATH": os.environ["PATH"], "OPENAI_API_KEY": "sk-real", "ANTHROPIC_API_KEY": "sk-ant",
            GATEWAY_URL_ENV: GATEWAY, GATEWAY_TOKEN_ENV: TOKEN, "GRADING_TOKEN": "g"}
-    launch = load_adapter(agent_cfg).launch(LaunchContext(ws, agent_cfg, cfg["driver"], env, tmp_path / "cell"))
+    launch = load_adapter(agent_cfg).launch(LaunchContext(ws, agent_cfg, cfg.driver, env, tmp_path / "cell"))
     return launch, ws, home
 
 
@@ -63,7 +73,7 @@ def test_registry_lists_the_five_clis_and_scripted() -> None:
 @pytest.mark.parametrize("agent", CLI_AGENTS)
 def test_every_cli_gets_the_prompt_its_gateway_and_no_provider_key(agent: str, tmp_path: Path) -> None:
     launch, ws, home = _launch(agent, tmp_path, driver="claude-sonnet-4.5" if agent == "claude-code" else "gpt-5")
-    assert launch.command[0].endswith(compose([f"agent={agent}"])["agent"]["install"]["bin"])
+    assert launch.command[0].endswith(_cli(agent).install.bin)
     prompt = launch.command[-1]
     assert "Solve grade-school math." in prompt and "Submit to the grading API." in prompt and "900 seconds" in prompt
     assert (tmp_path / "cell" / "prompt.md").read_text() == prompt
@@ -120,29 +130,29 @@ def test_openhands_env(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_modes_are_prompt_variants(mode: str, tmp_path: Path) -> None:
-    prompt = build_prompt(_workspace(tmp_path), {"mode": mode})
+    prompt = build_prompt(_workspace(tmp_path), mode)
     assert MODES[mode] in prompt and all(MODES[other] not in prompt for other in MODES if other != mode)
     assert '"question": "1+1?"' in prompt  # a look at the training data
 
 
 def test_unknown_mode_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="agent.mode must be one of"):
-        build_prompt(_workspace(tmp_path), {"mode": "rl_only"})
+        build_prompt(_workspace(tmp_path), "rl_only")
 
 
 def test_missing_cli_error_says_how_to_install(tmp_path: Path) -> None:
-    cfg = compose(["agent=codex"])["agent"] | {"agents_dir": str(tmp_path)}
+    cfg = dataclasses.replace(_cli("codex"), agents_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="python -m autorl.agents.install codex") as error:
-        find_binary(cfg | {"install": cfg["install"] | {"bin": "no-such-codex-binary"}})
+        find_binary(dataclasses.replace(cfg, install=dataclasses.replace(cfg.install, bin="no-such-codex-binary")))
     assert "@openai/codex@0.169.0" in str(error.value)
     installed = _fake_cli(tmp_path / "codex" / "node_modules" / ".bin" / "codex")
     assert find_binary(cfg) == str(installed)
 
 
 def test_install_commands_are_pinned_and_make_test_installs_the_e2e_cli() -> None:
-    pip = install_commands(compose(["agent=openhands"])["agent"])
+    pip = install_commands(_cli("openhands"))
     assert pip[-1][-1] == "openhands==1.16.0" and pip[0][0] == "python3.12"
-    npm = install_commands(compose(["agent=codex"])["agent"])
+    npm = install_commands(_cli("codex"))
     assert npm[-1][-1] == "@openai/codex@0.169.0"
     repo = Path(__file__).resolve().parents[2]
     # `make test` installs the CLI that tests/integration/test_real_cli.py runs; CI only runs `make test`.
@@ -168,5 +178,5 @@ def test_dry_run_without_key_prints_cells_and_real_run_stops(monkeypatch: pytest
     out = capsys.readouterr().out
     assert out.count("opencode") >= len(option_names("task")) and "OPENAI_API_KEY" in out
     assert sweep.main(["agent=opencode", "driver=gpt-5", "task=all", "out_dir=/nonexistent/never"]) == 2
-    assert "OPENAI_API_KEY" in capsys.readouterr().out
+    assert "OPENAI_API_KEY" in capsys.readouterr().err
     assert not Path("/nonexistent/never").exists()

@@ -8,16 +8,31 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from autorl.envs.base import EnvData, EnvSource, EpisodeSpec
-from autorl.task_code.alfworld.agent.protocol import HEADER, TASK_INTRO, examples, render_prompt
+from autorl.task_code.alfworld.agent.protocol import (
+    HEADER,
+    TASK_INTRO,
+    examples,
+    render_prompt,
+)
 from autorl.task_code.alfworld.env import AlfworldEnv, load_episodes
 from autorl.task_code.alfworld.fixture import write_fixture_split
 from autorl.task_code.alfworld.games import SHORT_TYPES
-from autorl.tasks import EvalContext, TaskData, build_task_data, get_task, load_evaluator
+
+from autorl.envs.base import EnvData, EnvSource, EpisodeSpec
+from autorl.tasks import (
+    EvalContext,
+    TaskData,
+    build_task_data,
+    eval_options,
+    get_task,
+    load_evaluator,
+)
 
 SPEC = get_task("alfworld")
 BUILD = {"train_size": 6, "eval_size": 6}
+# An environment's options are the task's eval options; the reference's step limit leaves room for
+# the planner's longest walkthrough.
+SOURCE = EnvSource("alfworld", "fixture", 0, BUILD, eval_options(SPEC, "fixture", {"max_steps": 50}))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +49,7 @@ def _walkthroughs(folder: Path, tmp: Path) -> dict[str, list[str]]:
         {**r, "episode_id": "train/" + r["episode_id"].split("/", 1)[1], "game": str(folder / r["game"])}) for r in rows))
     env, plans = AlfworldEnv(), {}
     for row in rows:
-        result = env.reset(EpisodeSpec(EnvSource("alfworld", "fixture"), "train/" + row["episode_id"].split("/", 1)[1]),
+        result = env.reset(EpisodeSpec(SOURCE, "train/" + row["episode_id"].split("/", 1)[1]),
                            EnvData(shadow, shadow))
         plan = []
         while not result.done:
@@ -78,10 +93,10 @@ def test_evaluator_scores_won_games_with_per_type_rates(data: TaskData, tmp_path
     plans = _walkthroughs(data.private_dir, tmp_path)
     env, firsts = AlfworldEnv(), {}
     for episode_id in plans:
-        firsts[episode_id] = env.reset(EpisodeSpec(EnvSource("alfworld", "fixture"), episode_id),
+        firsts[episode_id] = env.reset(EpisodeSpec(SOURCE, episode_id),
                                        EnvData(data.public_dir, data.private_dir)).observation
     engine = _Oracle(plans, firsts)
-    result = load_evaluator(SPEC)(engine, EvalContext(data.private_dir, options={"max_steps": 20}))
+    result = load_evaluator(SPEC)(engine, EvalContext.for_task(SPEC, "fixture", data.private_dir))  # the sweep's options
     assert result.score == 100.0 and result.num_examples == 6
     assert engine.calls == max(len(p) for p in plans.values())  # all games advance together
     assert {t: v["rate"] for t, v in result.details["per_task"].items()} == {t: 100.0 for t in SHORT_TYPES}

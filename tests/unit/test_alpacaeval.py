@@ -12,15 +12,19 @@ from typing import Any
 import pytest
 
 from autorl.errors import ConfigError, PrerequisiteError, TaskError
-from autorl.tasks import EvalContext, build_task_data, get_task, load_task_module
+from autorl.tasks import (
+    EvalContext,
+    build_task_data,
+    eval_options,
+    get_task,
+    load_task_module,
+)
 
 SPEC = get_task("alpacaeval")
 EVAL: ModuleType = load_task_module(SPEC, "evaluate.py")
 pairwise: ModuleType = load_task_module(SPEC, "pairwise.py")
 rules: ModuleType = load_task_module(SPEC, "rules.py")
 fixture: ModuleType = load_task_module(SPEC, "fixture.py")
-FIXTURE_OPTIONS = {"judge_server": "rules", "judge_params": {"max_tokens": 1}, "judge_concurrency": 4,
-                   "lc_glm": "length_controlled_minimal", "max_new_tokens": 48}
 
 ALPACA_README = """---
 configs:
@@ -144,13 +148,13 @@ def test_evaluate_batches_judges_and_caches(fixture_data: Any, tmp_path: Path) -
     items = _rows(fixture_data.private_dir / "eval.jsonl")
     wins = {item["question"] for item in items[::2]}
     engine = RecordingEngine(lambda q: fixture.ideal_answer(q) if q in wins else " no idea \n")
-    ctx = EvalContext(fixture_data.private_dir, options=FIXTURE_OPTIONS, cache_dir=tmp_path)
+    ctx = EvalContext.for_task(SPEC, "fixture", fixture_data.private_dir, cache_dir=tmp_path)  # the sweep's options
     result = EVAL.evaluate(engine, ctx)
 
     assert len(engine.calls) == 1
     conversations, max_new_tokens = engine.calls[0]
     assert conversations == [[{"role": "user", "content": item["question"]}] for item in items]
-    assert max_new_tokens == 48
+    assert max_new_tokens == ctx.options["max_new_tokens"] == 48
     details = result.details
     assert details["n_wins"] == 6 and details["n_wins_base"] == 6 and details["win_rate"] == 50.0
     assert result.score == details["length_controlled_winrate"] and 0.0 <= result.score <= 100.0
@@ -166,18 +170,19 @@ def test_evaluate_batches_judges_and_caches(fixture_data: Any, tmp_path: Path) -
     assert again.score == result.score
 
 
-@pytest.mark.parametrize(("options", "error", "match"), [
-    ({"lc_glm": "length_controlled_minimal"}, ConfigError, "exactly one of"),
-    ({"lc_glm": "length_controlled_minimal", "judge_server": "rules", "judge_driver": "gpt-5.2"}, ConfigError,
-     "exactly one of"),
-    ({"lc_glm": "length_controlled_minimal", "judge_server": "llama"}, ConfigError, "unknown local judge"),
-    ({"lc_glm": "length_controlled_minimal", "judge_driver": "gpt-5.2"}, PrerequisiteError, "OPENAI_API_KEY"),
-    ({"judge_server": "rules"}, TaskError, "lc_prior.csv"),
+@pytest.mark.parametrize(("overrides", "error", "match"), [  # over the fixture's eval options (judge_server: rules)
+    ({"judge_server": None}, ConfigError, "exactly one of"),
+    ({"judge_driver": "gpt-5.2"}, ConfigError, "exactly one of"),
+    ({"judge_server": "llama"}, ConfigError, "unknown local judge"),
+    ({"judge_server": None, "judge_driver": "gpt-5.2"}, PrerequisiteError, "OPENAI_API_KEY"),
+    ({"lc_glm": "length_controlled_v1"}, TaskError, "lc_prior.csv"),
+    ({"lc_glm": "length_controlled_minimal", "judge": "rules"}, TaskError, "unknown alpacaeval eval option 'judge'"),
 ])
 def test_bad_judge_setup_fails_before_generating(fixture_data: Any, monkeypatch: pytest.MonkeyPatch,
-                                                 options: dict[str, Any], error: type[Exception], match: str) -> None:
+                                                 overrides: dict[str, Any], error: type[Exception], match: str) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     engine = RecordingEngine(lambda q: "x")
+    options = eval_options(SPEC, "fixture") | overrides  # as a hand-made context would pass them
     with pytest.raises(error, match=match):
         EVAL.evaluate(engine, EvalContext(fixture_data.private_dir, options=options))
     assert engine.calls == []
@@ -232,8 +237,7 @@ def test_hub_build_and_evaluate_from_local_standins(tmp_path: Path, monkeypatch:
     # The v1 GLM with the prior; the rule judge knows none of these instructions and prefers the shorter answer.
     lengths = {i["instruction"]: len(i["output"]) for i in items}
     engine = RecordingEngine(lambda q: "x" * (lengths[q] - 10 if int(q.split()[3]) % 2 else lengths[q] + 10))
-    options = {**FIXTURE_OPTIONS, "lc_glm": "length_controlled_v1"}
-    result = EVAL.evaluate(engine, EvalContext(data.private_dir, options=options))
+    result = EVAL.evaluate(engine, EvalContext.for_task(SPEC, "fixture", data.private_dir, {"lc_glm": "length_controlled_v1"}))
     assert result.details["lc_glm"] == "length_controlled_v1" and result.details["win_rate"] == 50.0
     assert 0.0 <= result.score <= 100.0 and result.num_examples == 10
 

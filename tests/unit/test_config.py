@@ -1,16 +1,39 @@
-"""Axis parsing, grid expansion, config composition and the cheap CLIs (no Ray, no torch)."""
+"""Axis parsing, grid expansion, typed config composition, errors before Ray, and the cheap CLIs
+(no Ray, no torch)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 from autorl import ls, sweep
-from autorl.config import compose, expand_axes, parse_argv, plan_sweep, sweep_id_for
+from autorl.config import (
+    compose,
+    expand_axes,
+    load_driver_config,
+    parse_argv,
+    plan_sweep,
+    sweep_id_for,
+)
 from autorl.errors import ConfigError
-from autorl.registry import GROUPS, list_options, option_names
+from autorl.registry import CONF_DIR, GROUPS, list_options, option_names
+from autorl.schema import (
+    AgentMode,
+    ApiProtocol,
+    ClaudeCodeAgentConfig,
+    CliAgentConfig,
+    DriverConfig,
+    Provider,
+    RunConfig,
+    ScriptedAgentConfig,
+    WandbMode,
+)
 
 
 def test_parse_argv_splits_axes_from_passthrough() -> None:
@@ -42,7 +65,7 @@ def test_unknown_name_fails_with_suggestion_and_valid_names() -> None:
 def test_bad_seed_and_bad_override_fail_before_anything_starts() -> None:
     with pytest.raises(ConfigError, match="seed must be an integer"):
         plan_sweep(["seed=x"])
-    with pytest.raises(ConfigError, match="invalid override"):
+    with pytest.raises(ConfigError, match="invalid override 'no_such_key=1': unknown key no_such_key"):
         plan_sweep(["no_such_key=1"])
 
 
@@ -50,16 +73,33 @@ def test_bad_seed_and_bad_override_fail_before_anything_starts() -> None:
 def test_every_option_of_every_group_composes(group: str) -> None:
     for option in list_options(group):
         cfg = compose([f"{group}={option.name}"])
-        assert cfg[group]["name"] == option.name, f"conf/{group}/{option.name}.yaml must set name: {option.name}"
+        assert getattr(cfg, group).name == option.name, f"conf/{group}/{option.name}.yaml must set name: {option.name}"
         assert option.description, f"conf/{group}/{option.name}.yaml needs a description"
+
+
+def test_a_cell_carries_the_typed_config() -> None:
+    plan = plan_sweep(["agent=scripted,codex,claude-code", "driver=gpt-5", "dry_run=true"])
+    configs = {cell.agent: cell.config for cell in plan.cells}
+    assert all(isinstance(c, RunConfig) and c.sweep_id == plan.sweep_id for c in configs.values())
+    scripted, codex, claude = configs["scripted"].agent, configs["codex"].agent, configs["claude-code"].agent
+    assert isinstance(scripted, ScriptedAgentConfig) and scripted.sft.steps > 0 and scripted.protocol is None
+    assert type(codex) is CliAgentConfig and codex.mode == AgentMode.free and codex.protocol == ApiProtocol.responses
+    assert isinstance(claude, ClaudeCodeAgentConfig) and claude.bash_timeout_s > 0
+    driver = configs["codex"].driver
+    assert driver.provider == Provider.openai and driver.provider == "openai"  # a StrEnum equals its value
+    assert driver.protocols[ApiProtocol.chat] == driver.base_url  # ${driver.base_url} resolved
+    assert configs["codex"].tracking.wandb.mode == WandbMode.offline and configs["codex"].cell.cpus == 1.0
+    # Plain data for the record store: enums become their values.
+    stored = json.loads(json.dumps(dataclasses.asdict(configs["codex"])))
+    assert stored["agent"]["mode"] == "free" and stored["driver"]["protocols"]["chat"] == driver.base_url
 
 
 def test_plan_expands_the_cartesian_product() -> None:
     plan = plan_sweep(["seed=0,1,2", "model=tiny,qwen2.5-7b", "dry_run=true"])
     assert len(plan.cells) == 6
     assert len({c.cell_id for c in plan.cells}) == 6
-    assert {c.config["model"]["name"] for c in plan.cells} == {"tiny", "qwen2.5-7b"}
-    assert all(c.config["sweep_id"] == plan.sweep_id for c in plan.cells)
+    assert {c.config.model.name for c in plan.cells} == {"tiny", "qwen2.5-7b"}
+    assert all(c.config.sweep_id == plan.sweep_id for c in plan.cells)
 
 
 def test_sweep_id_is_stable_and_ignores_presentation_overrides() -> None:
@@ -82,7 +122,121 @@ def test_dry_run_prints_the_cells_and_exits_zero(capsys: pytest.CaptureFixture[s
 
 def test_sweep_cli_reports_unknown_names_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert sweep.main(["agent=nope"]) == 2
-    assert "unknown agent 'nope'" in capsys.readouterr().out
+    assert "unknown agent 'nope'" in capsys.readouterr().err
+    assert sweep.main(["cluster=nowhere"]) == 2  # a group that is not an axis is checked by name too
+    assert "unknown cluster 'nowhere'. Valid cluster names: local" in capsys.readouterr().err
+
+
+# ---- mistakes are refused before Ray starts, naming the key and the fix ---------------------------
+
+
+def test_a_value_for_a_group_of_settings_exits_2_before_ray_naming_the_switch(tmp_path: Path) -> None:
+    # `python -m autorl.sweep tracking=wandb`, with a report of what the process had imported when it exited.
+    code = (
+        "import runpy, sys\n"
+        "try:\n"
+        "    runpy.run_module('autorl.sweep', run_name='__main__', alter_sys=True)\n"
+        "finally:\n"
+        "    print('imported ray:', 'ray' in sys.modules, file=sys.stderr)\n"
+    )
+    out_dir = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-c", code, "tracking=wandb", f"out_dir={out_dir}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "tracking.wandb.enabled=true" in done.stderr and "tracking is a group of settings" in done.stderr
+    assert "imported ray: False" in done.stderr and "Traceback" not in done.stderr
+    assert not out_dir.exists()  # nothing was written either
+    # The same as the literal command.
+    literal = subprocess.run([sys.executable, "-m", "autorl.sweep", "tracking=wandb", f"out_dir={out_dir}"],
+                             capture_output=True, text=True, timeout=120)
+    assert literal.returncode == 2 and "tracking.wandb.enabled" in literal.stderr
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["tracking.wandb=true"], "Did you mean tracking.wandb.enabled=true?"),
+    (["tracking.report=off"], "Did you mean tracking.report.enabled=false?"),
+    (["budget=60"], "budget is a group of settings (seconds, kill_grace_s), not a single value; set one of its settings instead, e.g. budget.seconds=60"),
+])
+def test_a_value_for_a_group_names_what_to_set_instead(overrides: list[str], expected: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        plan_sweep(overrides)
+    assert expected in str(error.value)
+
+
+def test_a_misspelled_key_names_the_full_key_and_the_right_one() -> None:
+    with pytest.raises(ConfigError) as error:
+        plan_sweep(["budget.secnds=10"])
+    assert "unknown key budget.secnds. Did you mean budget.seconds?" in str(error.value)
+    assert "The keys of budget are: seconds, kill_grace_s" in str(error.value)
+    with pytest.raises(ConfigError, match=r"unknown key agent\.sft\.stepz\. Did you mean agent\.sft\.steps\?"):
+        plan_sweep(["agent.sft.stepz=3"])
+    # A task's own option dicts are open (their keys are the task's), but a typo still gets its fix.
+    with pytest.raises(ConfigError, match=r"unknown key task\.eval\.fixture\.max_new_tokns\. Did you mean task\.eval\.fixture\.max_new_tokens\?"):
+        plan_sweep(["task.eval.fixture.max_new_tokns=8"])
+
+
+def test_a_wrong_type_names_the_type() -> None:
+    with pytest.raises(ConfigError) as error:
+        plan_sweep(["cell.cpus=many"])
+    assert "cell.cpus must be a number (float), got 'many'" in str(error.value)
+    with pytest.raises(ConfigError, match=r"model\.kind must be one of tiny, hub, got 'hubb'\. Did you mean model\.kind=hub\?"):
+        plan_sweep(["model.kind=hubb"])
+    with pytest.raises(ConfigError, match=r"tracking\.wandb\.enabled must be true or false"):
+        plan_sweep(["tracking.wandb.enabled=maybe"])
+
+
+def test_a_key_of_another_kind_of_agent_is_refused_per_cell() -> None:
+    assert plan_sweep(["agent=scripted", "agent.sft.steps=3"]).cells[0].config.agent.sft.steps == 3  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"cell gsm8k\.codex\.none\.tiny\.s0: invalid override 'agent\.sft\.steps=3': unknown key agent\.sft"):
+        plan_sweep(["agent=scripted,codex", "agent.sft.steps=3"])
+
+
+def _plugin_option(root: Path, group: str, name: str, body: dict[str, object], schema: str) -> None:
+    folder = root / "conf" / group
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump({"defaults": [schema, "_self_"], "name": name, "description": "test option", **body}))
+
+
+def test_an_unknown_key_inside_a_driver_or_agent_option_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good_driver = yaml.safe_load((CONF_DIR / "driver" / "gpt-5.yaml").read_text())
+    del good_driver["defaults"], good_driver["name"], good_driver["description"]
+    _plugin_option(tmp_path, "driver", "typo-driver", good_driver | {"gateway": {"max_atempts": 3}}, "_base")
+    codex = yaml.safe_load((CONF_DIR / "agent" / "codex.yaml").read_text())
+    del codex["defaults"], codex["name"], codex["description"]
+    _plugin_option(tmp_path, "agent", "typo-agent", codex | {"sft": {"steps": 3}}, "_cli")
+    _plugin_option(tmp_path, "agent", "short-agent", {k: v for k, v in codex.items() if k != "mode"}, "_cli")
+    monkeypatch.setenv("AUTORL_PLUGIN_PATH", str(tmp_path))
+    with pytest.raises(ConfigError) as error:
+        plan_sweep(["driver=typo-driver"])
+    message = str(error.value)
+    assert "typo-driver.yaml" in message and "unknown key driver.gateway.max_atempts. Did you mean driver.gateway.max_attempts?" in message
+    with pytest.raises(ConfigError, match=r"typo-agent\.yaml\): unknown key agent\.sft\."):
+        plan_sweep(["agent=typo-agent", "driver=gpt-5"])
+    with pytest.raises(ConfigError, match=r"agent\.mode has no value: set it in .*short-agent\.yaml"):
+        plan_sweep(["agent=short-agent", "driver=gpt-5"])
+
+
+def test_drivers_share_one_base_and_load_through_one_loader() -> None:
+    assert "_base" not in option_names("driver")  # a shared part, not an option
+    for path in sorted((CONF_DIR / "driver").glob("[!_]*.yaml")):
+        raw = yaml.safe_load(path.read_text())
+        assert raw["defaults"] == ["_base", "_self_"], f"{path} must start with defaults: [_base, _self_]"
+        assert "gateway" not in raw and "budget" not in raw, f"{path} repeats the shared block of conf/driver/_base.yaml"
+    driver = load_driver_config("gpt-5.2")
+    base = yaml.safe_load((CONF_DIR / "driver" / "_base.yaml").read_text())
+    assert isinstance(driver, DriverConfig) and driver.model == "gpt-5.2"
+    assert driver.gateway.max_attempts == base["gateway"]["max_attempts"] and driver.budget.max_tokens is None
+    assert driver.chat_root() == "https://api.openai.com/v1" and driver.price_per_mtok is not None
+    assert load_driver_config("gemini-2.5-flash").chat_root() == "https://generativelanguage.googleapis.com/v1beta/openai"
+    with pytest.raises(ConfigError, match="Did you mean: gpt-5"):
+        load_driver_config("gpt5")
+
+
+def test_task_source_and_hub_models_are_checked_when_planning() -> None:
+    with pytest.raises(ConfigError, match="task.source=hubb: task 'gsm8k' has the sources fixture, hub"):
+        plan_sweep(["task.source=hubb"])
+    with pytest.raises(ConfigError, match="has kind hub but no hub_id"):
+        plan_sweep(["model=qwen2.5-7b", "model.hub_id=null"])
 
 
 def test_ls_lists_each_kind(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,16 +10,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from autorl.envs.base import EnvError
 from autorl.task_code.deepsearchqa.judge import LOCAL_JUDGES, judge_answers, open_judge
 from autorl.task_code.deepsearchqa.search import Bm25Search, WebSearch
-from autorl.tasks import EvalContext, TaskData, build_task_data, get_task, load_evaluator
+
+from autorl.envs.base import EnvError
+from autorl.tasks import (
+    EvalContext,
+    TaskData,
+    build_task_data,
+    eval_options,
+    get_task,
+    load_evaluator,
+)
 
 SPEC = get_task("deepsearchqa")
 BUILD = {"train_size": 8, "eval_size": 6, "distractor_towns": 6}
-EVAL = {"max_steps": 6, "max_new_tokens": 48, "search": {"backend": "bm25", "num_results": 2},
-        "judge_server": "rules", "judge_params": {"max_tokens": 2}, "judge_concurrency": 2}
+EVAL = eval_options(SPEC, "fixture", {"judge_concurrency": 2})  # complete: what a hand-made context must pass
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +69,14 @@ def test_bm25_search_finds_the_town(data: TaskData) -> None:
     town = question["problem"].rsplit("town of ", 1)[1].rstrip("?")
     result = Bm25Search(data.private_dir / "corpus.jsonl", 2).search(question["problem"])
     assert result.startswith(f"{town}: The town of {town}")
-    assert Bm25Search(data.private_dir / "corpus.jsonl").search("the of") == "No results found."
+    assert Bm25Search(data.private_dir / "corpus.jsonl", 3).search("the of") == "No results found."
 
 
 @pytest.fixture()
 def serp() -> Iterator[tuple[str, list[dict[str, str]]]]:
     """A local stand-in of SerpAPI's search endpoint that records the requests it gets."""
-    from fastapi import FastAPI, Request
     import uvicorn
+    from fastapi import FastAPI, Request
 
     seen: list[dict[str, str]] = []
     app = FastAPI()
@@ -98,19 +104,31 @@ def serp() -> Iterator[tuple[str, list[dict[str, str]]]]:
 def test_web_search_client_against_a_local_stand_in(serp: tuple[str, list[dict[str, str]]], monkeypatch: pytest.MonkeyPatch) -> None:
     url, seen = serp
     monkeypatch.setenv("TEST_SERP_KEY", "secret")
-    client = WebSearch(url, "TEST_SERP_KEY", num_results=3)
+    client = WebSearch(url, "TEST_SERP_KEY", num_results=3, timeout_s=10)
     assert client.search("varnholm rivers") == "first hit | second hit"
     assert seen[-1] == {"q": "varnholm rivers", "num": "3", "api_key": "secret", "engine": "google"}
     monkeypatch.setenv("TEST_SERP_KEY", "wrong")
-    assert WebSearch(url, "TEST_SERP_KEY").search("x") == "No results found."
-    assert WebSearch("http://127.0.0.1:9/none", "TEST_SERP_KEY", timeout_s=2).search("x").startswith("Search error:")
+    assert WebSearch(url, "TEST_SERP_KEY", 3, 10).search("x") == "No results found."
+    assert WebSearch("http://127.0.0.1:9/none", "TEST_SERP_KEY", 3, timeout_s=2).search("x").startswith("Search error:")
     monkeypatch.delenv("TEST_SERP_KEY")
     with pytest.raises(EnvError, match="TEST_SERP_KEY"):
-        WebSearch(url, "TEST_SERP_KEY")
+        WebSearch(url, "TEST_SERP_KEY", 3, 10)
+
+
+def test_search_settings_are_all_required_per_backend(data: TaskData) -> None:
+    from autorl.task_code.deepsearchqa.search import make_search
+
+    from autorl.envs.base import EnvError
+
+    assert isinstance(make_search(EVAL["search"], data.private_dir), Bm25Search)
+    with pytest.raises(EnvError, match="search backend 'bm25' lacks num_results; it takes backend, num_results"):
+        make_search({"backend": "bm25"}, data.private_dir)
+    with pytest.raises(EnvError, match="unknown search backend 'google'; valid: bm25, web"):
+        make_search({"backend": "google", "num_results": 2}, data.private_dir)
 
 
 def test_judge_never_accepts_an_empty_answer_and_checks_every_set_item() -> None:
-    with open_judge({"judge_server": "rules", "judge_params": {}, "judge_concurrency": 2}, None) as judge:
+    with open_judge({"judge_driver": None, "judge_server": "rules", "judge_params": {}, "judge_concurrency": 2}, None) as judge:
         verdicts = judge_answers(judge, [("Single Answer", "1742", ""), ("Single Answer", "1742", "in 1742"),
                                          ("Set Answer", "Ostra, Lindel", "Lindel and Ostra"), ("Set Answer", "Ostra, Lindel", "Ostra")])
         assert verdicts == [False, True, True, False]

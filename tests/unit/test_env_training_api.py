@@ -14,7 +14,7 @@ from autorl.envs.host import LocalEnvClient, cache_resolver
 from autorl.envs.training import TrainingEnvs
 from autorl.grading.api import GradingServer, create_app
 from autorl.grading.service import CellGradingContext, SubmissionService
-from autorl.tasks import build_task_data, get_task
+from autorl.tasks import build_task_data, eval_options, get_task
 from autorl.workspace.run_meta import RunMeta
 
 TOKEN = "env-token"
@@ -33,8 +33,10 @@ class _NoSink:
 
 @pytest.fixture()
 def client(tmp_path: Path, cache_dir: Path) -> Iterator[httpx.Client]:
-    data = build_task_data(get_task("webshop"), "fixture", cache_dir / "tasks", seed=0, options=BUILD)
-    source = EnvSource("webshop", "fixture", 0, BUILD, {"backend": "builtin"})
+    spec = get_task("webshop")
+    data = build_task_data(spec, "fixture", cache_dir / "tasks", seed=0, options=BUILD)
+    # Training episodes get the task's eval options, complete, as a sweep's cell does.
+    source = EnvSource("webshop", "fixture", 0, BUILD, eval_options(spec, "fixture"))
     envs = TrainingEnvs("webshop", source, data.public_dir, lambda: LocalEnvClient("webshop", cache_resolver(cache_dir)),
                         max_sessions=2)
     run_meta = RunMeta(tmp_path / "run_meta.json", 600)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from autorl.gateway.app import Gateway
 from autorl.gateway.settings import DriverSettings
 from autorl.gateway.usage import SSEUsageParser
 from autorl.records.types import DriverCall
+from autorl.schema import PricePerMtok
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 
 TOKEN = "cell-token"
@@ -24,13 +26,14 @@ SHELL_TOOL_CHAT = [{"type": "function", "function": {"name": "bash", "parameters
 
 
 def _settings(base_url: str, **overrides: Any) -> DriverSettings:
-    cfg = compose(["driver=local", f"driver.base_url={base_url}"])["driver"]
+    """The ``local`` driver at ``base_url``; ``field=value`` or ``section__field=value`` replace its values."""
+    cfg = compose(["driver=local", f"driver.base_url={base_url}"]).driver
     for key, value in overrides.items():
         section, _, name = key.partition("__")
         if name:
-            cfg[section][name] = value
+            cfg = dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **{name: value})})
         else:
-            cfg[section] = value
+            cfg = dataclasses.replace(cfg, **{section: value})
     return DriverSettings.from_config(cfg)
 
 
@@ -62,7 +65,7 @@ def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None)
 
 
 def test_streamed_chat_is_relayed_and_counted(replay: ReplayServer, gateway_factory: Any) -> None:
-    gateway, calls = gateway_factory(_settings(replay.base_url, price_per_mtok={"input": 1.0, "output": 2.0}))
+    gateway, calls = gateway_factory(_settings(replay.base_url, price_per_mtok=PricePerMtok(input=1.0, output=2.0)))
     body = {"model": "whatever", "stream": True, "messages": [{"role": "user", "content": "go"}], "tools": SHELL_TOOL_CHAT}
     response = _post(f"{gateway.url}/v1/chat/completions", body)
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
@@ -156,13 +159,19 @@ def test_sse_parser_handles_events_split_across_chunks() -> None:
 
 
 def test_settings_reject_bad_driver_configs() -> None:
-    cfg = compose(["driver=gpt-5"])["driver"]
+    cfg = compose(["driver=gpt-5"]).driver
+    with pytest.raises(ConfigError, match=r"driver\.protocols\.smoke: .*valid: \[chat, responses, messages, gemini\]"):
+        compose(["driver=gpt-5", "driver.protocols.smoke=x"])  # the schema refuses it when composing
     with pytest.raises(ConfigError, match="protocols must map"):
-        DriverSettings.from_config(cfg | {"protocols": {"smoke": "x"}})
+        DriverSettings.from_config(dataclasses.replace(cfg, protocols={}))
+    with pytest.raises(ConfigError, match="max_attempts must be at least 1"):
+        DriverSettings.from_config(dataclasses.replace(cfg, gateway=dataclasses.replace(cfg.gateway, max_attempts=0)))
     with pytest.raises(ConfigError, match="no provider"):
-        DriverSettings.from_config(compose(["driver=none"])["driver"])
+        DriverSettings.from_config(compose(["driver=none"]).driver)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
         DriverSettings.from_config(cfg).api_key({})
+    settings = DriverSettings.from_config(cfg)  # the shared fields come from conf/driver/_base.yaml
+    assert (settings.provider, settings.protocols, settings.max_attempts) == ("openai", {"chat": cfg.base_url, "responses": cfg.base_url}, 5)
 
 
 def test_responses_are_translated_to_chat_by_litellm(replay: ReplayServer, gateway_factory: Any) -> None:
@@ -238,8 +247,8 @@ def test_a_driver_session_records_through_a_plain_sink(replay: ReplayServer, tmp
         def record_trace(self, summary: TraceSummary) -> None:
             self.traces.append(summary)
 
-    agent_cfg = compose(["agent=codex"])["agent"]
-    driver_cfg = compose(["driver=local", f"driver.base_url={replay.base_url}"])["driver"]
+    agent_cfg = compose(["agent=codex"]).agent
+    driver_cfg = compose(["driver=local", f"driver.base_url={replay.base_url}"]).driver
     sink = Sink()
     session = DriverSession("c1", tmp_path, agent_cfg, driver_cfg, sink, "127.0.0.1")
     env = session.agent_env({"OPENAI_API_KEY": "provider-secret", "HOME": "/h"})

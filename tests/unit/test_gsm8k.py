@@ -9,7 +9,13 @@ from types import ModuleType
 
 import pytest
 
-from autorl.tasks import EvalContext, build_task_data, get_task, load_task_module
+from autorl.tasks import (
+    EvalContext,
+    build_task_data,
+    get_task,
+    load_task_module,
+    task_options,
+)
 
 SPEC = get_task("gsm8k")
 EVAL: ModuleType = load_task_module(SPEC, "evaluate.py")
@@ -136,11 +142,12 @@ def private_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_prompts_contain_shots_and_question(private_dir: Path) -> None:
     engine = RecordingEngine("The answer is 12")
     items = [json.loads(line) for line in (private_dir / "eval.jsonl").read_text().splitlines()]
-    result = EVAL.evaluate(engine, EvalContext(private_dir, {}))
+    # The hub source's eval options: the reference protocol (4 shots), on fixture data.
+    result = EVAL.evaluate(engine, EvalContext.for_task(SPEC, "hub", private_dir))
 
     assert len(engine.calls) == 1, "one batched engine call for all items"
     conversations, max_new_tokens, stop = engine.calls[0]
-    assert max_new_tokens == 256 and stop == ["Question:"]
+    assert max_new_tokens == task_options(SPEC, "hub").eval["max_new_tokens"] and stop == ["Question:"]
     assert len(conversations) == len(items) == result.num_examples == 20
     for conversation, item in zip(conversations, items):
         assert [m["role"] for m in conversation] == ["user", "assistant"] * 4 + ["user"]
@@ -156,7 +163,8 @@ def test_prompts_contain_shots_and_question(private_dir: Path) -> None:
 
 def test_options_zero_shot_and_limit(private_dir: Path) -> None:
     engine = RecordingEngine("")
-    result = EVAL.evaluate(engine, EvalContext(private_dir, {"num_shots": 0, "limit": 3, "max_new_tokens": 32}))
+    result = EVAL.evaluate(engine, EvalContext.for_task(SPEC, "hub", private_dir,
+                                                       {"num_shots": 0, "limit": 3, "max_new_tokens": 32}))
     conversations, max_new_tokens, _ = engine.calls[0]
     assert len(conversations) == 3 and all(len(c) == 1 for c in conversations) and max_new_tokens == 32
     assert result.score == 0.0 and result.num_examples == 3
@@ -166,7 +174,8 @@ def test_fixture_shape_and_disjoint(tmp_path: Path) -> None:
     data = build_task_data(SPEC, "fixture", tmp_path, seed=3)
     train = [json.loads(line) for line in (data.public_dir / "train.jsonl").read_text().splitlines()]
     test = [json.loads(line) for line in (data.private_dir / "eval.jsonl").read_text().splitlines()]
-    assert (len(train), len(test)) == (2000, 200)
+    defaults = task_options(SPEC, "fixture").build  # conf/task/gsm8k.yaml: 2000 / 200
+    assert (len(train), len(test)) == (defaults["train_size"], defaults["eval_size"]) == (2000, 200)
     assert not {r["question"] for r in train} & {r["question"] for r in test}
     for row in train + test:
         gold = int(EVAL.gold_answer(row["answer"]))

@@ -16,7 +16,13 @@ from typing import Any
 import pytest
 
 from autorl.errors import TaskError
-from autorl.tasks import EvalContext, build_task_data, get_task, load_task_module
+from autorl.tasks import (
+    EvalContext,
+    build_task_data,
+    get_task,
+    load_task_module,
+    task_options,
+)
 
 SPEC = get_task("humaneval")
 EVAL: ModuleType = load_task_module(SPEC, "evaluate.py")
@@ -104,10 +110,10 @@ def test_prompt_is_exact_and_batched(private_dir: Path) -> None:
     items = _items(private_dir)
     replies = [item["answer"] if i % 2 == 0 else "    return None\n" for i, item in enumerate(items)]
     engine = RecordingEngine(replies)
-    result = EVAL.evaluate(engine, EvalContext(private_dir))
+    result = EVAL.evaluate(engine, EvalContext.for_task(SPEC, "hub", private_dir))  # the reference's 512 tokens
     assert len(engine.calls) == 1
     conversations, max_new_tokens = engine.calls[0]
-    assert max_new_tokens == 512
+    assert max_new_tokens == task_options(SPEC, "hub").eval["max_new_tokens"] == 512
     assert conversations == [[{"role": "user", "content": INSTRUCTION + item["question"]}] for item in items]
     assert result.num_examples == 8 and result.details["passed"] == 4 and result.score == 50.0
     assert result.details["sandbox_mode"] == "namespaces"
@@ -144,8 +150,8 @@ def test_hostile_completions_score_0_and_harm_nothing(private_dir: Path, tmp_pat
     # Append each problem's own solution: the completion passes unless its attack is stopped.
     replies = [attack + item["answer"] for attack, item in zip(hostile, items)]
     try:
-        result = EVAL.evaluate(RecordingEngine(replies), EvalContext(
-            private_dir, options={"limit": 6, "timeout_s": 3, "workers": 2, "max_processes": 16}))
+        result = EVAL.evaluate(RecordingEngine(replies), EvalContext.for_task(
+            SPEC, "fixture", private_dir, {"limit": 6, "timeout_s": 3, "workers": 2, "max_processes": 16}))
         assert result.score == 0.0 and result.details["passed"] == 0 and result.num_examples == 6
         assert result.details["timed_out"] == 2  # the loop and the fork bomb; the others fail fast
         assert real_canary.read_text() == "alive" and (fake_home / "canary").read_text() == "alive"
@@ -155,14 +161,15 @@ def test_hostile_completions_score_0_and_harm_nothing(private_dir: Path, tmp_pat
         real_canary.unlink(missing_ok=True)
         listener.close()
     # The grader is unharmed: the same evaluator still scores correct answers.
-    again = EVAL.evaluate(RecordingEngine([item["answer"] for item in items]), EvalContext(private_dir, {"limit": 5}))
+    again = EVAL.evaluate(RecordingEngine([item["answer"] for item in items]),
+                          EvalContext.for_task(SPEC, "fixture", private_dir, {"limit": 5}))
     assert again.score == 100.0
 
 
 def test_no_eval_items_is_a_task_error(tmp_path: Path) -> None:
     (tmp_path / "eval.jsonl").write_text("")
     with pytest.raises(TaskError, match="no eval items"):
-        EVAL.evaluate(RecordingEngine([]), EvalContext(tmp_path))
+        EVAL.evaluate(RecordingEngine([]), EvalContext.for_task(SPEC, "fixture", tmp_path))
 
 
 def test_recipe_reward_uses_the_evaluators_protocol(private_dir: Path) -> None:
@@ -190,7 +197,8 @@ def test_fixture_split_is_disjoint_and_seeded(tmp_path: Path) -> None:
     data = build_task_data(SPEC, "fixture", tmp_path, seed=1)
     train = [json.loads(line) for line in (data.public_dir / "train.jsonl").read_text().splitlines()]
     evals = [json.loads(line) for line in (data.private_dir / "eval.jsonl").read_text().splitlines()]
-    assert (len(train), len(evals)) == (240, 40)
+    defaults = task_options(SPEC, "fixture").build  # conf/task/humaneval.yaml: 240 / 40
+    assert (len(train), len(evals)) == (defaults["train_size"], defaults["eval_size"]) == (240, 40)
     assert not {r["entry_point"] for r in train} & {r["entry_point"] for r in evals}
     assert set(train[0]) == set(evals[0]) == {"question", "answer", "task_id", "entry_point", "test"}
     assert build_task_data(SPEC, "fixture", tmp_path, seed=2).digest != data.digest

@@ -137,9 +137,12 @@ def test_driver_configs() -> None:
     assert (spec.model, spec.base_url, spec.api_key_env) == ("gpt-5.2", "https://api.openai.com/v1", "OPENAI_API_KEY")
     assert spec.identity == "gpt-5.2/gpt-5.2"
     assert load_judge_spec("gemini-2.5-flash").base_url.endswith("/openai")  # its OpenAI-compatible route
+    assert spec.price_per_mtok is not None and spec.price_per_mtok.input > 0  # from conf/driver/gpt-5.2.yaml
+    # Anthropic's OpenAI-compatible route is protocols.chat, like every other driver's.
+    assert load_judge_spec("claude-sonnet-4.5").base_url == "https://api.anthropic.com/v1"
     with pytest.raises(ConfigError, match="cannot judge"):
         load_judge_spec("none")
-    with pytest.raises(ConfigError, match="valid drivers: .*gpt-5.2"):
+    with pytest.raises(ConfigError, match="Valid driver names: .*gpt-5.2"):
         load_judge_spec("gpt-5.3-turbo")
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from autorl.records.migrations import SCHEMA_VERSION
 from autorl.records.results import summarize_submissions, write_results_csv
 from autorl.records.store import RecordStore
 from autorl.records.types import (
@@ -82,7 +83,7 @@ def test_constants() -> None:
 def test_wal_mode_and_schema_version(store: RecordStore) -> None:
     with sqlite3.connect(store.path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:

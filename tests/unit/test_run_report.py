@@ -167,6 +167,7 @@ def test_a_store_without_cells_is_a_clear_error(sweep: tuple[Path, RecordStore])
 
 
 def test_end_of_sweep_failures_are_notes_not_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autorl.config import compose
     from autorl.report import build
     from autorl.tracking.sweep_end import finish_sweep
 
@@ -178,8 +179,7 @@ def test_end_of_sweep_failures_are_notes_not_errors(tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr(build, "build_report", broken)
     notes: list[str] = []
-    cfg = {"wandb": {"enabled": True, "finish_timeout_s": 1, "mode": "offline"},
-           "report": {"enabled": True, "summarizer_driver": None, "summarizer_timeout_s": 5}}
+    cfg = compose(["tracking.wandb.enabled=true", "tracking.wandb.finish_timeout_s=1", "tracking.report.enabled=true"]).tracking
     assert finish_sweep(dead_recorder, "sw", tmp_path, cfg, notes.append) is None
     assert "recorder is gone" in notes[0] and "report failed: disk full" in notes[1]
     assert f"python -m autorl.report {tmp_path}" in notes[1]

@@ -104,16 +104,17 @@ def test_scripted_gsm8k_runs_end_to_end_from_its_agent_side_alone(tmp_path: Path
     server = GradingServer(app)
     server.start()
     try:
-        agent_cfg = compose(["agent=scripted"])["agent"]
-        agent_cfg["sft"] |= {"steps": 2, "batch_size": 4}
-        agent_cfg["grpo"] |= {"steps": 1, "batch_size": 4, "num_generations": 2, "max_completion_length": 8}
+        # Two SFT steps and one GRPO step: enough to run every stage of the recipe, fast on a CPU.
+        config = compose(["agent=scripted", "agent.sft.steps=2", "agent.sft.batch_size=4", "agent.grpo.steps=1",
+                          "agent.grpo.batch_size=4", "agent.grpo.num_generations=2", "agent.grpo.max_completion_length=8"])
+        agent_cfg = config.agent
         env = dict(os.environ) | {
             "TASK": "gsm8k", "MODEL_PATH": str(workspace / "models" / "tiny"), "DATA_PATH": str(workspace / "data"),
             "OUTPUT_DIR": str(workspace / "output"), "GRADING_SERVER_URL": server.url, "GRADING_TOKEN": "t",
             "OMP_NUM_THREADS": "1",
         }
         launch = load_adapter(agent_cfg).launch(LaunchContext(
-            workspace, agent_cfg, {}, env, tmp_path / "cell", 0, task_agent_dir=agent_code,
+            workspace, agent_cfg, config.driver, env, tmp_path / "cell", 0, task_agent_dir=agent_code,
             task_recipe=spec.entry_points["recipe"]))
         assert str(agent_code) in launch.command and str(spec.folder) not in " ".join(launch.command)
         run_meta.update(start_time=time.time())

@@ -118,6 +118,19 @@ def test_missing_key_and_unknown_driver_are_clear_errors(sweep_dir: Path, monkey
     assert not (sweep_dir / "report").exists()  # checked before anything is written
 
 
+def test_the_summariser_calls_each_driver_at_its_chat_completions_route(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The route is the driver's protocols.chat, as for the judges: Anthropic's OpenAI-compatible
+    # endpoint is {base_url}/chat/completions, Google's is under /openai.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.setenv("GEMINI_API_KEY", KEY)
+    claude = load_driver("claude-sonnet-4.5", timeout_s=5)
+    assert claude.url == "https://api.anthropic.com/v1/chat/completions" and claude.api_key == KEY
+    gemini = load_driver("gemini-2.5-flash", timeout_s=5)
+    assert gemini.url == "https://generativelanguage.googleapis.com/v1beta/openai/chat/completions"
+    local = load_driver("local", base_url="http://127.0.0.1:9/v1/", model="m", timeout_s=5)
+    assert (local.url, local.model, local.api_key) == ("http://127.0.0.1:9/v1/chat/completions", "m", None)
+
+
 def test_a_failing_server_leaves_the_report_and_a_note(sweep_dir: Path) -> None:
     requests: list[dict[str, Any]] = []
     srv = GradingServer(openai_standin(requests, key=None, fail=True))

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+import autorl.task_code
 from autorl.errors import TaskError
 from autorl.tasks import (
     EvalContext,
@@ -19,10 +22,13 @@ from autorl.tasks import (
     TaskSpec,
     build_task_data,
     discover_tasks,
+    eval_options,
     get_task,
     load_entry_point,
     load_evaluator,
     load_task_module,
+    task_conf_path,
+    task_options,
 )
 
 TASKS = discover_tasks()
@@ -30,6 +36,16 @@ TASKS = discover_tasks()
 # tests/unit/test_{alfworld,webshop,deepsearchqa}.py.
 STATIC = sorted(t for t, spec in TASKS.items() if spec.kind == "static")
 SMALL = {"train_size": 300, "eval_size": 40}
+# The data a sweep builds by default (conf/task/<id>.yaml build.fixture, seed 0). Changing a fixture
+# generator or a default size changes every score: bump the task's version and pin the new digest.
+PINNED_FIXTURE_DIGESTS = {
+    "alfworld": "5d504ce6d52d2305d2bb278ba98061d33a8f5d7b694f2fdd82dbc16ae03ebd9e",
+    "alpacaeval": "2d4dac45f81b67ae9b0e2a24216c4e0932d5684748e92393ac0d88f51062a2a2",
+    "deepsearchqa": "b7140195b7d28d2ebd7069336bd435ed4258d68e0616639d0e94e3fea2aaaab6",
+    "gsm8k": "f130f382b0150c0529e955ad1cb81fbce31df121edee987e2884a2f6c3a228cf",
+    "humaneval": "406a46853ec907bf56d5a41f446cb4273c1664e6c3a55e3463e29d180caa9bc8",
+    "webshop": "bfa1c481aab9694ee9400e306bb89b493e7e2d607e72ac3964ab45284502b0fe",
+}
 
 
 def _rows(folder: Path) -> list[dict[str, Any]]:
@@ -53,14 +69,9 @@ def _run_config(task_id: str) -> dict[str, Any]:
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
-def _fixture_eval_options(task_id: str) -> dict[str, Any]:
-    """The eval options a sweep uses with the fixture source."""
-    return dict(_run_config(task_id)["eval"].get("fixture") or {})
-
-
 def _context(task_id: str, data: TaskData, cache_dir: Path) -> EvalContext:
-    """The evaluator's context a sweep gives a static task built from the fixture."""
-    return EvalContext(data.private_dir, _fixture_eval_options(task_id), cache_dir=cache_dir)
+    """The evaluator's context a sweep gives a static task built from the fixture (the conf's options)."""
+    return EvalContext.for_task(TASKS[task_id], "fixture", data.private_dir, cache_dir=cache_dir)
 
 
 def _gold_reply(item: dict[str, Any], task_id: str | None = None) -> str:
@@ -184,6 +195,146 @@ def test_run_config_matches_manifest(task_id: str) -> None:
 
 
 @pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_conf_lists_every_option_of_every_source(task_id: str) -> None:
+    """conf/task/<id>.yaml is the one place a task's defaults are written: a build and an eval block
+    for each source and no other, the same eval options for every source (one evaluator reads them),
+    and a comment saying what each option does."""
+    spec = TASKS[task_id]
+    path = task_conf_path(spec)
+    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert set(cfg["build"]) == set(spec.sources) == set(cfg["eval"]), f"{path}: one block per source of task.yaml"
+    options = {source: task_options(spec, source) for source in spec.sources}
+    eval_keys = {source: sorted(o.eval) for source, o in options.items()}
+    assert len({tuple(keys) for keys in eval_keys.values()}) == 1, f"{path}: eval blocks differ in their options: {eval_keys}"
+    text = path.read_text(encoding="utf-8")
+    for source, opts in options.items():
+        for key in [*opts.build, *opts.eval]:
+            assert re.search(rf"^\s+{re.escape(key)}:[^\n]*#", text, re.MULTILINE), \
+                f"{path}: option {key} ({source}) has no comment saying what it does"
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_task_code_holds_no_option_defaults(task_id: str) -> None:
+    """No ``DEFAULTS`` dict or ``DEFAULT_*`` constant and no ``options.get(key, default)`` in task code:
+    builders, evaluators and environments read ``options["key"]`` from complete options."""
+    for path in sorted(TASKS[task_id].folder.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            assert not [n for n in names if "DEFAULT" in n.upper()], f"{path}:{node.lineno}: defaults belong in conf/task/"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                # The task's options dict by its names here (``s.options`` in the shop is a product's options).
+                owner = node.func.value
+                name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+                assert not (name in ("options", "opts") and isinstance(owner, ast.Name) or name == "env_options"), \
+                    f"{path}:{node.lineno}: {name}.get(...) hides a default; read {name}[key] (defaults: conf/task/)"
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_a_build_with_no_options_is_the_build_with_the_conf_defaults(task_id: str, tmp_path: Path) -> None:
+    spec = TASKS[task_id]
+    defaults = task_options(spec, "fixture").build
+    bare = build_task_data(spec, "fixture", tmp_path / "one", seed=0, options={})
+    marker = bare.public_dir.parent / "COMPLETE.json"
+    mtime = marker.stat().st_mtime_ns
+    assert build_task_data(spec, "fixture", tmp_path / "one", seed=0, options=defaults) == bare  # one cache entry
+    assert marker.stat().st_mtime_ns == mtime and json.loads(marker.read_text())["options"] == defaults
+    spelled = build_task_data(spec, "fixture", tmp_path / "two", seed=0, options=defaults)
+    assert spelled.digest == bare.digest and _files(spelled.private_dir) == _files(bare.private_dir)
+    assert build_task_data(spec, "fixture", tmp_path / "one", seed=0, options=SMALL).digest != bare.digest
+
+
+@pytest.mark.parametrize("task_id", sorted(PINNED_FIXTURE_DIGESTS))
+def test_default_fixture_build_is_pinned(task_id: str, tmp_path: Path) -> None:
+    assert build_task_data(TASKS[task_id], "fixture", tmp_path, seed=0).digest == PINNED_FIXTURE_DIGESTS[task_id]
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_unknown_options_are_refused_naming_the_valid_ones(task_id: str, tmp_path: Path) -> None:
+    spec = TASKS[task_id]
+    for source in spec.sources:
+        conf = task_options(spec, source)
+        with pytest.raises(TaskError, match=f"unknown {task_id} build option 'no_such_option'") as refused:
+            build_task_data(spec, source, tmp_path, options={"no_such_option": 1})
+        assert all(key in str(refused.value) for key in conf.build) and f"build.{source}" in str(refused.value)
+        with pytest.raises(TaskError, match=f"unknown {task_id} eval option 'no_such_option'") as refused:
+            EvalContext.for_task(spec, source, tmp_path, {"no_such_option": 1})
+        assert all(key in str(refused.value) for key in conf.eval)
+    assert not (tmp_path / task_id).exists(), "a refused build leaves nothing in the cache"
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
+def test_evaluator_refuses_hand_made_options(task_id: str, tmp_path: Path) -> None:
+    """An evaluator called with a misspelt or partial options dict says so before reading any data."""
+    spec = TASKS[task_id]
+    evaluate, complete = load_evaluator(spec), eval_options(spec, "fixture")
+    with pytest.raises(TaskError, match="unknown .* option 'no_such_option'; valid: ") as refused:
+        evaluate(GarbageEngine(), EvalContext(tmp_path, {**complete, "no_such_option": 1}))
+    assert all(key in str(refused.value) for key in complete)
+    dropped = min(complete)
+    with pytest.raises(TaskError, match=rf"{task_id} eval options lack {dropped}\b.*EvalContext.for_task"):
+        evaluate(GarbageEngine(), EvalContext(tmp_path, {k: v for k, v in complete.items() if k != dropped}))
+
+
+def test_given_options_override_the_defaults_and_misspellings_get_a_hint() -> None:
+    spec = TASKS["gsm8k"]
+    assert eval_options(spec, "fixture", {"limit": 3}) == {**task_options(spec, "fixture").eval, "limit": 3}
+    assert eval_options(spec, "hub")["num_shots"] == 4 and eval_options(spec, "fixture")["num_shots"] == 0
+    with pytest.raises(TaskError, match=r"'eval_sise' \(did you mean 'eval_size'\?\); valid: eval_size, train_size"):
+        build_task_data(spec, "fixture", Path("/nonexistent"), options={"eval_sise": 3})
+
+
+def test_missing_conf_or_source_block_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "tasks" / "bare"
+    folder.mkdir(parents=True)
+    (folder / "task.yaml").write_text(
+        "id: bare\nname: B\nversion: 1\nlevel: L1\nkind: static\ndescription: B.\n"
+        "sources: {fixture: 'build:build', hub: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate'}\n"
+    )
+    spec = discover_tasks(tmp_path / "tasks")["bare"]
+    conf = tmp_path / "conf"
+    with pytest.raises(TaskError, match=rf"task 'bare' has no run-knob file \(looked for {re.escape(str(conf))}/task/bare\.yaml\)"):
+        task_options(spec, "fixture", [conf])
+    (conf / "task").mkdir(parents=True)
+    (conf / "task" / "bare.yaml").write_text("name: bare\nbuild: {fixture: {size: 3}}\neval: {fixture: null, hub: {}}\n")
+    assert task_options(spec, "fixture", [conf]).eval == {}  # an empty block: no options
+    with pytest.raises(TaskError, match=r"bare\.yaml: no 'build\.hub' block"):
+        task_options(spec, "hub", [conf])
+    with pytest.raises(TaskError, match="has no source 'nope'"):
+        task_options(spec, "nope", [conf])
+
+
+def test_a_plugin_task_reads_its_defaults_from_the_plugin_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renamed copy of gsm8k in a plugin folder (AUTORL_PLUGIN_PATH): its conf/task/<id>.yaml gives
+    the build and eval defaults, and its evaluator checks its options against that file."""
+    plugin = tmp_path / "plugin"
+    shutil.copytree(get_task("gsm8k").folder, plugin / "tasks" / "gsm8k_plugged", ignore=shutil.ignore_patterns("__pycache__"))
+    manifest = plugin / "tasks" / "gsm8k_plugged" / "task.yaml"
+    manifest.write_text(manifest.read_text(encoding="utf-8").replace("id: gsm8k", "id: gsm8k_plugged"), encoding="utf-8")
+    conf = yaml.safe_load((task_conf_path(TASKS["gsm8k"])).read_text(encoding="utf-8"))
+    conf["name"] = "gsm8k_plugged"
+    conf["build"]["fixture"] = {"train_size": 30, "eval_size": 7}
+    (plugin / "conf" / "task").mkdir(parents=True)
+    (plugin / "conf" / "task" / "gsm8k_plugged.yaml").write_text(yaml.safe_dump(conf), encoding="utf-8")
+    monkeypatch.setenv("AUTORL_PLUGIN_PATH", str(plugin))
+    monkeypatch.setattr(autorl.task_code, "__path__", list(autorl.task_code.__path__))  # undone after the test
+    try:
+        spec = get_task("gsm8k_plugged")
+        assert task_conf_path(spec) == plugin / "conf" / "task" / "gsm8k_plugged.yaml"
+        data = build_task_data(spec, "fixture", tmp_path / "cache")
+        assert len(_rows(data.private_dir)) == 7
+        result = load_evaluator(spec)(GarbageEngine(), EvalContext.for_task(spec, "fixture", data.private_dir))
+        assert result.score == 0.0 and result.num_examples == 7
+        with pytest.raises(TaskError, match="unknown gsm8k_plugged eval option 'shots'.*gsm8k_plugged.yaml"):
+            load_evaluator(spec)(GarbageEngine(), EvalContext(data.private_dir, {**eval_options(spec, "fixture"), "shots": 1}))
+    finally:
+        for name in [n for n in sys.modules if n.startswith("autorl.task_code.gsm8k_plugged")]:
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize("task_id", sorted(TASKS))
 def test_description_non_empty(task_id: str) -> None:
     assert len(TASKS[task_id].description_md.read_text(encoding="utf-8").strip()) > 200
 
@@ -304,16 +455,19 @@ def test_failed_build_leaves_no_cache(tmp_path: Path) -> None:
     (folder / "build.py").write_text(
         "def build(public, private, *, seed, options):\n"
         "    (public / 'x.txt').write_text('x')\n"
-        "    if options.get('fail'):\n"
+        "    if options['fail']:\n"
         "        raise RuntimeError('boom')\n"
     )
+    conf = tmp_path / "conf"
+    (conf / "task").mkdir(parents=True)
+    (conf / "task" / "flaky.yaml").write_text("name: flaky\nbuild: {fixture: {fail: false}}\neval: {fixture: {}}\n")
     spec = discover_tasks(tmp_path / "tasks")["flaky"]
     cache = tmp_path / "cache"
     with pytest.raises(TaskError, match="boom"):
-        build_task_data(spec, "fixture", cache, options={"fail": True})
+        build_task_data(spec, "fixture", cache, options={"fail": True}, conf_dirs=[conf])
     leftovers = [p.name for p in (cache / "flaky" / "v1").iterdir() if not p.name.endswith(".lock")]
     assert leftovers == []
-    assert (build_task_data(spec, "fixture", cache).public_dir / "x.txt").read_text() == "x"
+    assert (build_task_data(spec, "fixture", cache, conf_dirs=[conf]).public_dir / "x.txt").read_text() == "x"
 
 
 def test_concurrent_builders_share_one_build(tmp_path: Path) -> None:

@@ -52,7 +52,7 @@ def test_every_adapter_format_is_registered_and_an_unknown_one_is_a_helpful_erro
     from autorl.config import compose
     from autorl.registry import option_names
 
-    adapters = [load_adapter(compose([f"agent={name}"])["agent"]) for name in option_names("agent")]
+    adapters = [load_adapter(compose([f"agent={name}"]).agent) for name in option_names("agent")]
     formats = {getattr(adapter, "stream_format", "") for adapter in adapters}
     assert formats - {""} == set(PARSERS.names()) == set(EXPECTED)  # the scripted agent has no stream
     with pytest.raises(ConfigError, match="unknown stream format 'codx'. Did you mean: codex"):

@@ -13,7 +13,15 @@ from types import ModuleType
 import pytest
 
 from autorl.envs.base import EnvData, EnvSource, EpisodeSpec
-from autorl.tasks import EvalContext, TaskData, build_task_data, get_task, load_evaluator, load_task_module
+from autorl.tasks import (
+    EvalContext,
+    TaskData,
+    build_task_data,
+    eval_options,
+    get_task,
+    load_evaluator,
+    load_task_module,
+)
 
 SPEC = get_task("webshop")
 SHOP: ModuleType = load_task_module(SPEC, "builtin_shop.py")
@@ -30,7 +38,8 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> TaskData:
 
 
 def _spec(episode_id: str, **env: object) -> EpisodeSpec:
-    return EpisodeSpec(EnvSource("webshop", "fixture", 0, BUILD, dict(env)), episode_id)
+    """An episode whose env options are the task's fixture eval options with ``env`` over them."""
+    return EpisodeSpec(EnvSource("webshop", "fixture", 0, BUILD, eval_options(SPEC, "fixture", env)), episode_id)
 
 
 @pytest.mark.parametrize("filename", ["fixture.py", "reward.py", "builtin_shop.py", "server_client.py", "agent/protocol.py"])
@@ -122,6 +131,19 @@ def test_http_client_speaks_the_site_protocol_like_the_builtin_env(data: TaskDat
     remote.close()
 
 
+def test_env_refuses_incomplete_or_unknown_options(data: TaskData) -> None:
+    from autorl.task_code.webshop.env import WebShopEnv
+
+    from autorl.envs.base import EnvError
+
+    partial = EpisodeSpec(EnvSource("webshop", "fixture", 0, BUILD, {"backend": "builtin"}), "train/9")
+    with pytest.raises(EnvError, match=r"webshop eval options lack concurrency, .*EvalContext.for_task"):
+        WebShopEnv().reset(partial, EnvData(data.public_dir, data.private_dir))
+    with pytest.raises(EnvError, match="unknown webshop eval option 'backnd' \\(did you mean 'backend'\\?\\)"):
+        misspelt = EnvSource("webshop", "fixture", 0, BUILD, eval_options(SPEC, "fixture") | {"backnd": "server"})
+        WebShopEnv().reset(EpisodeSpec(misspelt, "train/9"), EnvData(data.public_dir, data.private_dir))
+
+
 class _BuyTheTarget:
     """Searches the goal's product title, opens it and buys it without choosing options."""
 
@@ -149,12 +171,12 @@ class _BuyTheTarget:
 
 def test_evaluator_plays_all_sessions_together(data: TaskData) -> None:
     engine = _BuyTheTarget(data)
-    result = load_evaluator(SPEC)(engine, EvalContext(data.private_dir, {"max_steps": 6}))
+    result = load_evaluator(SPEC)(engine, EvalContext.for_task(SPEC, "fixture", data.private_dir, {"max_steps": 6}))
     assert result.num_examples == 8 and engine.calls == 3  # 8 sessions, 3 steps each, one engine call per step
     assert 0.0 < result.details["avg_reward"] < 1.0  # options never chosen
     assert result.details["samples"][0]["actions"][-1] == "click[Buy Now]"
     assert result.score == pytest.approx(100.0 * result.details["success_count"] / 8)
-    garbage = load_evaluator(SPEC)(_Garbage(), EvalContext(data.private_dir, {"max_steps": 3}))
+    garbage = load_evaluator(SPEC)(_Garbage(), EvalContext.for_task(SPEC, "fixture", data.private_dir, {"max_steps": 3}))
     assert garbage.score == 0.0 and garbage.details["avg_reward"] == 0.0
 
 

@@ -11,6 +11,7 @@ import sys
 
 from autorl.agents.base import AgentLaunch, LaunchContext
 from autorl.errors import ConfigError
+from autorl.schema import ScriptedAgentConfig
 
 
 class ScriptedAgent:
@@ -18,16 +19,19 @@ class ScriptedAgent:
 
     def launch(self, ctx: LaunchContext) -> AgentLaunch:
         """Run the recipe with the SFT and GRPO settings of the agent config."""
-        sft, grpo = ctx.agent_cfg["sft"], ctx.agent_cfg["grpo"]
+        agent = ctx.agent_cfg
+        if not isinstance(agent, ScriptedAgentConfig):
+            raise ConfigError(f"agent {agent.name!r} runs the scripted agent: its conf/agent file must start with `defaults: [_scripted, _self_]`")
+        sft, grpo = agent.sft, agent.grpo
         if ctx.task_agent_dir is None:
             raise ConfigError("the scripted agent needs the task's agent-side folder (LaunchContext.task_agent_dir)")
         command = [
             sys.executable, "-m", "autorl.agents.scripted",
             "--recipe-dir", str(ctx.task_agent_dir), "--recipe", ctx.task_recipe or "recipe:run",
-            "--sft-steps", str(sft["steps"]), "--sft-batch-size", str(sft["batch_size"]),
-            "--sft-lr", str(sft["learning_rate"]), "--sft-max-length", str(sft["max_length"]),
-            "--grpo-steps", str(grpo["steps"]), "--grpo-batch-size", str(grpo["batch_size"]),
-            "--grpo-generations", str(grpo["num_generations"]), "--grpo-lr", str(grpo["learning_rate"]),
-            "--grpo-max-completion", str(grpo["max_completion_length"]), "--seed", str(ctx.seed),
+            "--sft-steps", str(sft.steps), "--sft-batch-size", str(sft.batch_size),
+            "--sft-lr", str(sft.learning_rate), "--sft-max-length", str(sft.max_length),
+            "--grpo-steps", str(grpo.steps), "--grpo-batch-size", str(grpo.batch_size),
+            "--grpo-generations", str(grpo.num_generations), "--grpo-lr", str(grpo.learning_rate),
+            "--grpo-max-completion", str(grpo.max_completion_length), "--seed", str(ctx.seed),
         ]
         return AgentLaunch(command, dict(ctx.env))

@@ -22,9 +22,10 @@ from pathlib import Path
 from autorl.agents.scripted.common import log
 
 AGENT_PACKAGE = "task_agent"
-# What only the grader may import: task folders (builders, fixture generators, evaluators), the task
-# loader that reaches them, and the grading and judging code. The scripted agent refuses them all.
-GRADER_SIDE = ("autorl.tasks", "autorl.task_code", "autorl.grading", "autorl.judge")
+# What only the grader may import: task folders (builders, fixture generators, evaluators; ``tasks``
+# is how a plugin folder's task folders import when that folder is on the path), the task loader that
+# reaches them, and the grading and judging code. The scripted agent refuses them all.
+GRADER_SIDE = ("autorl.tasks", "autorl.task_code", "autorl.grading", "autorl.judge", "tasks")
 
 
 class GraderSideBlocker(importlib.abc.MetaPathFinder):

@@ -1,0 +1,404 @@
+"""The typed schema of one cell's config, registered with Hydra's ConfigStore.
+
+``conf/config.yaml`` starts its defaults list with :class:`RunConfig` (stored as
+``run_schema``), and every option of a config group starts its own with its group's schema
+(``conf/agent/codex.yaml``: ``defaults: [_cli, _self_]``). Hydra then refuses, at compose time,
+a key the schema does not declare and a value of the wrong type, whether it comes from a YAML file
+or from the command line; :func:`autorl.config.compose` turns that refusal into a
+:class:`autorl.errors.ConfigError` naming the key.
+
+The schema holds types and help, the YAML files hold the values: a field without a value in
+``conf/`` is an error (``MISSING``), except the few optional blocks whose absence means "off"
+(``task.env_pool``, ``driver.price_per_mtok``). Closed choices are :class:`enum.StrEnum`
+(OmegaConf has no ``Literal``); a member equals its string, so ``cfg.driver.provider == "none"``
+holds and JSON writes the plain value.
+
+A cell carries the converted object (``OmegaConf.to_object``): code reads attributes
+(``cfg.grader.batch_size``) and never ``cfg.get("x", default)``.
+
+Group schemas (``group/name`` in the ConfigStore; names starting with ``_`` are not options):
+
+- ``agent/_scripted`` (:class:`ScriptedAgentConfig`), ``agent/_cli`` (:class:`CliAgentConfig`),
+  ``agent/_claude_code`` (:class:`ClaudeCodeAgentConfig`)
+- ``driver/_schema`` (:class:`DriverConfig`; ``conf/driver/_base.yaml`` builds on it)
+- ``model/_schema``, ``task/_schema``, ``cluster/_schema``
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from omegaconf import MISSING
+
+
+def setting(help: str, default: Any = MISSING) -> Any:  # noqa: A002 - TRL's metadata key is "help"
+    """A schema field with its help text (TRL's ``metadata={"help": ...}``).
+
+    The value comes from ``conf/``; ``default`` is only for optional blocks that may be absent.
+    """
+    return field(default=default, metadata={"help": help})
+
+
+class Provider(StrEnum):
+    """Who serves a driver's model."""
+
+    openai = "openai"
+    anthropic = "anthropic"
+    google = "google"
+    openai_compatible = "openai_compatible"
+    none = "none"
+
+
+class ApiProtocol(StrEnum):
+    """A wire protocol of the driver gateway (each on its own route; see :mod:`autorl.gateway.app`)."""
+
+    chat = "chat"
+    responses = "responses"
+    messages = "messages"
+    gemini = "gemini"
+
+
+class AgentMode(StrEnum):
+    """The paper's operating modes, given to a CLI agent as prompt variants (:mod:`autorl.agents.prompt`)."""
+
+    free = "free"
+    sft_only = "sft_only"
+    rl_oriented = "rl_oriented"
+
+
+class InstallManager(StrEnum):
+    """How an agent CLI is installed into its own folder."""
+
+    npm = "npm"
+    pip = "pip"
+
+
+class ModelKind(StrEnum):
+    """Where a base model comes from."""
+
+    tiny = "tiny"
+    hub = "hub"
+
+
+class WandbMode(StrEnum):
+    """W&B's run mode."""
+
+    online = "online"
+    offline = "offline"
+    disabled = "disabled"
+
+
+class AuthMode(StrEnum):
+    """Ray's client authentication when joining a cluster."""
+
+    token = "token"
+    disabled = "disabled"
+
+
+# ---- agents -------------------------------------------------------------------------------------
+
+
+@dataclass
+class AgentConfig:
+    """What every agent option has (``conf/agent/<name>.yaml``)."""
+
+    name: str = setting("the option's name; equals the file name")
+    description: str = setting("one line for `python -m autorl.ls agents`")
+    adapter: str = setting("the adapter class, 'module:Class' (autorl.agents.base.AgentAdapter)")
+    needs_driver: bool = setting("true: the agent calls a driver LLM through the cell's gateway")
+    protocol: ApiProtocol | None = setting(
+        "the driver API the agent speaks (the gateway translates it if the provider does not); "
+        "null for agents without a driver", default=None,
+    )
+
+
+@dataclass
+class SftConfig:
+    """The scripted agent's supervised fine-tuning stage."""
+
+    steps: int = setting("optimizer steps")
+    batch_size: int = setting("examples per step")
+    learning_rate: float = setting("AdamW learning rate")
+    max_length: int = setting("tokens per example (prompt + answer), longer ones are cut")
+
+
+@dataclass
+class GrpoConfig:
+    """The scripted agent's GRPO stage (TRL's GRPOTrainer)."""
+
+    steps: int = setting("optimizer steps")
+    batch_size: int = setting("completions per step")
+    num_generations: int = setting("completions per prompt; must divide batch_size")
+    learning_rate: float = setting("AdamW learning rate")
+    max_completion_length: int = setting("tokens per sampled completion")
+
+
+@dataclass
+class ScriptedAgentConfig(AgentConfig):
+    """The built-in scripted agent (``agent=scripted``): SFT, then GRPO, submitting after each."""
+
+    sft: SftConfig = setting("the SFT stage")
+    grpo: GrpoConfig = setting("the GRPO stage")
+
+
+@dataclass
+class InstallConfig:
+    """Where a CLI comes from, pinned (``python -m autorl.agents.install <agent>``)."""
+
+    manager: InstallManager = setting("npm (a prefix of its own) or pip (a venv of its own)")
+    package: str = setting("the registry's package name")
+    version: str = setting("the pinned version")
+    bin: str = setting("the executable's name")
+    python: str | None = setting("pip CLIs: the interpreter their venv is made with", default=None)
+
+
+@dataclass
+class CliAgentConfig(AgentConfig):
+    """A coding-agent CLI run headless against the cell's driver gateway."""
+
+    install: InstallConfig = setting("the pinned CLI")
+    mode: AgentMode = setting("the operating mode given in the prompt")
+    binary: str | None = setting("path to the CLI; null: the project-local install (agents_dir), then PATH")
+    agents_dir: str | None = setting("where CLIs are installed; null: $AUTORL_AGENTS_DIR, else <repo>/.cache/agents")
+    extra_args: list[str] = setting("appended to the CLI's command line before the prompt")
+
+
+@dataclass
+class ClaudeCodeAgentConfig(CliAgentConfig):
+    """Claude Code, which also needs its bash-tool timeout raised."""
+
+    bash_timeout_s: float = setting("one bash command may run this long (Claude Code's default is 2 minutes)")
+
+
+# ---- drivers ------------------------------------------------------------------------------------
+
+
+@dataclass
+class PricePerMtok:
+    """A model's list price in USD per million tokens."""
+
+    input: float = setting("USD per million input tokens")
+    output: float = setting("USD per million output tokens")
+
+
+@dataclass
+class DriverBudget:
+    """A cell's driver budget; once exceeded the gateway answers 429 with the reason."""
+
+    max_tokens: int | None = setting("input + output tokens; null: no limit")
+    max_cost_usd: float | None = setting("USD; null: no limit")
+
+
+@dataclass
+class GatewayConfig:
+    """How the cell's gateway calls the provider."""
+
+    timeout_s: float = setting("one upstream call")
+    max_attempts: int = setting("attempts per call on provider 429/5xx and connection errors (at least 1)")
+    initial_backoff_s: float = setting("first retry delay; doubles on every further attempt")
+    max_backoff_s: float = setting("longest retry delay (also caps a provider's Retry-After)")
+    enforce_model: bool = setting("every call goes to `model`, whatever the agent asked for")
+
+
+@dataclass
+class DriverConfig:
+    """A driver LLM (``conf/driver/<name>.yaml``; shared fields in ``conf/driver/_base.yaml``).
+
+    Also names the judges of judged tasks and the report's summariser (:func:`autorl.config.load_driver_config`).
+    """
+
+    name: str = setting("the option's name; equals the file name")
+    description: str = setting("one line for `python -m autorl.ls drivers`")
+    provider: Provider = setting("who serves the model")
+    model: str | None = setting("the provider's model id (null only for driver=none)")
+    base_url: str | None = setting("the provider's API root (null only for driver=none)")
+    api_key_env: str | None = setting("environment variable holding the API key (never the key); null: keyless")
+    protocols: dict[ApiProtocol, str] = setting("protocol -> base URL the provider serves natively; others are translated")
+    price_per_mtok: PricePerMtok | None = setting("list price; null: unknown, cost stays empty", default=None)
+    budget: DriverBudget = setting("per-cell limits")
+    gateway: GatewayConfig = setting("upstream calls: timeout, retries, model enforcement")
+
+    def chat_root(self) -> str | None:
+        """The root of the driver's OpenAI chat completions route (``protocols.chat``), if it has one."""
+        chat = self.protocols.get(ApiProtocol.chat)
+        return chat.rstrip("/") if chat else None
+
+
+# ---- models, tasks, cluster ---------------------------------------------------------------------
+
+
+@dataclass
+class ModelConfig:
+    """A base model (``conf/model/<name>.yaml``)."""
+
+    name: str = setting("the option's name; equals the file name")
+    description: str = setting("one line for `python -m autorl.ls models`")
+    kind: ModelKind = setting("tiny: built offline; hub: downloaded from the Hugging Face hub")
+    hub_id: str | None = setting("the hub repository (kind=hub)")
+
+
+@dataclass
+class EnvPoolConfig:
+    """The sweep's pool of environment actors for an interactive task (``envpool:<kind>``)."""
+
+    actors: int = setting("Ray actors, each hosting up to envs_per_actor live episodes")
+    envs_per_actor: int = setting("live episodes per actor")
+    cpus_per_actor: float = setting("CPUs declared to Ray per actor")
+    memory_mb_per_actor: int = setting("memory declared to Ray per actor, in MB")
+    max_replays: int = setting("an episode is replayed on a replacement actor at most this often")
+
+
+@dataclass
+class TaskConfig:
+    """A task's run knobs (``conf/task/<id>.yaml``; the task's code is ``tasks/<id>/``).
+
+    ``build`` and ``eval`` map each data source to the options the task's builder and evaluator
+    take: their keys are the task's own, so they are open dicts.
+    """
+
+    name: str = setting("the task id; equals the file name and the folder tasks/<id>/")
+    source: str = setting("the data source: a key of `build` and `eval` (fixture, hub, ...)")
+    build: dict[str, dict[str, Any]] = setting("source -> options of the task's builder")
+    eval: dict[str, dict[str, Any]] = setting("source -> options of the task's evaluator")
+    env_pool: EnvPoolConfig | None = setting("interactive tasks: their environment pool", default=None)
+
+
+@dataclass
+class ClusterConfig:
+    """Where the sweep runs (``conf/cluster/<name>.yaml``)."""
+
+    name: str = setting("the option's name; equals the file name")
+    description: str = setting("one line for `python -m autorl.ls clusters`")
+    address: str | None = setting("null: start a fresh local Ray; 'auto' or 'host:port': join that cluster")
+    num_cpus: int | None = setting("only when starting a local Ray; null: all cores")
+    num_gpus: int | None = setting("only when starting a local Ray; null: all GPUs")
+    include_dashboard: bool = setting("start Ray's dashboard with a local Ray")
+    dashboard_port: int = setting("the dashboard takes the first free port from here on")
+    temp_dir: str | None = setting("Ray's session files; null: Ray's default")
+    namespace_prefix: str = setting("the sweep's Ray namespace is <prefix>-<sweep_id>")
+    auth_mode: AuthMode = setting("when joining: token (Ray 2.60's default) or disabled")
+    auth_token_path: str | None = setting("null: $RAY_AUTH_TOKEN, else Ray's default token file")
+
+
+# ---- run-level blocks ---------------------------------------------------------------------------
+
+
+@dataclass
+class BudgetConfig:
+    """The agent's time budget."""
+
+    seconds: float = setting("the agent's wall-clock budget in seconds")
+    kill_grace_s: float = setting("SIGTERM, then this many seconds, then SIGKILL for the agent's process group")
+
+
+@dataclass
+class CellResources:
+    """Resources reserved for each cell's workspace (its placement-group bundle)."""
+
+    cpus: float = setting("CPUs of the cell's bundle, e.g. 1 or 0.5")
+    gpus: float = setting("GPUs of the cell's bundle, e.g. 0 or 1")
+
+
+@dataclass
+class SchedulerConfig:
+    """How cells are scheduled."""
+
+    max_concurrent_cells: int = setting("cells placed or running at once")
+    max_retries: int = setting("retries of a cell after an infrastructure failure (agent outcomes are final)")
+    placement_timeout_s: float = setting("a cell still unplaced this long while no cell runs fails, naming its bundle")
+
+
+@dataclass
+class GraderConfig:
+    """The sweep's grader pool."""
+
+    replicas: int = setting("grader actors")
+    cpus: float = setting("CPUs per grader actor")
+    gpus: float = setting("GPUs per grader actor")
+    batch_size: int = setting("prompts per generate() call")
+    max_queued_per_cell: int = setting("more waiting submissions from one cell get 429")
+
+
+@dataclass
+class GradingApiConfig:
+    """Each cell's grading API (the agent's /submit)."""
+
+    host: str = setting("bind address; loopback, so agents of other cells cannot reach it")
+    max_body_bytes: int = setting("largest request body accepted")
+
+
+@dataclass
+class WandbConfig:
+    """One W&B run per cell (group = sweep id) and a comparison table per sweep."""
+
+    enabled: bool = setting("the switch: tracking.wandb.enabled=true turns W&B on")
+    project: str = setting("W&B project")
+    entity: str | None = setting("null: the W&B default entity of the API key")
+    mode: WandbMode = setting("offline: files under <sweep_dir>/wandb; online needs WANDB_API_KEY")
+    init_timeout_s: float = setting("wandb.init gives up after this")
+    finish_timeout_s: float = setting("the end of a sweep waits at most this long for W&B")
+
+
+@dataclass
+class ReportConfig:
+    """The HTML report written when a sweep ends."""
+
+    enabled: bool = setting("the switch: write <sweep_dir>/report/index.html")
+    summarizer_driver: str | None = setting("a conf/driver name for an LLM narrative per cell; null: off")
+    summarizer_timeout_s: float = setting("per request to the summariser driver")
+
+
+@dataclass
+class TrackingConfig:
+    """Outputs besides the record store."""
+
+    wandb: WandbConfig = setting("Weights & Biases")
+    report: ReportConfig = setting("the HTML report")
+
+
+@dataclass
+class RunConfig:
+    """One cell's whole config: ``conf/config.yaml`` and one option of each group."""
+
+    agent: AgentConfig = setting("the agent (axis: agent=<name>)")
+    driver: DriverConfig = setting("the driver LLM (axis: driver=<name>)")
+    task: TaskConfig = setting("the task (axis: task=<name>)")
+    model: ModelConfig = setting("the base model (axis: model=<name>)")
+    cluster: ClusterConfig = setting("where the sweep runs (cluster=<name>)")
+    seed: int = setting("the cell's seed (axis: seed=0,1,...)")
+    sweep_id: str | None = setting("null: 'default', plus a digest of the pass-through overrides when there are any")
+    out_dir: str = setting("the sweep writes everything under <out_dir>/<sweep_id>/")
+    cache_dir: str | None = setting("built models and task data; null: $AUTORL_CACHE_DIR, else ~/.cache/autorl")
+    dry_run: bool = setting("print the cell table and exit without starting anything")
+    progress: bool = setting("live table of cells while the sweep runs")
+    plugins: list[str] = setting("extra folders with conf/ and tasks/ of their own (agents, drivers, models, tasks)")
+    budget: BudgetConfig = setting("the agent's time budget")
+    cell: CellResources = setting("resources of each cell's workspace")
+    scheduler: SchedulerConfig = setting("cell scheduling")
+    grader: GraderConfig = setting("the grader pool")
+    grading_api: GradingApiConfig = setting("each cell's grading API")
+    tracking: TrackingConfig = setting("W&B and the HTML report")
+
+
+# The ConfigStore entries: (group, name, node). The root schema is ``run_schema``.
+SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
+    (None, "run_schema", RunConfig),
+    ("agent", "_scripted", ScriptedAgentConfig),
+    ("agent", "_cli", CliAgentConfig),
+    ("agent", "_claude_code", ClaudeCodeAgentConfig),
+    ("driver", "_schema", DriverConfig),
+    ("model", "_schema", ModelConfig),
+    ("task", "_schema", TaskConfig),
+    ("cluster", "_schema", ClusterConfig),
+)
+
+
+def register_schemas() -> None:
+    """Store every schema in Hydra's ConfigStore (idempotent: storing again replaces)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for group, name, node in SCHEMAS:
+        store.store(group=group, name=name, node=node)
