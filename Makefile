@@ -7,7 +7,7 @@ AUTORL_AGENTS_DIR ?= .cache/agents
 # The agent CLIs the tests run for real (tests/integration/test_real_cli.py drives codex).
 TEST_AGENTS := codex
 
-.PHONY: setup test-deps sweep test test-unit test-integration dry-run clean
+.PHONY: setup test-deps lint sweep test test-unit test-integration dry-run clean
 
 $(BIN)/autorl-installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -37,7 +37,12 @@ sweep: setup ## the embedded default: scripted agent × gsm8k fixture × tiny mo
 dry-run: setup
 	$(BIN)/python -m autorl.sweep task=gsm8k seed=0,1 dry_run=true
 
-test: setup test-deps ## installs what the tests need, then runs unit + integration tests (CPU, local Ray)
+lint: setup ## ruff and mypy over autorl/ and tasks/ (their settings are in pyproject.toml)
+	$(BIN)/ruff check autorl tasks
+	$(BIN)/mypy
+
+# lint before test-deps: a lint failure stops `make test` before Chromium and the agent CLIs are installed.
+test: setup lint test-deps ## lints, installs what the tests need, then runs unit + integration tests (CPU, local Ray)
 	$(BIN)/python -m pytest -q
 
 test-unit: setup

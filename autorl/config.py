@@ -169,7 +169,9 @@ def compose(overrides: Sequence[str]) -> RunConfig:
                 f"(e.g. ++task.env_pool.actors=1 for a task without an env_pool); set it only for cells that have it"
             ) from error
     if not isinstance(config, RunConfig):  # conf/config.yaml's defaults list must start with run_schema
-        raise ConfigError(f"{CONF_DIR / 'config.yaml'} did not compose to a RunConfig: its defaults list must start with run_schema")
+        raise ConfigError(
+            f"{CONF_DIR / 'config.yaml'} did not compose to a RunConfig: its defaults list must start with run_schema"
+        )
     return config
 
 
@@ -244,8 +246,8 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
         missing = [kind for kind, blocks in (("build", task.build), ("eval", task.eval)) if task.source not in blocks]
         if missing:
             raise ConfigError(
-                f"task.source={task.source}: conf/task/{task.name}.yaml has no {' and no '.join(f'{k}.{task.source}' for k in missing)} "
-                "block of options for that source"
+                f"task.source={task.source}: conf/task/{task.name}.yaml has no "
+                f"{' and no '.join(f'{k}.{task.source}' for k in missing)} block of options for that source"
             )
         if spec.kind == "interactive" and task.env_pool is None:
             raise ConfigError(
@@ -253,7 +255,9 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
                 "(actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
             )
         if cell.config.model.kind == ModelKind.hub and not cell.config.model.hub_id:
-            raise ConfigError(f"model {cell.config.model.name!r} has kind hub but no hub_id: set model.hub_id (cell {cell.cell_id})")
+            raise ConfigError(
+                f"model {cell.config.model.name!r} has kind hub but no hub_id: set model.hub_id (cell {cell.cell_id})"
+            )
         if not agent.needs_driver:
             continue
         if driver.provider == Provider.none:
@@ -263,7 +267,9 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
             )
         protocol = agent.protocol
         if protocol is None:
-            raise ConfigError(f"agent {agent.name!r} needs a driver but names no protocol: set agent.protocol in its conf/agent file")
+            raise ConfigError(
+                f"agent {agent.name!r} needs a driver but names no protocol: set agent.protocol in its conf/agent file"
+            )
         if protocol not in TRANSLATABLE and protocol not in driver.protocols:
             raise ConfigError(
                 f"agent {agent.name!r} speaks the {protocol} API, which driver {driver.name!r} does not serve "

@@ -143,7 +143,10 @@ def _group_message(key: str, group: Any, value: str | None) -> str:
         if len(candidates) > 1:
             text += f" (its switches: {', '.join(f'{key}.{s}' for s in candidates)})"
     elif candidates:
-        text += f"; set one of its switches, e.g. {key}.{candidates[0]}={setting} (all: {', '.join(f'{key}.{s}' for s in candidates)})"
+        text += (
+            f"; set one of its switches, e.g. {key}.{candidates[0]}={setting} "
+            f"(all: {', '.join(f'{key}.{s}' for s in candidates)})"
+        )
     elif names:
         text += f"; set one of its settings instead, e.g. {key}.{names[0]}={value}"
     return text
@@ -199,7 +202,10 @@ def config_error(error: BaseException, overrides: Sequence[str], *, skeleton: Ca
     if isinstance(cause, MissingMandatoryValue):
         group = key.split(".", 1)[0]
         chosen = next((o for o in overrides if o.startswith(group + "=")), None) if group in GROUPS else None
-        source = _option_path(*chosen.split("=", 1)) if chosen else f"conf/{group}/<option>.yaml" if group in GROUPS else "conf/config.yaml"
+        if chosen:
+            source = _option_path(*chosen.split("=", 1))
+        else:
+            source = f"conf/{group}/<option>.yaml" if group in GROUPS else "conf/config.yaml"
         return ConfigError(f"{key} has no value: set it in {source}, or on the command line with {key}=...")
     if isinstance(cause, KeyValidationError):
         return ConfigError(f"{where}: {key}: {str(cause).splitlines()[0]}")

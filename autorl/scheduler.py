@@ -7,13 +7,14 @@ store makes re-running the same command a resume: completed cells are skipped, t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray.exceptions import GetTimeoutError, RayError
@@ -63,16 +64,20 @@ class SweepRunner:
         self.plan = plan
         self.cfg = plan.base_config
         db_path = plan.sweep_dir / "records.sqlite"
-        self.recorder = (
+        # Handles cast to Any: Ray types a handle's methods as the plain methods, without their .remote
+        # (only methods decorated with @ray.method get typed remote calls).
+        self.recorder: Any = cast(
+            Any,
             ray.remote(Recorder)
             .options(name="recorder", num_cpus=0, max_restarts=-1, max_task_retries=-1)
             # Plain data across the actor boundary: the Recorder hands tracking["wandb"] to its WandbTracker.
-            .remote(str(db_path), dataclasses.asdict(self.cfg.tracking))
+            .remote(str(db_path), dataclasses.asdict(self.cfg.tracking)),
         )
-        self.pool = (
+        self.pool: Any = cast(
+            Any,
             ray.remote(GraderPool)
             .options(name="grader_pool", num_cpus=0)
-            .remote(self.cfg.grader, str(resolve_cache_dir(self.cfg.cache_dir)), self.recorder)
+            .remote(self.cfg.grader, str(resolve_cache_dir(self.cfg.cache_dir)), self.recorder),
         )
         # envpool:<kind> for each interactive task of the sweep (found by name by graders and cells).
         self.env_pools = start_env_pools(plan.cells, str(resolve_cache_dir(self.cfg.cache_dir)))
@@ -163,10 +168,10 @@ class SweepRunner:
         for attempt in active:
             if attempt.run_ref is None and attempt.ready_ref in done:
                 self._start(attempt)
-            elif attempt.run_ref is None and time.time() - attempt.placed_at > timeout:
-                finished.append(attempt)
-            elif attempt.run_ref is not None and attempt.run_ref in done:
-                finished.append(attempt)
+            elif (attempt.run_ref is None and time.time() - attempt.placed_at > timeout) or (
+                attempt.run_ref is not None and attempt.run_ref in done
+            ):
+                finished.append(attempt)  # its placement timed out, or its run ended
         return finished
 
     def _start(self, attempt: _Attempt) -> None:
@@ -194,7 +199,11 @@ class SweepRunner:
                     "cannot hold this bundle next to the grader and env pools; lower cell.cpus/cell.gpus or add nodes"
                 )
             fields = ray.get(attempt.run_ref)
-            ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "completed", fields | {"finished_at": time.time(), "error": None}))
+            ray.get(
+                self.recorder.set_cell_status.remote(
+                    cell.cell_id, "completed", fields | {"finished_at": time.time(), "error": None}
+                )
+            )
             return False
         except (RayError, TimeoutError) as error:
             retries = self.cfg.scheduler.max_retries
@@ -215,10 +224,8 @@ class SweepRunner:
         for attempt in active:
             status = "cancelled"
             if attempt.run_ref is not None:
-                try:
+                with contextlib.suppress(RayError, GetTimeoutError):
                     ray.get(attempt.run_ref, timeout=_CANCEL_WAIT_S)
-                except (RayError, GetTimeoutError):
-                    pass
                 ray.kill(attempt.actor)
             remove_placement_group(attempt.pg)
             ray.get(self.recorder.set_cell_status.remote(attempt.cell.cell_id, status, {"finished_at": time.time()}))

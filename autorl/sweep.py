@@ -40,7 +40,9 @@ def print_plan(plan: SweepPlan, console: Console) -> None:
     for cell in plan.cells:
         cpus, gpus = cell.config.cell.cpus, cell.config.cell.gpus
         resources = f"CPU {cpus:g}" + (f", GPU {gpus:g}" if gpus else "")
-        table.add_row(cell.cell_id, cell.agent, cell.driver, cell.task, cell.model, str(cell.seed), resources, f"{cell.budget_s:.0f}")
+        table.add_row(
+            cell.cell_id, cell.agent, cell.driver, cell.task, cell.model, str(cell.seed), resources, f"{cell.budget_s:.0f}"
+        )
     console.print(table)
 
 

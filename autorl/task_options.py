@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from autorl.errors import TaskError
 from autorl.registry import conf_dirs as registry_conf_dirs
-from autorl.task_spec import PACKAGE, TaskSpec, parse_manifest
+from autorl.task_spec import PACKAGE, TaskSpec, parse_manifest, read_yaml_mapping
 
 OPTION_KINDS = ("build", "eval")
 
@@ -102,12 +100,7 @@ def task_options(spec: TaskSpec, source: str, conf_dirs: Sequence[Path] | None =
     if source not in spec.sources:
         raise TaskError(f"task '{spec.id}' has no source '{source}'; valid sources: {', '.join(spec.sources)}")
     path = task_conf_path(spec, conf_dirs)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise TaskError(f"{path}: not valid YAML ({exc})") from exc
-    if not isinstance(raw, dict):
-        raise TaskError(f"{path}: expected a mapping of keys, got {type(raw).__name__}")
+    raw = read_yaml_mapping(path)
     return TaskOptions(build=_option_block(path, raw, "build", source), eval=_option_block(path, raw, "eval", source),
                        path=path)
 
@@ -119,10 +112,10 @@ def check_option_names(what: str, given: Sequence[str] | Mapping[str, Any], vali
     Raises:
         TaskError: Some name is unknown.
 
-    >>> check_option_names("gsm8k eval", ["num_shot"], ["num_shots", "limit"], "gsm8k.yaml")
+    >>> check_option_names("eval", ["num_shot"], ["num_shots", "limit"], "gsm8k.yaml")
     Traceback (most recent call last):
     ...
-    autorl.errors.TaskError: unknown gsm8k eval option 'num_shot' (did you mean 'num_shots'?); valid: limit, num_shots (gsm8k.yaml)
+    autorl.errors.TaskError: unknown eval option 'num_shot' (did you mean 'num_shots'?); valid: limit, num_shots (gsm8k.yaml)
     """
     unknown = sorted(set(given) - set(valid))
     if not unknown:

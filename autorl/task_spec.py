@@ -88,11 +88,11 @@ def _entry_map(path: Path, raw: dict[str, Any], key: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def parse_manifest(path: Path) -> TaskSpec:
-    """Read and check one ``task.yaml``.
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    """The YAML mapping in ``path`` (a manifest or a task's run-knob file).
 
     Raises:
-        TaskError: Naming the file and what is wrong in it.
+        TaskError: Not valid YAML, or not a mapping; the message names the file.
     """
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -100,6 +100,16 @@ def parse_manifest(path: Path) -> TaskSpec:
         raise TaskError(f"{path}: not valid YAML ({exc})") from exc
     if not isinstance(raw, dict):
         raise TaskError(f"{path}: expected a mapping of keys, got {type(raw).__name__}")
+    return raw
+
+
+def parse_manifest(path: Path) -> TaskSpec:
+    """Read and check one ``task.yaml``.
+
+    Raises:
+        TaskError: Naming the file and what is wrong in it.
+    """
+    raw = read_yaml_mapping(path)
     for key in REQUIRED_KEYS:
         if key not in raw:
             raise TaskError(f"{path}: missing required key '{key}' (required: {', '.join(REQUIRED_KEYS)})")

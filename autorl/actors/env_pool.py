@@ -12,6 +12,7 @@ the grading API's env endpoints (agents' training episodes) are its clients.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -130,10 +131,8 @@ class EnvPool:
             self.load[episode.actor] -= 1
             self.free.release()
         for index, group in by_actor.items():
-            try:
+            with contextlib.suppress(*_DEAD):  # a dead actor's replacement never had them
                 await self.actors[index].close.remote(group)
-            except _DEAD:
-                pass  # its replacement never had them
 
     # ---- fan-out and recovery ------------------------------------------------------------------
 

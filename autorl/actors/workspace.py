@@ -101,7 +101,11 @@ class Workspace:
         base_dir = resolve_model(cfg.model, cache_dir)
         base_hash = weights_hash(check_loadable_model(base_dir))
         baseline = float(ray.get(self.pool.baseline.remote(target, str(base_dir), base_hash)))
-        ray.get(self.recorder.set_cell_status.remote(self.cell.cell_id, "running", {"baseline": baseline, "task_source": target.source}))
+        ray.get(
+            self.recorder.set_cell_status.remote(
+                self.cell.cell_id, "running", {"baseline": baseline, "task_source": target.source}
+            )
+        )
 
         paths = build_workspace(
             self.cell_dir, public_dir=data.public_dir, description_md=spec.description_md,
@@ -122,9 +126,16 @@ class Workspace:
         )
         token = secrets.token_urlsafe(32)
         app = create_app(
-            service, run_meta, token=token, task_id=self.cell.task, max_body_bytes=cfg.grading_api.max_body_bytes,
+            service,
+            run_meta,
+            token=token,
+            task_id=self.cell.task,
+            max_body_bytes=cfg.grading_api.max_body_bytes,
             submit_timeout_s=lambda: (run_meta.remaining() or 0.0) + _DRAIN_TIMEOUT_S,
-            health_extra=lambda: {"gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""), "grader_queue": ray.get(self.pool.queue_depth.remote())},
+            health_extra=lambda: {
+                "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+                "grader_queue": ray.get(self.pool.queue_depth.remote()),
+            },
             envs=training_envs(spec, target, data.public_dir, cache_dir, find_pool=find_pool_client),
         )
         server = GradingServer(app, host=cfg.grading_api.host)
@@ -147,7 +158,9 @@ class Workspace:
             **self.driver_usage,  # gateway-side tokens_in, tokens_out, cost_usd (agents with a driver)
         }
 
-    def _run_agent(self, spec: TaskSpec, workspace: Path, url: str, token: str, run_meta: RunMeta, revisions: CodeRevisions) -> Any:
+    def _run_agent(
+        self, spec: TaskSpec, workspace: Path, url: str, token: str, run_meta: RunMeta, revisions: CodeRevisions
+    ) -> Any:
         cfg = self.cell.config
         agent_code = copy_agent_code(spec, self.cell_dir / "agent_code")
         home = self.cell_dir / "home"

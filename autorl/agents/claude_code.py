@@ -27,7 +27,9 @@ class ClaudeCodeAgent(CLIAgent):
         url, token = self.gateway(ctx)
         agent = ctx.agent_cfg
         if not isinstance(agent, ClaudeCodeAgentConfig):
-            raise ConfigError(f"agent {agent.name!r} runs Claude Code: its conf/agent file must start with `defaults: [_claude_code, _self_]`")
+            raise ConfigError(
+                f"agent {agent.name!r} runs Claude Code: its conf/agent file must start with `defaults: [_claude_code, _self_]`"
+            )
         model = str(ctx.driver_cfg.model)
         config_dir = home / ".claude"
         config_dir.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,8 @@ def installed_path(agent_cfg: CliAgentConfig) -> Path:
     """Where :func:`install_commands` puts the agent's CLI executable.
 
     >>> from autorl.schema import InstallConfig
-    >>> installed_path(CliAgentConfig(name="codex", agents_dir="/x", install=InstallConfig(manager=InstallManager.npm, bin="codex")))
+    >>> install = InstallConfig(manager=InstallManager.npm, bin="codex")
+    >>> installed_path(CliAgentConfig(name="codex", agents_dir="/x", install=install))
     PosixPath('/x/codex/node_modules/.bin/codex')
     """
     install = agent_cfg.install
@@ -97,9 +98,12 @@ def install_commands(agent_cfg: CliAgentConfig) -> list[list[str]]:
     install = agent_cfg.install
     prefix = install_dir(agent_cfg)
     if install.manager == InstallManager.npm:
-        return [["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact", f"{install.package}@{install.version}"]]
+        npm_install = ["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact"]
+        return [[*npm_install, f"{install.package}@{install.version}"]]
     if not install.python:
-        raise ConfigError(f"agent {agent_cfg.name!r}: a pip CLI needs install.python, the interpreter its venv is made with (e.g. python3.12)")
+        raise ConfigError(
+            f"agent {agent_cfg.name!r}: a pip CLI needs install.python, the interpreter its venv is made with (e.g. python3.12)"
+        )
     return [[install.python, "-m", "venv", str(prefix)],
             [str(prefix / "bin" / "python"), "-m", "pip", "install", f"{install.package}=={install.version}"]]
 

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from autorl.config import CellSpec
 
 
-def missing_requirements(cells: Iterable[CellSpec], environ: dict[str, str] | None = None, *, check_binaries: bool = True) -> list[str]:
+def missing_requirements(
+    cells: Iterable[CellSpec], environ: dict[str, str] | None = None, *, check_binaries: bool = True
+) -> list[str]:
     """What a real run of ``cells`` lacks on this machine: unset driver keys, uninstalled CLIs.
 
     Returns:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
 from autorl.errors import ConfigError
 
 MODES: dict[str, str] = {
@@ -47,7 +48,7 @@ def _data_sample(data_dir: Path) -> str:
         lines.append(f"- data/{path.relative_to(data_dir)} ({path.stat().st_size} bytes)")
         if path.suffix in (".jsonl", ".json", ".txt", ".csv"):
             with open(path, encoding="utf-8", errors="replace") as handle:
-                for _, line in zip(range(_SAMPLE_LINES), handle):
+                for _, line in zip(range(_SAMPLE_LINES), handle, strict=False):
                     lines.append("    " + line.rstrip("\n")[:_SAMPLE_CHARS])
     return "\n".join(lines) or "(no data files)"
 

@@ -67,7 +67,9 @@ class DriverSession:
         """Parse the agent's output into ``trace.jsonl`` while it runs, if its adapter has a format."""
         stream_format = getattr(adapter, "stream_format", "")  # the scripted agent has none
         if stream_format:
-            self.follower = TraceFollower(self.cell_dir / "agent.log", self.cell_dir / TRACE_FILE, stream_format, self.agent_cfg.name)
+            self.follower = TraceFollower(
+                self.cell_dir / "agent.log", self.cell_dir / TRACE_FILE, stream_format, self.agent_cfg.name
+            )
             self.follower.start()
 
     def close(self) -> dict[str, Any]:

@@ -66,7 +66,11 @@ class CodexStream:
         if item_type in self._TOOLS:
             out = [] if item["id"] in self.announced else [self._call(item)]
             if kind == "item.completed":
-                output = item.get("aggregated_output") if item_type == "command_execution" else item.get("result") or item.get("changes")
+                output = (
+                    item.get("aggregated_output")
+                    if item_type == "command_execution"
+                    else item.get("result") or item.get("changes")
+                )
                 out.append({"kind": "tool_result", "call_id": item["id"], "status": item.get("status"),
                             "exit_code": item.get("exit_code"), "output": _clip(output or "")})
             return out
@@ -98,7 +102,11 @@ class ClaudeCodeStream:
             return [{"kind": "session", "session_id": event.get("session_id"), "model": event.get("model")}]
         if kind == "result":
             usage = event.get("usage") or {}
-            tokens_in = _n(usage.get("input_tokens")) + _n(usage.get("cache_read_input_tokens")) + _n(usage.get("cache_creation_input_tokens"))
+            tokens_in = (
+                _n(usage.get("input_tokens"))
+                + _n(usage.get("cache_read_input_tokens"))
+                + _n(usage.get("cache_creation_input_tokens"))
+            )
             return [
                 {"kind": "usage", "scope": "total", "tokens_in": tokens_in, "tokens_out": _n(usage.get("output_tokens")),
                  "cost_usd_cli": event.get("total_cost_usd")},
@@ -114,14 +122,26 @@ class ClaudeCodeStream:
             elif kind == "assistant" and block_type == "thinking":
                 out.append({"kind": "reasoning", "text": _clip(block.get("thinking", ""))})
             elif kind == "assistant" and block_type == "tool_use":
-                out.append({"kind": "tool_call", "tool": block.get("name"), "call_id": block.get("id"), "input": block.get("input")})
+                out.append(
+                    {"kind": "tool_call", "tool": block.get("name"), "call_id": block.get("id"), "input": block.get("input")}
+                )
             elif kind == "user" and block_type == "tool_result":
-                out.append({"kind": "tool_result", "call_id": block.get("tool_use_id"),
-                            "status": "error" if block.get("is_error") else "success", "output": _clip(block.get("content") or "")})
+                out.append(
+                    {
+                        "kind": "tool_result",
+                        "call_id": block.get("tool_use_id"),
+                        "status": "error" if block.get("is_error") else "success",
+                        "output": _clip(block.get("content") or ""),
+                    }
+                )
         if kind == "assistant" and message.get("id") and message["id"] not in self.seen_messages:
             self.seen_messages.add(message["id"])
             usage = message.get("usage") or {}
-            tokens_in = _n(usage.get("input_tokens")) + _n(usage.get("cache_read_input_tokens")) + _n(usage.get("cache_creation_input_tokens"))
+            tokens_in = (
+                _n(usage.get("input_tokens"))
+                + _n(usage.get("cache_read_input_tokens"))
+                + _n(usage.get("cache_creation_input_tokens"))
+            )
             out.append({"kind": "usage", "scope": "step", "tokens_in": tokens_in, "tokens_out": _n(usage.get("output_tokens"))})
         return out
 
@@ -134,18 +154,39 @@ class GeminiStream:
         if kind == "init":
             return [{"kind": "session", "session_id": event.get("session_id"), "model": event.get("model")}]
         if kind == "message":
-            return [{"kind": "message", "role": event.get("role"), "text": _clip(event.get("content", "")), "delta": bool(event.get("delta"))}]
+            return [
+                {
+                    "kind": "message",
+                    "role": event.get("role"),
+                    "text": _clip(event.get("content", "")),
+                    "delta": bool(event.get("delta")),
+                }
+            ]
         if kind == "tool_use":
-            return [{"kind": "tool_call", "tool": event.get("tool_name"), "call_id": event.get("tool_id"), "input": event.get("parameters")}]
+            return [
+                {
+                    "kind": "tool_call",
+                    "tool": event.get("tool_name"),
+                    "call_id": event.get("tool_id"),
+                    "input": event.get("parameters"),
+                }
+            ]
         if kind == "tool_result":
             output = event.get("output") if event.get("output") is not None else (event.get("error") or {}).get("message", "")
-            return [{"kind": "tool_result", "call_id": event.get("tool_id"), "status": event.get("status"), "output": _clip(output)}]
+            return [
+                {"kind": "tool_result", "call_id": event.get("tool_id"), "status": event.get("status"), "output": _clip(output)}
+            ]
         if kind == "error":
             return [{"kind": "error", "text": _clip(event.get("message", ""))}]
         if kind == "result":
             stats = event.get("stats") or {}
             return [
-                {"kind": "usage", "scope": "total", "tokens_in": _n(stats.get("input_tokens")), "tokens_out": _n(stats.get("output_tokens"))},
+                {
+                    "kind": "usage",
+                    "scope": "total",
+                    "tokens_in": _n(stats.get("input_tokens")),
+                    "tokens_out": _n(stats.get("output_tokens")),
+                },
                 {"kind": "result", "status": event.get("status"), "tool_calls": stats.get("tool_calls")},
             ]
         return []
@@ -172,8 +213,15 @@ class OpenCodeStream:
         if kind == "step_finish":
             tokens = part.get("tokens") or {}
             cache = tokens.get("cache") or {}
-            return [{"kind": "usage", "scope": "step", "tokens_in": _n(tokens.get("input")) + _n(cache.get("read")) + _n(cache.get("write")),
-                     "tokens_out": _n(tokens.get("output")) + _n(tokens.get("reasoning")), "cached_in": _n(cache.get("read"))}]
+            return [
+                {
+                    "kind": "usage",
+                    "scope": "step",
+                    "tokens_in": _n(tokens.get("input")) + _n(cache.get("read")) + _n(cache.get("write")),
+                    "tokens_out": _n(tokens.get("output")) + _n(tokens.get("reasoning")),
+                    "cached_in": _n(cache.get("read")),
+                }
+            ]
         if kind == "error":
             error = event.get("error") or {}
             return [{"kind": "error", "text": _clip((error.get("data") or {}).get("message") or error.get("name") or error)}]
@@ -206,15 +254,16 @@ class OpenHandsStream:
         if kind == "ObservationEvent":
             observation = event.get("observation") or {}
             content = observation.get("content")
-            text = " ".join(c.get("text", "") for c in content) if isinstance(content, list) else content
+            output = " ".join(c.get("text", "") for c in content) if isinstance(content, list) else content
             return [{"kind": "tool_result", "call_id": event.get("tool_call_id"), "tool": event.get("tool_name"),
                      "status": "error" if observation.get("is_error") else "success", "exit_code": observation.get("exit_code"),
-                     "output": _clip(text or "")}]
+                     "output": _clip(output or "")}]
         if kind == "MessageEvent":
             message = event.get("llm_message") or {}
             content = message.get("content")
             text = " ".join(c.get("text", "") for c in content) if isinstance(content, list) else str(content or "")
-            return [{"kind": "message", "role": message.get("role") or event.get("source"), "text": _clip(text)}] + self._usage(event)
+            role = message.get("role") or event.get("source")
+            return [{"kind": "message", "role": role, "text": _clip(text)}] + self._usage(event)
         if kind in ("AgentErrorEvent", "ConversationErrorEvent"):
             return [{"kind": "error", "text": _clip(event.get("error") or event.get("detail") or "")}]
         return []

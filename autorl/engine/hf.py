@@ -45,7 +45,8 @@ class HFEngine:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self.device)
+        # The ignore: transformers' decorator on PreTrainedModel.to hides its signature from mypy.
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self.device)  # type: ignore[arg-type]
         self.model.eval()
 
     def generate_chat(

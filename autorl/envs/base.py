@@ -8,9 +8,9 @@ episode at a time: :meth:`Env.reset` starts it, :meth:`Env.step` takes one text 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from autorl.errors import AutorlError, ConfigError

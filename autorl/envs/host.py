@@ -150,7 +150,7 @@ class LocalEnvClient:
     def reset(self, specs: list[EpisodeSpec]) -> list[tuple[str, StepResult]]:
         """Start one episode per spec."""
         handles = [f"local-{next(self._ids)}" for _ in specs]
-        return list(zip(handles, self.host.reset(list(zip(handles, specs))), strict=True))
+        return list(zip(handles, self.host.reset(list(zip(handles, specs, strict=True))), strict=True))
 
     def step(self, moves: list[tuple[str, str]]) -> list[StepResult]:
         """Step each named episode."""

@@ -45,12 +45,18 @@ _MAX_BODY_BYTES = 64 * 1024 * 1024
 def error_response(protocol: str, status: int, message: str) -> JSONResponse:
     """An error in the shape the protocol's clients parse, so the CLI shows the message."""
     if protocol == "messages":
-        kind = {401: "authentication_error", 429: "rate_limit_error"}.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        kind = {401: "authentication_error", 429: "rate_limit_error"}.get(
+            status, "api_error" if status >= 500 else "invalid_request_error"
+        )
         return JSONResponse({"type": "error", "error": {"type": kind, "message": message}}, status_code=status)
     if protocol == "gemini":
-        code = {401: "UNAUTHENTICATED", 429: "RESOURCE_EXHAUSTED"}.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+        code = {401: "UNAUTHENTICATED", 429: "RESOURCE_EXHAUSTED"}.get(
+            status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT"
+        )
         return JSONResponse({"error": {"code": status, "message": message, "status": code}}, status_code=status)
-    kind = {401: "invalid_api_key", 429: "insufficient_quota"}.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    kind = {401: "invalid_api_key", 429: "insufficient_quota"}.get(
+        status, "server_error" if status >= 500 else "invalid_request_error"
+    )
     return JSONResponse({"error": {"message": message, "type": kind, "code": kind}}, status_code=status)
 
 
@@ -179,14 +185,18 @@ class Gateway:
         async def gemini(target: str, request: Request) -> Response:
             model, _, method = target.partition(":")
             if method not in ("generateContent", "streamGenerateContent"):
-                return error_response("gemini", 404, f"unsupported Gemini method {method!r}; use generateContent or streamGenerateContent")
+                return error_response(
+                    "gemini", 404, f"unsupported Gemini method {method!r}; use generateContent or streamGenerateContent"
+                )
             return await self.handle("gemini", request, f"/models/{model}:{method}", path_model=model)
 
         @app.get("/v1/models")
         def models(request: Request) -> JSONResponse:
             if not self._authorised(request):
                 return error_response("chat", 401, "missing or wrong gateway token")
-            return JSONResponse({"object": "list", "data": [{"id": self.settings.model, "object": "model", "owned_by": self.settings.provider}]})
+            return JSONResponse(
+                {"object": "list", "data": [{"id": self.settings.model, "object": "model", "owned_by": self.settings.provider}]}
+            )
 
         @app.get("/health")
         def health() -> JSONResponse:
@@ -210,7 +220,7 @@ class Gateway:
             return error_response(protocol, 400, "request body must be a JSON object")
         requested = path_model if protocol == "gemini" else (str(body["model"]) if "model" in body else None)
         stream = suffix.endswith(":streamGenerateContent") or body.get("stream") is True
-        record = dict(stream=stream, request_bytes=len(raw))
+        record: dict[str, Any] = dict(stream=stream, request_bytes=len(raw))
         refused = self.budget_exhausted()
         if refused is not None:
             self._record(self._call(protocol, started, t0, requested, status=429, attempts=0, usage=Usage(),

@@ -100,7 +100,9 @@ async def call(settings: DriverSettings, protocol: str, body: dict[str, Any], ap
         if protocol == "messages":
             result = await litellm.anthropic.messages.acreate(model=target, **request, **common)
         elif protocol == "responses":
-            result = await litellm.aresponses(model=target, **request, **common, use_chat_completions_api="chat" in settings.protocols)
+            result = await litellm.aresponses(
+                model=target, **request, **common, use_chat_completions_api="chat" in settings.protocols
+            )
         elif protocol == "chat":
             result = await litellm.acompletion(model=target, **request, **common)
         elif protocol == "gemini":

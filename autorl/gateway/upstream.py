@@ -29,7 +29,8 @@ def upstream_url(settings: DriverSettings, protocol: str, suffix: str, query: st
     """The provider URL of a call: the protocol's base URL plus the route's suffix.
 
     >>> from autorl.gateway.settings import DriverSettings
-    >>> s = DriverSettings("d", "google", "m", "u", None, {"gemini": "https://g/v1beta"}, None, None, None, None, 1, 1, 1, 1, True)
+    >>> s = DriverSettings("d", "google", "m", "u", None, {"gemini": "https://g/v1beta"},
+    ...                    None, None, None, None, 1, 1, 1, 1, True)
     >>> upstream_url(s, "gemini", "/models/m:streamGenerateContent", "alt=sse")
     'https://g/v1beta/models/m:streamGenerateContent?alt=sse'
     """
@@ -74,7 +75,7 @@ def backoff_s(settings: DriverSettings, attempt: int, retry_after: str | None) -
     >>> backoff_s(s, 1, "2")
     2.0
     """
-    delay = settings.initial_backoff_s * 2 ** (attempt - 1)
+    delay: float = settings.initial_backoff_s * 2 ** (attempt - 1)  # int ** int is typed Any
     if retry_after:
         try:
             delay = float(retry_after)
@@ -113,7 +114,9 @@ async def send_with_retries(
         except httpx.TransportError as error:
             last_error = f"{type(error).__name__}: {error}"
             if attempt == settings.max_attempts:
-                raise UpstreamFailure(f"provider unreachable at {url} after {attempt} attempt(s): {last_error}", attempt) from error
+                raise UpstreamFailure(
+                    f"provider unreachable at {url} after {attempt} attempt(s): {last_error}", attempt
+                ) from error
             await asyncio.sleep(backoff_s(settings, attempt, None))
             continue
         if response.status_code in RETRY_STATUSES and attempt < settings.max_attempts:

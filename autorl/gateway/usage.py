@@ -7,6 +7,7 @@ cache-creation tokens; output tokens include reasoning/thinking tokens.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -69,7 +70,11 @@ def _from_chat(raw: Any, usage: Usage) -> None:
 
 def _from_messages(payload: dict[str, Any], usage: Usage) -> None:
     kind = payload.get("type")
-    raw = payload["message"].get("usage") if kind == "message_start" and isinstance(payload.get("message"), dict) else payload.get("usage")
+    raw = (
+        payload["message"].get("usage")
+        if kind == "message_start" and isinstance(payload.get("message"), dict)
+        else payload.get("usage")
+    )
     if not isinstance(raw, dict):
         return
     if kind != "message_delta" or "input_tokens" in raw:
@@ -136,8 +141,6 @@ def _event_end(buffer: bytes) -> tuple[int, int] | None:
 def usage_from_json(protocol: str, body: bytes) -> Usage:
     """Usage of a non-streamed response body (an unparseable body has none)."""
     usage = Usage()
-    try:
+    with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
         apply(protocol, json.loads(body), usage)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        pass
     return usage

@@ -1,7 +1,8 @@
 """The cell's grading API (SPEC §5): FastAPI on loopback with a bearer token, served by uvicorn.
 
 Endpoints: ``POST /submit``, ``GET /submissions``, ``GET /submissions/{id}``, ``GET /time``,
-``GET /health``, and for interactive tasks the env endpoints (:func:`add_env_routes`). There is deliberately no endpoint that sets or changes the baseline.
+``GET /health``, and for interactive tasks the env endpoints (:func:`add_env_routes`). There is
+deliberately no endpoint that sets or changes the baseline.
 """
 
 from __future__ import annotations

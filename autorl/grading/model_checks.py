@@ -550,9 +550,9 @@ class _TensorReaders:
             if handle is None:
                 handle = self._open(path)
                 self._handles[path] = handle
-            if isinstance(handle, dict):
-                return handle[name]
-            return handle.get_tensor(name)
+            # A handle is a safetensors reader or a loaded state dict (see _open): either gives a tensor.
+            tensor: torch.Tensor = handle[name] if isinstance(handle, dict) else handle.get_tensor(name)
+            return tensor
         except CorruptWeightsError:
             raise
         except MemoryError:
@@ -575,7 +575,8 @@ def _update_with_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
 
     header = json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode("utf-8")
     flat = tensor.detach().cpu().contiguous().reshape(-1)
-    data = flat.view(torch.uint8).numpy() if flat.numel() else b""
+    # The array's buffer (ndarray.data), as numpy types ndarray as a buffer only on Python 3.12+.
+    data: memoryview | bytes = flat.view(torch.uint8).numpy().data if flat.numel() else b""
     digest.update(len(header).to_bytes(8, "little"))
     digest.update(header)
     digest.update(int(flat.numel() * flat.element_size()).to_bytes(8, "little"))

@@ -110,7 +110,7 @@ def seed_statistics(rows: list[CellRow]) -> list[dict[str, Any]]:
     for key, members in group_rows(completed(rows)).items():
         values = [r.result for r in members]
         mean, se = mean_se(values)
-        out.append(dict(zip(GROUP_KEYS, key)) | {
+        out.append(dict(zip(GROUP_KEYS, key, strict=True)) | {
             "n": len(values), "no_valid": sum(1 for r in members if r.improvement is None),
             "mean": mean, "se": se, "min": min(values), "max": max(values),
             "seeds": sorted(r.seed for r in members),

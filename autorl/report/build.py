@@ -131,7 +131,7 @@ def build_report(
         sources = load_cells(sweep_dir, store)
     if not sources:
         raise ReportError(f"{sweep_dir / 'records.sqlite'} holds no cells yet; run a sweep into it first")
-    cells = []
+    cells: list[dict[str, Any]] = []
     for src in sources:
         metrics, report, summary = _cell_outputs(src, driver)
         cells.append({"src": src, "metrics": metrics, "report": report, "summary": summary})

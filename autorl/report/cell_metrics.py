@@ -115,7 +115,7 @@ def monotonic_ratio(scores: list[float]) -> float | None:
     """
     if len(scores) < 2:
         return None
-    ups = sum(1 for a, b in zip(scores, scores[1:]) if b > a)
+    ups = sum(1 for a, b in zip(scores, scores[1:], strict=False) if b > a)
     return round(ups / (len(scores) - 1), 3)
 
 

@@ -31,7 +31,13 @@ HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
     "gradient_accumulation_steps": ("gradient_accumulation_steps", "grad_accum"),
     "num_generations": ("num_generations", "generations", "num-generations"),
     "max_length": ("max_length", "max_seq_length", "max-length"),
-    "max_completion_length": ("max_completion_length", "max-completion", "max_completion", "max_new_tokens", "max-completion-length"),
+    "max_completion_length": (
+        "max_completion_length",
+        "max-completion",
+        "max_completion",
+        "max_new_tokens",
+        "max-completion-length",
+    ),
     "beta": ("beta",),
     "temperature": ("temperature",),
     "lora_r": ("lora_r", "lora_rank"),
@@ -162,7 +168,8 @@ def scan_files(files: dict[str, str]) -> CodeFacts:
     Returns:
         The methods (with evidence) and hyperparameters the files show.
 
-    >>> facts = scan_files({"train.py": "from trl import GRPOTrainer, GRPOConfig\\ncfg = GRPOConfig(learning_rate=1e-6, num_generations=8)"})
+    >>> code = "from trl import GRPOTrainer, GRPOConfig\\ncfg = GRPOConfig(learning_rate=1e-6, num_generations=8)"
+    >>> facts = scan_files({"train.py": code})
     >>> facts.methods, facts.hyperparameters_for("GRPO")
     (['GRPO'], {'learning_rate': 1e-06, 'num_generations': 8})
     >>> scan_files({"runs/sft/log.txt": "loss 1.2"}).methods

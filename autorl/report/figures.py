@@ -127,7 +127,7 @@ def scaling_figure(series: dict[str, list[tuple[float, float]]], labels: dict[st
         if not points:
             continue
         label = labels.get(cell_id, cell_id)
-        xs, ys = zip(*sorted(points))
+        xs, ys = zip(*sorted(points), strict=True)
         first = label not in colours
         colours.setdefault(label, f"C{len(colours) % 10}")
         ax.step(xs, ys, where="post", marker="o", markersize=3, color=colours[label], alpha=0.85,
@@ -154,13 +154,13 @@ def trajectories_figure(tasks: dict[str, list[dict[str, Any]]], path: Path) -> b
     plt = _pyplot()
     names = sorted(tasks) or ["(none)"]
     fig, axes = plt.subplots(1, len(names), figsize=(4.8 * len(names), 3.6), squeeze=False)
-    for ax, task in zip(axes[0], names):
+    for ax, task in zip(axes[0], names, strict=True):
         cells = tasks.get(task, [])
         drawn = False
         for cell in cells:
             points = [(i + 1, s) for i, s in enumerate(cell["scores"]) if s is not None]
             if points:
-                xs, ys = zip(*points)
+                xs, ys = zip(*points, strict=True)
                 line = ax.plot(xs, ys, "o-", label=cell["label"])[0]
                 drawn = True
                 if cell["baseline"] is not None:

@@ -40,7 +40,7 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, raw: Sequenc
     body = []
     for row in rows:
         cells = []
-        for column, value in zip(columns, row):
+        for column, value in zip(columns, row, strict=True):
             css = ' class="num"' if isinstance(value, int | float) and not isinstance(value, bool) else ""
             cells.append(f"<td{css}>{value if column in raw else esc(value)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")

@@ -174,27 +174,37 @@ def render_markdown(report: dict[str, Any]) -> str:
     """The run report as Markdown (the same facts as the JSON)."""
     r = report
     lines = [
-        f"# Run report: {r['cell_id']}", "",
+        f"# Run report: {r['cell_id']}",
+        "",
         f"agent **{r['agent']}** · driver **{r['driver']}** · task **{r['task']}** v{r['task_version']} "
-        f"({r['task_source']}) · model **{r['model']}** · seed {r['seed']} · mode {r['mode']}", "",
-        f"- status: {r['status']}; agent exit: {_fmt(r['exit_class'])} (code {_fmt(r['exit_code'])}); budget {r['budget_s']:.0f} s",
+        f"({r['task_source']}) · model **{r['model']}** · seed {r['seed']} · mode {r['mode']}",
+        "",
+        f"- status: {r['status']}; agent exit: {_fmt(r['exit_class'])} (code {_fmt(r['exit_code'])}); "
+        f"budget {r['budget_s']:.0f} s",
         f"- baseline {_fmt(r['baseline'])} → best {_fmt(r['best_score'])} (improvement {_fmt(r['improvement'])})",
         f"- methods used: {', '.join(r['methods_used']) or '—'}",
-        f"- failure type: {_fmt(r['failure_type'])}" + (f" — {'; '.join(r['failure_evidence'])}" if r["failure_evidence"] else ""),
-        "", "| metric | value |", "|---|---|",
+        f"- failure type: {_fmt(r['failure_type'])}"
+        + (f" — {'; '.join(r['failure_evidence'])}" if r["failure_evidence"] else ""),
+        "",
+        "| metric | value |",
+        "|---|---|",
         *(f"| {k} | {_fmt(v)} |" for k, v in r["metrics"].items()),
     ]
     for note in r["notes"]:
         lines.append(f"\n> note: {note}")
     for e in r["entries"]:
         lines += [
-            "", f"## Iteration {e['iteration']}: submission {e['submission_id']} ({e['model_path']})", "",
+            "",
+            f"## Iteration {e['iteration']}: submission {e['submission_id']} ({e['model_path']})",
+            "",
             f"- status {e['status']}, score {_fmt(e['score'])}, improvement {_fmt(e['improvement'])}, "
             f"best so far {_fmt(e['best_so_far'])}{' (new best)' if e['new_best'] else ''}",
             f"- submitted {e['submitted_at']} (t = {_fmt(e['t_since_start_s'])} s), scoring {_fmt(e['scoring_s'])} s",
-            f"- method: **{e['method']}**" + (f" (evidence: {'; '.join(e['method_evidence'][:4])})" if e["method_evidence"] else ""),
+            f"- method: **{e['method']}**"
+            + (f" (evidence: {'; '.join(e['method_evidence'][:4])})" if e["method_evidence"] else ""),
             f"- hyperparameters: {', '.join(f'{k}={v}' for k, v in e['hyperparameters'].items()) or '—'}",
-            f"- failure type: {_fmt(e['failure_type'])}" + (f" — {'; '.join(e['failure_evidence'])}" if e["failure_evidence"] else ""),
+            f"- failure type: {_fmt(e['failure_type'])}"
+            + (f" — {'; '.join(e['failure_evidence'])}" if e["failure_evidence"] else ""),
         ]
         if e["error"]:
             lines.append(f"- error: {e['error']}")

@@ -118,12 +118,20 @@ def render_sections(
         ("overview", "Overview", overview),
         ("results", "Results", _results(cells)),
         ("seeds", "Mean ± standard error over seeds", _fig(figs, "seed_stats", "seed_stats.png") + _stats_table(stats)),
-        ("heatmaps", "Improvement heatmaps",
-         _fig(figs, "heatmap_agent_driver", "heatmap_agent_driver.png") + _fig(figs, "heatmap_mode_task", "heatmap_mode_task.png")),
+        (
+            "heatmaps",
+            "Improvement heatmaps",
+            _fig(figs, "heatmap_agent_driver", "heatmap_agent_driver.png")
+            + _fig(figs, "heatmap_mode_task", "heatmap_mode_task.png"),
+        ),
         ("pass-at-k", "pass@k: expected best improvement", _fig(figs, "pass_at_k", "pass_at_k.png") + _pass_table(stats)),
-        ("scaling", "Scaling curves",
-         _fig(figs, "scaling_time", "scaling_time.png") + _fig(figs, "scaling_submissions", "scaling_submissions.png")
-         + _fig(figs, "scaling_tokens", "scaling_tokens.png")),
+        (
+            "scaling",
+            "Scaling curves",
+            _fig(figs, "scaling_time", "scaling_time.png")
+            + _fig(figs, "scaling_submissions", "scaling_submissions.png")
+            + _fig(figs, "scaling_tokens", "scaling_tokens.png"),
+        ),
         ("trajectories", "Score trajectories", _fig(figs, "trajectories", "score_trajectories.png")),
         ("process-metrics", "Process metrics", table(("cell", *_METRIC_COLUMNS), metrics_rows)),
         ("run-reports", "Run reports", _run_reports(cells)),

@@ -2,8 +2,9 @@
 
 The summariser is a driver from ``conf/driver/<name>.yaml`` (:func:`autorl.config.load_driver_config`)
 reached through its OpenAI-compatible chat-completions route (``POST {protocols.chat}/chat/completions``).
-The key is read from the environment variable the driver names (never from config). The narrative goes to ``run_summary.md`` next to ``run_report.json``
-and never replaces the facts: its header says so, and the report links both.
+The key is read from the environment variable the driver names (never from config). The narrative
+goes to ``run_summary.md`` next to ``run_report.json`` and never replaces the facts: its header says
+so, and the report links both.
 """
 
 from __future__ import annotations
@@ -78,7 +79,11 @@ def facts_for_llm(report: dict[str, Any]) -> dict[str, Any]:
     """The run report trimmed for a prompt: diffs shortened, everything else kept."""
     trimmed = dict(report)
     trimmed["entries"] = [
-        {**e, "diff": e["diff"][:_DIFF_CHARS_FOR_LLM], "diff_truncated": e["diff_truncated"] or len(e["diff"]) > _DIFF_CHARS_FOR_LLM}
+        {
+            **e,
+            "diff": e["diff"][:_DIFF_CHARS_FOR_LLM],
+            "diff_truncated": e["diff_truncated"] or len(e["diff"]) > _DIFF_CHARS_FOR_LLM,
+        }
         for e in report["entries"]
     ]
     return trimmed

@@ -107,7 +107,8 @@ def gauge_refresh_s() -> float:
     try:
         import ray
 
-        return max(0.5, ray._config.metrics_report_interval_ms() / 2000)
+        interval_ms: float = ray._config.metrics_report_interval_ms()
+        return max(0.5, interval_ms / 2000)
     except Exception:  # noqa: BLE001 - a private Ray API; fall back to half the default interval
         return 5.0
 
@@ -147,7 +148,7 @@ def set_cell_counts(cells: Iterable[Any]) -> None:
             status = cell["status"] if isinstance(cell, dict) else cell.status
             counts.setdefault(key, dict.fromkeys(CELL_STATUSES, 0))[status] += 1
         for key, by_state in counts.items():
-            tags = dict(zip(CELL_TAGS, key))
+            tags = dict(zip(CELL_TAGS, key, strict=True))
             for state, n in by_state.items():
                 _set_gauge(f"autorl_cells_{state}", n, tags)
 

@@ -212,7 +212,7 @@ class WandbTracker:
         run = self._cell_run(cell)
         if run is None:
             return
-        run.summary.update({c: v for c, v in zip(TABLE_COLUMNS, table_rows([cell])[0]) if v is not None})
+        run.summary.update({c: v for c, v in zip(TABLE_COLUMNS, table_rows([cell])[0], strict=True) if v is not None})
         run.finish()
         self._runs.pop(cell.cell_id, None)
 

@@ -109,7 +109,9 @@ def build_workspace(
     # a submission must resolve inside output/.
     (root / "models" / model_name).symlink_to(base_model_dir, target_is_directory=True)
     shutil.copyfile(description_md, root / "description.md")
-    return WorkspacePaths(root, root / "code", root / "output", root / "data", root / "models" / model_name, root / "run_meta.json")
+    return WorkspacePaths(
+        root, root / "code", root / "output", root / "data", root / "models" / model_name, root / "run_meta.json"
+    )
 
 
 def copy_agent_code(spec: TaskSpec, dest: Path) -> Path | None:
@@ -128,7 +130,9 @@ def copy_agent_code(spec: TaskSpec, dest: Path) -> Path | None:
     return dest
 
 
-def write_instructions(paths: WorkspacePaths, *, budget_s: float, baseline: float, model_name: str, eval_settings: dict[str, Any]) -> None:
+def write_instructions(
+    paths: WorkspacePaths, *, budget_s: float, baseline: float, model_name: str, eval_settings: dict[str, Any]
+) -> None:
     """Write ``instructions.md`` with this run's budget, API, baseline and eval settings."""
     text = INSTRUCTIONS.format(
         budget_s=budget_s, model_name=model_name, baseline=baseline, eval_settings=json.dumps(eval_settings, indent=2)

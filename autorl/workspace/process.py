@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -39,19 +40,15 @@ def _die_with_parent() -> None:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     """SIGTERM the whole process group, wait ``grace_s``, then SIGKILL what is left."""
     _signal_group(proc.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
     # Children may outlive the group leader; SIGKILL the group in any case.
     _signal_group(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -80,7 +80,9 @@ def _pick_target(rng: random.Random, short: str) -> tuple[str, str, str]:
     return obj, rng.choice(targets), "None"
 
 
-def generate_game(rng: random.Random, short: str, goal_templates: dict[str, Any], domain: str, grammar: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+def generate_game(
+    rng: random.Random, short: str, goal_templates: dict[str, Any], domain: str, grammar: str
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """One solvable-by-construction ALFWorld game of task type ``short``.
 
     Returns:

@@ -137,10 +137,10 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         if len(raw) != len(items):
             raise TaskError(f"engine returned {len(raw)} generations for {len(items)} prompts")
         outputs = [(text or "").strip() for text in raw]
-        comparisons = [comparison(item["question"], item["reference"], out) for item, out in zip(items, outputs)]
+        comparisons = [comparison(item["question"], item["reference"], out) for item, out in zip(items, outputs, strict=True)]
         answers = client.complete_many([c.messages for c in comparisons])
         usage = client.usage.as_dict(spec.price_per_mtok)
-    preferences = [preference(answer, c.switched) for answer, c in zip(answers, comparisons)]
+    preferences = [preference(answer, c.switched) for answer, c in zip(answers, comparisons, strict=True)]
     unusable = sum(p != p for p in preferences)
     if unusable == len(preferences):
         raise JudgeError(f"judge {spec.identity} gave no usable answer (expected 'm' or 'M'); first: {answers[0]!r}")
@@ -149,7 +149,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
                                          glm=glm, prior=prior)
     # Details reach the agent through the grading API: no instruction or reference from the private split.
     samples = [{"output": out, "judge_answer": answer, "preference": pref}
-               for out, answer, pref in list(zip(outputs, answers, preferences))[:NUM_SAMPLES]]
+               for out, answer, pref in list(zip(outputs, answers, preferences, strict=True))[:NUM_SAMPLES]]
     details = {
         "length_controlled_winrate": metrics["length_controlled_winrate"], "win_rate": metrics["win_rate"],
         "discrete_win_rate": metrics["discrete_win_rate"], "n_wins": metrics["n_wins"],

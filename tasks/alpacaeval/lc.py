@@ -70,10 +70,10 @@ class LCPrior:
             raise ValueError(f"{path}: LC prior lacks columns {missing}; expected AlpacaEval's df_gamed.csv "
                              f"with columns {', '.join(PRIOR_COLUMNS)}")
         first = frame.drop_duplicates("index")
-        difficulty = {int(i): float(d) for i, d in zip(first["index"], first["instruction_difficulty"])}
+        difficulty = {int(i): float(d) for i, d in zip(first["index"], first["instruction_difficulty"], strict=True)}
         gamed = frame[~frame["not_gamed_baseline"].astype(bool)]
         rows = tuple((float(p), float(s), float(d)) for p, s, d in
-                     zip(gamed["preference"], gamed["std_delta_len"], gamed["instruction_difficulty"]))
+                     zip(gamed["preference"], gamed["std_delta_len"], gamed["instruction_difficulty"], strict=True))
         return cls(difficulty, rows)
 
 
@@ -203,7 +203,7 @@ def length_controlled_win_rate(
         metrics["length_controlled_winrate"] = usable[0] * 100
         return metrics
 
-    delta = [float(r - m) for r, m in zip(reference_lengths, model_lengths)]
+    delta = [float(r - m) for r, m in zip(reference_lengths, model_lengths, strict=True)]
     std = _std(delta)
     std_delta = [d / std if std and math.isfinite(std) else 0.0 for d in delta]
     y = np.array([_as_pairwise(p) - 1 for p in preferences], dtype=float)

@@ -103,7 +103,9 @@ class DeepSearchEnv:
 
         assert self.row is not None
         with open_judge(self.options, None) as client:
-            return judge_answers(client, [(self.row.get("answer_type") or "Single Answer", str(self.row["answer"]), prediction)])[0]
+            return judge_answers(client, [(self.row.get("answer_type") or "Single Answer", str(self.row["answer"]), prediction)])[
+                0
+            ]
 
     def close(self) -> None:
         """Forget the question."""

@@ -3,9 +3,10 @@
 Protocol (reference ``benchmarks/deepsearchqa/eval.py``, bugs fixed): raw-completion ReAct
 (:mod:`autorl.task_code.deepsearchqa.agent.protocol`), greedy, at most ``max_new_tokens`` (the
 reference's 256) tokens a step, at most ``max_steps`` (6) steps, all questions advancing together
-(one batched engine call per step, searches in parallel in the EnvPool). The final answer is the ``answer[…]`` action; an episode that never answers has an
-empty prediction, which is incorrect (never sent to the judge). Answers are judged after all
-episodes by the configured judge (:mod:`autorl.task_code.deepsearchqa.judge`): "correct"/"incorrect",
+(one batched engine call per step, searches in parallel in the EnvPool). The final answer is the
+``answer[…]`` action; an episode that never answers has an empty prediction, which is incorrect
+(never sent to the judge). Answers are judged after all episodes by the configured judge
+(:mod:`autorl.task_code.deepsearchqa.judge`): "correct"/"incorrect",
 Set answers must contain every item. Score = % correct.
 """
 

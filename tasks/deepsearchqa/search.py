@@ -99,7 +99,7 @@ class Bm25Search:
             return "No results found."
         k = min(self.num_results, len(self.docs))
         ids, scores = self.index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-        hits = [self.docs[int(i)] for i, s in zip(ids[0], scores[0]) if s > 0]
+        hits = [self.docs[int(i)] for i, s in zip(ids[0], scores[0], strict=True) if s > 0]
         return " | ".join(f"{d['title']}: {d['text']}" for d in hits) if hits else "No results found."
 
 

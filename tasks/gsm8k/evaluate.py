@@ -101,10 +101,10 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         raise TaskError(f"engine returned {len(outputs)} generations for {len(items)} prompts")
 
     extracted = [extract_answer(text or "") for text in outputs]
-    correct = sum(pred is not None and pred == gold for pred, gold in zip(extracted, golds))
+    correct = sum(pred is not None and pred == gold for pred, gold in zip(extracted, golds, strict=True))
     samples = [
         {"question": item["question"], "prediction": out, "extracted": pred, "gold": gold}
-        for item, out, pred, gold in list(zip(items, outputs, extracted, golds))[:NUM_SAMPLES]
+        for item, out, pred, gold in list(zip(items, outputs, extracted, golds, strict=True))[:NUM_SAMPLES]
     ]
     details = {"correct": correct, "num_shots": num_shots, "max_new_tokens": max_new_tokens, "samples": samples}
     return EvalResult(score=100.0 * correct / len(items), num_examples=len(items), details=details)

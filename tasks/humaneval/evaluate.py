@@ -71,13 +71,15 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     outputs = engine.generate_chat([build_conversation(i["question"]) for i in items], max_new_tokens=max_new_tokens)
     if len(outputs) != len(items):
         raise TaskError(f"engine returned {len(outputs)} generations for {len(items)} prompts")
-    programs = [build_program(i["question"], out or "", i["test"], i["entry_point"]) for i, out in zip(items, outputs)]
+    programs = [
+        build_program(i["question"], out or "", i["test"], i["entry_point"]) for i, out in zip(items, outputs, strict=True)
+    ]
     results = sandbox.run_many(programs, workers=int(options["workers"]))
     passed = [r.ok for r in results]
     # Details reach the agent through the grading API: nothing from the private split (no prompts,
     # no test output, which would show the hidden asserts), only the model's own completions.
     samples = [{"completion": out, "passed": ok, "timed_out": r.timed_out}
-               for out, ok, r in list(zip(outputs, passed, results))[:NUM_SAMPLES]]
+               for out, ok, r in list(zip(outputs, passed, results, strict=True))[:NUM_SAMPLES]]
     details = {"passed": sum(passed), "timed_out": sum(r.timed_out for r in results), "sandbox_mode": sandbox.mode,
                "max_new_tokens": max_new_tokens, "samples": samples}
     return EvalResult(score=100.0 * sum(passed) / len(items), num_examples=len(items), details=details)

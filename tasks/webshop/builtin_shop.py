@@ -74,7 +74,7 @@ class Catalogue:
             return []
         k = min(MAX_RESULTS, len(self.order))
         docs, scores = self.index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-        return [self.order[int(d)] for d, s in zip(docs[0], scores[0]) if s > 0]
+        return [self.order[int(d)] for d, s in zip(docs[0], scores[0], strict=True) if s > 0]
 
 
 def load_goals(folder: Path) -> dict[str, Goal]:
@@ -133,7 +133,11 @@ class BuiltinWebShop:
         if s.page == "results":
             start = (s.page_num - 1) * PAGE_SIZE
             shown = [a.lower() for a in s.results[start:start + PAGE_SIZE]]
-            nav = ["back to search"] + (["< prev"] if s.page_num > 1 else []) + (["next >"] if start + PAGE_SIZE < len(s.results) else [])
+            nav = (
+                ["back to search"]
+                + (["< prev"] if s.page_num > 1 else [])
+                + (["next >"] if start + PAGE_SIZE < len(s.results) else [])
+            )
             return nav + shown
         if s.page == "item":
             product = cat.products[s.asin]

@@ -88,7 +88,10 @@ def get_reward(product: Product, goal: Goal, target: Product, price: float, opti
         ``reward`` (0-1) and its parts ``r_type, r_att, r_option, r_price``.
     """
     attrs = list(goal["attributes"])
-    goal_options = [str(v).lower() for v in (goal["goal_options"].values() if isinstance(goal["goal_options"], dict) else goal["goal_options"])]
+    goal_options = [
+        str(v).lower()
+        for v in (goal["goal_options"].values() if isinstance(goal["goal_options"], dict) else goal["goal_options"])
+    ]
     num_attr = 0
     for g_attr in attrs:
         if any(token_set_ratio(p_attr, g_attr) > 85 for p_attr in product["Attributes"]) or _in_text(g_attr, product):

@@ -64,7 +64,8 @@ class ParsedPage:
 def parse_page(html: str) -> ParsedPage:
     """Visible texts, buttons, product links, options (with their type) and the score of a page.
 
-    >>> page = parse_page('<h4>color</h4><label>red</label><button>Buy Now</button><p>Your score (min 0.0, max 1.0)</p><p>0.5</p>')
+    >>> page = parse_page('<h4>color</h4><label>red</label><button>Buy Now</button>'
+    ...                   '<p>Your score (min 0.0, max 1.0)</p><p>0.5</p>')
     >>> page.buttons, page.options, page.reward
     (['Buy Now'], {'red': 'color'}, 0.5)
     """

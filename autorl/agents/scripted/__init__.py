@@ -21,7 +21,10 @@ class ScriptedAgent:
         """Run the recipe with the SFT and GRPO settings of the agent config."""
         agent = ctx.agent_cfg
         if not isinstance(agent, ScriptedAgentConfig):
-            raise ConfigError(f"agent {agent.name!r} runs the scripted agent: its conf/agent file must start with `defaults: [_scripted, _self_]`")
+            raise ConfigError(
+                f"agent {agent.name!r} runs the scripted agent: "
+                "its conf/agent file must start with `defaults: [_scripted, _self_]`"
+            )
         sft, grpo = agent.sft, agent.grpo
         if ctx.task_agent_dir is None:
             raise ConfigError("the scripted agent needs the task's agent-side folder (LaunchContext.task_agent_dir)")

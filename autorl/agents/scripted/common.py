@@ -88,7 +88,13 @@ def grpo(args: argparse.Namespace, rows: list[ChatRow], reward: Reward, start: P
         **_trainer_args(Path("code/runs/grpo"), args.seed),
     )
     trainer = GRPOTrainer(
-        model=str(start), reward_funcs=reward, args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer
+        model=str(start),
+        # The ignore: trl types a reward as returning list[float | None] (None skips a sample), and a
+        # list[float] is not one (lists are invariant) though trl reads it the same.
+        reward_funcs=reward,  # type: ignore[arg-type]
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
     )
     trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]

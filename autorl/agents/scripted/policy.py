@@ -108,8 +108,14 @@ class LocalPolicy:
                              max_length=max(1, self.max_length - max_new_tokens), add_special_tokens=False)
         self.model.eval()
         with self.torch.no_grad():
-            out = self.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=self.sample, temperature=1.0 if self.sample else None,
-                                      top_k=0 if self.sample else None, pad_token_id=self.tokenizer.pad_token_id)
+            out = self.model.generate(
+                **enc,
+                max_new_tokens=max_new_tokens,
+                do_sample=self.sample,
+                temperature=1.0 if self.sample else None,
+                top_k=0 if self.sample else None,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
         texts = self.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         return [cut_at_stop(t, stop) for t in texts]
 
