@@ -16,10 +16,12 @@ import itertools
 import json
 import os
 import threading
+import types
+import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autorl.config_errors import config_error
 from autorl.errors import ConfigError
@@ -129,10 +131,57 @@ def _compose_dict(overrides: Sequence[str]) -> DictConfig:
     """Hydra's composition of ``conf/config.yaml`` with ``overrides`` (the caller holds the lock)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
 
     register_schemas()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides))
+        try:
+            return hydra_compose(config_name="config", overrides=list(overrides))
+        except AttributeError:
+            # OmegaConf 2.3 cannot merge a mapping into a typed setting that is null (driver.price_per_mtok
+            # is null, then driver.price_per_mtok={input: 1.0, output: 4.0}): compose without such
+            # overrides, then assign them whole (the schema still checks them).
+            plain, mappings = _split_mapping_overrides(overrides)
+            if not mappings:
+                raise
+            config = hydra_compose(config_name="config", overrides=plain)
+            for key, value in mappings:
+                schema = _settings_class(key)
+                OmegaConf.update(config, key, OmegaConf.merge(OmegaConf.structured(schema), value) if schema else value,
+                                 merge=False)
+            return config
+
+
+def _settings_class(key: str) -> type | None:
+    """The dataclass the schema declares at ``key`` (``driver.price_per_mtok`` -> PricePerMtok), if one.
+
+    >>> _settings_class("driver.price_per_mtok").__name__, _settings_class("seed")
+    ('PricePerMtok', None)
+    """
+    kind: Any = RunConfig
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(kind):
+            return None
+        kind = typing.get_type_hints(kind).get(part)
+        if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:  # X | None
+            kind = next((arg for arg in typing.get_args(kind) if arg is not type(None)), None)
+    return kind if isinstance(kind, type) and dataclasses.is_dataclass(kind) else None
+
+
+def _split_mapping_overrides(overrides: Sequence[str]) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
+    """Split off the ``key={...}`` overrides (a mapping value, no ``+``/``~`` prefix) from the others."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    plain: list[str] = []
+    mappings: list[tuple[str, dict[str, Any]]] = []
+    for line, override in zip(overrides, OverridesParser.create().parse_overrides(list(overrides)), strict=True):
+        value = override.value()
+        if override.type == OverrideType.CHANGE and isinstance(value, dict):
+            mappings.append((override.get_key_element(), value))
+        else:
+            plain.append(line)
+    return plain, mappings
 
 
 def _search_path_overrides() -> list[str]:

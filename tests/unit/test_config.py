@@ -253,3 +253,13 @@ def test_cli_modules_import_nothing_heavy() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_price_can_be_given_for_a_driver_whose_price_is_unknown() -> None:
+    """A mapping override onto a typed setting that is null (OmegaConf cannot merge into it)."""
+    from autorl.config import compose
+
+    local = compose(["driver=local", "driver.price_per_mtok={input: 1.0, output: 4.0}"]).driver
+    assert (local.price_per_mtok.input, local.price_per_mtok.output) == (1.0, 4.0)  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="Did you mean output"):
+        compose(["driver=local", "driver.price_per_mtok={input: 1.0, outpt: 4.0}"])
