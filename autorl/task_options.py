@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -193,18 +194,27 @@ def require_options(package: str | None, kind: str, options: Mapping[str, Any], 
         raise ValueError(f"kind must be one of {OPTION_KINDS}, got {kind!r}")
     if not package or not package.startswith(PACKAGE + "."):
         raise ValueError(f"package must be a task package ({PACKAGE}.<id>), got {package!r}")
-    root = importlib.import_module(".".join(package.split(".")[:3]))  # autorl.task_code.<id>
-    spec = parse_manifest(Path(next(iter(root.__path__))) / "task.yaml")
-    blocks = [getattr(task_options(spec, source), kind) for source in spec.sources]
-    path = task_conf_path(spec)
-    valid = set().union(*blocks)
+    task_id, valid, required, path = _option_keys(".".join(package.split(".")[:3]), kind)  # autorl.task_code.<id>
     try:
-        check_option_names(f"{spec.id} {kind}", options, sorted(valid), f"defaults in {path}")
+        check_option_names(f"{task_id} {kind}", options, sorted(valid), f"defaults in {path}")
     except TaskError as exc:
         raise error(str(exc)) from exc
-    missing = sorted(set.intersection(*(set(b) for b in blocks)) - set(options))
+    missing = sorted(required - set(options))
     if missing:
         fillers = "EvalContext.for_task or autorl.tasks.eval_options" if kind == "eval" else "build_task_data"
-        raise error(f"{spec.id} {kind} options lack {', '.join(missing)}: pass complete options ({fillers} "
+        raise error(f"{task_id} {kind} options lack {', '.join(missing)}: pass complete options ({fillers} "
                     f"fill them in from {path})")
     return dict(options)
+
+
+@functools.cache
+def _option_keys(package: str, kind: str) -> tuple[str, frozenset[str], frozenset[str], Path]:
+    """The task id, the option names any source accepts, those every source has, and the conf file.
+
+    Cached per process: environments check their options at every episode reset, and the manifest
+    and conf files do not change while a process runs.
+    """
+    root = importlib.import_module(package)
+    spec = parse_manifest(Path(next(iter(root.__path__))) / "task.yaml")
+    blocks = [set(getattr(task_options(spec, source), kind)) for source in spec.sources]
+    return spec.id, frozenset(set().union(*blocks)), frozenset(set.intersection(*blocks)), task_conf_path(spec)
