@@ -4,10 +4,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Where agent CLIs are installed, one folder each (autorl/agents/cli.py reads the same variable).
 AUTORL_AGENTS_DIR ?= .cache/agents
-# The agent CLIs the tests run for real (tests/integration/test_real_cli.py drives codex).
-TEST_AGENTS := codex
+# The agent CLIs the tests run for real (tests/integration/test_real_cli.py runs a cell with each of them).
+# From cold caches about 6 minutes and 2 GB in all, most of both for the OpenHands venv (pip, ~5 min, 0.8 GB).
+TEST_AGENTS := codex claude-code gemini-cli opencode openhands
+# The agent's own Python environment (torch, transformers, trl, ... without autorl or tasks/; autorl/seal/toolchain.py
+# reads the same variable). A sealed cell's agent trains with it.
+AUTORL_TOOLCHAIN_DIR ?= .cache/toolchain
+TOOLCHAIN := $(AUTORL_TOOLCHAIN_DIR)/toolchain.json
 
-.PHONY: setup test-deps lint sweep test test-unit test-integration dry-run clean
+.PHONY: setup toolchain test-deps lint sweep test test-unit test-integration dry-run clean
 
 $(BIN)/autorl-installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,21 +29,34 @@ setup: $(BIN)/autorl-installed ## create .venv and install autorl with its pinne
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
+# Debian's bubblewrap: every cell's agent runs in its sandbox (autorl/seal/; setpriv comes with util-linux).
+/usr/bin/bwrap:
+	@[ "$$(id -u)" = 0 ] || { echo "sealed cells need Debian's bubblewrap: run as root, or: sudo apt-get install -y bubblewrap" >&2; exit 1; }
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap
+
 # An agent CLI at the version pinned in conf/agent/<name>.yaml (reinstalled when the pin changes).
 $(AUTORL_AGENTS_DIR)/%/.installed: conf/agent/%.yaml | $(BIN)/autorl-installed
 	$(BIN)/python -m autorl.agents.install $*
 	touch $@
 
-test-deps: /usr/bin/chromium $(TEST_AGENTS:%=$(AUTORL_AGENTS_DIR)/%/.installed) ## what the tests need beyond .venv
+# The agent toolchain at the pins of pyproject.toml and constraints.txt (rebuilt when they change; the
+# build is a no-op, touching its stamp, when only other lines changed). About 2 minutes and 1.4 GB.
+$(TOOLCHAIN): pyproject.toml constraints.txt | $(BIN)/autorl-installed
+	$(BIN)/python -m autorl.seal.toolchain --dir $(AUTORL_TOOLCHAIN_DIR)
 
-sweep: setup ## the embedded default: scripted agent × gsm8k fixture × tiny model on a local Ray
+toolchain: $(TOOLCHAIN) ## the agent's Python environment (what a sealed cell's agent trains with)
+
+test-deps: /usr/bin/chromium /usr/bin/bwrap $(TEST_AGENTS:%=$(AUTORL_AGENTS_DIR)/%/.installed) $(TOOLCHAIN) ## what the tests need beyond .venv
+
+sweep: setup /usr/bin/bwrap $(TOOLCHAIN) ## the embedded default: scripted agent × gsm8k fixture × tiny model on a local Ray
 	$(BIN)/python -m autorl.sweep
 
 dry-run: setup
 	$(BIN)/python -m autorl.sweep task=gsm8k seed=0,1 dry_run=true
 
-lint: setup ## ruff and mypy over autorl/ and tasks/ (their settings are in pyproject.toml)
-	$(BIN)/ruff check autorl tasks
+lint: setup ## ruff and mypy over autorl/, agent_kit/ and tasks/ (their settings are in pyproject.toml)
+	$(BIN)/ruff check autorl agent_kit tasks
 	$(BIN)/mypy
 
 # lint before test-deps: a lint failure stops `make test` before Chromium and the agent CLIs are installed.

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import PrerequisiteError
-from autorl.schema import ClusterConfig
+from autorl.schema import ClusterConfig, RunConfig
 
 
 def configure_client_auth(cluster_cfg: ClusterConfig) -> None:
@@ -83,3 +83,34 @@ def connect(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
         local["_temp_dir"] = cluster_cfg.temp_dir
     ray.init(address="local", **common, **local)
     return f"http://127.0.0.1:{port}" if port else None
+
+
+def check_nodes_sealable(cfg: RunConfig, timeout_s: float = 120.0) -> None:
+    """Run the sandbox preflight on every alive node with CPUs (any of them may run a cell).
+
+    The sweep's own node is checked before Ray starts (:mod:`autorl.sweep`); a joined cluster's
+    other nodes are checked here, before any cell is placed.
+
+    Raises:
+        PrerequisiteError: naming each node and what it lacks (and the opt-out ``sandbox.mode=none``).
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from autorl.seal.preflight import sandbox_problems
+
+    probe = ray.remote(num_cpus=0)(sandbox_problems)
+    refs = {
+        node["NodeManagerAddress"]: probe.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+        ).remote(cfg)
+        for node in ray.nodes()
+        if node["Alive"] and node["Resources"].get("CPU", 0) > 0
+    }
+    problems = [
+        f"node {address}: {problem}"
+        for address, problems in zip(refs, ray.get(list(refs.values()), timeout=timeout_s), strict=True)
+        for problem in problems
+    ]
+    if problems:
+        raise PrerequisiteError("cells cannot be sealed on every node:\n- " + "\n- ".join(problems))

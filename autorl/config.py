@@ -303,6 +303,7 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
                 f"task {task.name!r} is interactive but its conf/task/{task.name}.yaml has no env_pool block "
                 "(actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
             )
+        agent.reprompt.check()
         if cell.config.model.kind == ModelKind.hub and not cell.config.model.hub_id:
             raise ConfigError(
                 f"model {cell.config.model.name!r} has kind hub but no hub_id: set model.hub_id (cell {cell.cell_id})"

@@ -25,7 +25,7 @@ from autorl.actors.env_pool import start_env_pools
 from autorl.actors.grader_pool import GraderPool
 from autorl.actors.recorder import Recorder
 from autorl.actors.workspace import Workspace
-from autorl.cluster import connect
+from autorl.cluster import check_nodes_sealable, connect
 from autorl.config import CellSpec, SweepPlan, resolve_cache_dir
 from autorl.errors import PrerequisiteError
 from autorl.progress import CellBoard
@@ -239,6 +239,8 @@ def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
     cluster = plan.base_config.cluster
     dashboard = connect(cluster, f"{cluster.namespace_prefix}-{plan.sweep_id}")
     try:
+        if cluster.address:  # a joined cluster: its nodes were not checked with this one
+            check_nodes_sealable(plan.base_config)
         runner = SweepRunner(plan)
         if dashboard:
             runner.board.note(f"Ray dashboard: {dashboard}")

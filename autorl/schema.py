@@ -19,7 +19,7 @@ A cell carries the converted object (``OmegaConf.to_object``): code reads attrib
 Group schemas (``group/name`` in the ConfigStore; names starting with ``_`` are not options):
 
 - ``agent/_scripted`` (:class:`ScriptedAgentConfig`), ``agent/_cli`` (:class:`CliAgentConfig`),
-  ``agent/_claude_code`` (:class:`ClaudeCodeAgentConfig`)
+  ``agent/_claude_code`` (:class:`ClaudeCodeAgentConfig`), ``agent/_command`` (:class:`CommandAgentConfig`)
 - ``driver/_schema`` (:class:`DriverConfig`; ``conf/driver/_base.yaml`` builds on it)
 - ``model/_schema``, ``task/_schema``, ``cluster/_schema``
 """
@@ -101,6 +101,30 @@ class AuthMode(StrEnum):
 
 
 @dataclass
+class RepromptConfig:
+    """Resuming an agent that stops before its budget is spent (PostTrainBench's re-prompt loop).
+
+    It changes what is measured (the agent is told to go on), so it is part of the cell's config.
+    """
+
+    max: int = setting("resumes per cell at most; 0: off (the agent runs once)")
+    min_remaining_s: float = setting("resume only while more than this many seconds of the budget are left")
+
+    def check(self) -> None:
+        """Refuse settings that cannot mean anything (called when a sweep is planned).
+
+        Raises:
+            ConfigError: a negative ``agent.reprompt.max`` or ``agent.reprompt.min_remaining_s``.
+        """
+        from autorl.errors import ConfigError
+
+        if self.max < 0:
+            raise ConfigError(f"agent.reprompt.max must be 0 (off) or a positive number of resumes, got {self.max}")
+        if self.min_remaining_s < 0:
+            raise ConfigError(f"agent.reprompt.min_remaining_s must be at least 0 seconds, got {self.min_remaining_s}")
+
+
+@dataclass
 class AgentConfig:
     """What every agent option has (``conf/agent/<name>.yaml``)."""
 
@@ -112,6 +136,7 @@ class AgentConfig:
         "the driver API the agent speaks (the gateway translates it if the provider does not); "
         "null for agents without a driver", default=None,
     )
+    reprompt: RepromptConfig = setting("resume an agent that exits early, in the same workspace (off: max 0)")
 
 
 @dataclass
@@ -170,6 +195,17 @@ class ClaudeCodeAgentConfig(CliAgentConfig):
     """Claude Code, which also needs its bash-tool timeout raised."""
 
     bash_timeout_s: float = setting("one bash command may run this long (Claude Code's default is 2 minutes)")
+
+
+@dataclass
+class CommandAgentConfig(AgentConfig):
+    """A given command line run as the agent (``agent=command``; autorl/agents/command.py)."""
+
+    command: list[str] = setting(
+        "the command line, run in the workspace; in an argument '{home}' is the agent's HOME, "
+        "'{workspace}' the workspace, '{python}' the agent-side interpreter"
+    )
+    files: list[str] = setting("absolute host paths copied into the agent's HOME before it starts")
 
 
 # ---- drivers ------------------------------------------------------------------------------------
@@ -297,8 +333,35 @@ class BudgetConfig:
 class CellResources:
     """Resources reserved for each cell's workspace (its placement-group bundle)."""
 
-    cpus: float = setting("CPUs of the cell's bundle, e.g. 1 or 0.5")
-    gpus: float = setting("GPUs of the cell's bundle, e.g. 0 or 1")
+    cpus: float = setting("CPUs of the cell's bundle, e.g. 1 or 0.5; also the agent's CPU quota in its cgroup")
+    gpus: float = setting("GPUs of the cell's bundle, e.g. 0 or 1; the sandbox shows only these devices")
+    memory_gb: float = setting("memory of the cell's bundle; the agent's cgroup memory limit (its processes are killed past it)")
+    max_processes: int = setting("tasks (processes and threads) the agent may have at once (its cgroup's pids limit)")
+
+
+class SandboxMode(StrEnum):
+    """How a cell's agent is isolated."""
+
+    bwrap = "bwrap"  # a bubblewrap sandbox in a cgroup of its own (sealed)
+    none = "none"  # the node's filesystem, processes and network: only for debugging an agent, recorded as such
+
+
+class SandboxNetwork(StrEnum):
+    """What network a sealed agent has."""
+
+    none = "none"  # a network namespace of its own: only the cell's grading API and driver gateway answer
+    host = "host"  # the node's network (an explicit opt-out, recorded with the cell)
+
+
+@dataclass
+class SandboxConfig:
+    """How every cell's agent is sealed (autorl/seal/)."""
+
+    mode: SandboxMode = setting("bwrap: sealed (default); none: no sandbox (debugging only, recorded with every result)")
+    bwrap: str = setting("the bubblewrap executable: a path, or a name looked up on PATH")
+    network: SandboxNetwork = setting("none: only the grading API and gateway are reachable; host: the node's network")
+    toolchain: str | None = setting("the agent's Python environment; null: $AUTORL_TOOLCHAIN_DIR, else <repo>/.cache/toolchain")
+    uid_base: int = setting("when the sweep runs as root, each cell's agent runs as a host uid from here up (never 0)")
 
 
 @dataclass
@@ -376,6 +439,7 @@ class RunConfig:
     plugins: list[str] = setting("extra folders with conf/ and tasks/ of their own (agents, drivers, models, tasks)")
     budget: BudgetConfig = setting("the agent's time budget")
     cell: CellResources = setting("resources of each cell's workspace")
+    sandbox: SandboxConfig = setting("how each cell's agent is sealed")
     scheduler: SchedulerConfig = setting("cell scheduling")
     grader: GraderConfig = setting("the grader pool")
     grading_api: GradingApiConfig = setting("each cell's grading API")
@@ -388,6 +452,7 @@ SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
     ("agent", "_scripted", ScriptedAgentConfig),
     ("agent", "_cli", CliAgentConfig),
     ("agent", "_claude_code", ClaudeCodeAgentConfig),
+    ("agent", "_command", CommandAgentConfig),
     ("driver", "_schema", DriverConfig),
     ("model", "_schema", ModelConfig),
     ("task", "_schema", TaskConfig),

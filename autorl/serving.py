@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 
@@ -39,6 +39,22 @@ def bind_unix(path: Path) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+class Endpoints(Protocol):
+    """Where a cell's services listen and the URL its agent reaches each at.
+
+    :class:`autorl.seal.launch.CellSeal` is the implementation: loopback TCP for unsealed cells,
+    unix sockets forwarded into a sealed cell's network namespace otherwise.
+    """
+
+    def bind(self, name: str) -> socket.socket:
+        """A bound socket for the service ``name`` (``grading``, ``gateway``)."""
+        ...
+
+    def agent_url(self, name: str, served_url: str) -> str:
+        """The URL the agent uses for the service ``name``, which is served at ``served_url``."""
+        ...
 
 
 class ServerThread:

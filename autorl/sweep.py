@@ -4,8 +4,9 @@ Axes: ``agent``, ``driver``, ``task``, ``model``, ``seed``; each takes a name, a
 ``all``, and the cells are their cartesian product. Every other ``key=value`` is a Hydra override
 passed to every cell. Running the same command again resumes the sweep.
 
-Before any cell starts, a real run checks that each driver's key variable is set and each agent
-CLI is installed, and exits 2 naming what is missing; a dry run prints its cells anyway and lists
+Before any cell starts, a real run checks that each driver's key variable is set, each agent
+CLI is installed and this node can seal cells (bubblewrap, cgroups, the agent toolchain:
+``sandbox.mode=none`` is the explicit opt-out), and exits 2 naming what is missing; a dry run prints its cells anyway and lists
 what a real run would lack as notes. An agent that needs a driver with ``driver=none`` is refused.
 
 Examples:
@@ -27,6 +28,7 @@ from autorl.agents.preflight import missing_requirements
 from autorl.cluster import configure_client_auth
 from autorl.config import SweepPlan, plan_sweep
 from autorl.errors import AutorlError
+from autorl.seal.preflight import sandbox_problems
 
 FINAL_OK = ("completed",)
 
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     # still prints its cells and names what a real run would lack.
     local = not plan.base_config.cluster.address  # a remote cluster's nodes hold their own CLIs
     missing = missing_requirements(plan.cells, check_binaries=local)
+    if local:  # this node runs the cells; a cluster's nodes each check before their cell's agent starts
+        missing += sandbox_problems(plan.base_config)
     if plan.base_config.dry_run:
         print_plan(plan, console)
         for problem in missing:

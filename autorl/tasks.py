@@ -99,9 +99,9 @@ class EpisodeEnvs(Protocol):
     """The environments an interactive task's evaluator plays its episodes through, bound to its data.
 
     In a sweep this is an :class:`autorl.envs.host.EpisodeClient` over the EnvPool (or in-process
-    environments); :func:`autorl.envs.rollout.play` takes the same shape. Declared here rather than
+    environments); :func:`agent_kit.rollout.play` takes the same shape. Declared here rather than
     imported so that the task contract does not depend on ``autorl.envs`` (which depends on it).
-    Each result is an :class:`autorl.envs.base.StepResult`.
+    Each result is an :class:`agent_kit.protocol.StepResult`.
     """
 
     def reset(self, episode_ids: list[str]) -> list[tuple[str, Any]]:

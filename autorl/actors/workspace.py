@@ -7,11 +7,13 @@ only the workspace, the agent log and the code-revision repository.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import ray
 
 from autorl.actors.env_pool import find_pool_client
 from autorl.agents.base import LaunchContext, load_adapter
+from autorl.agents.reprompt import continuation_prompt, should_resume
 from autorl.agents.session import DriverSession
 from autorl.config import CellSpec, resolve_cache_dir
 from autorl.envs.training import training_envs
@@ -28,10 +31,11 @@ from autorl.grading.scoring import ScoreOutcome, target_from_config
 from autorl.grading.service import CellGradingContext, SubmissionService
 from autorl.models.resolve import resolve_model
 from autorl.records.types import CodeRevision, DriverCall, SubmissionRecord, TraceSummary
+from autorl.seal.launch import CellSeal
 from autorl.task_code import PLUGIN_PATH_ENV
 from autorl.tasks import TaskSpec, build_task_data, get_task
-from autorl.workspace.layout import build_workspace, copy_agent_code, write_instructions
-from autorl.workspace.process import run_agent
+from autorl.workspace.layout import WorkspacePaths, build_workspace, copy_agent_code, write_instructions
+from autorl.workspace.process import AgentExit, run_agent
 from autorl.workspace.revisions import CodeRevisions
 from autorl.workspace.run_meta import RunMeta
 
@@ -83,6 +87,7 @@ class Workspace:
         self.sink = _RecorderSink(recorder)
         self.cancelled = threading.Event()
         self.driver_usage: dict[str, Any] = {}
+        self.resumes = 0  # continuation prompts given (agent.reprompt)
 
     def cancel(self) -> None:
         """Stop the agent (exit class ``killed``); :meth:`run` then finishes the cell."""
@@ -113,8 +118,15 @@ class Workspace:
         )
         write_instructions(paths, budget_s=self.cell.budget_s, baseline=baseline, model_name=self.cell.model,
                            eval_settings={"source": target.source, **target.eval_options})
-        run_meta = RunMeta(paths.run_meta, self.cell.budget_s)
-        revisions = CodeRevisions(self.cell_dir / "code_history.git", paths.code, self.cell.cell_id, self._record_revision)
+        run_meta = RunMeta(paths.run_meta, self.cell.budget_s, self.cell_dir)
+        # Sealed (sandbox.mode=bwrap): the agent runs in its own sandbox and cgroup, and reaches this
+        # API and its gateway only through unix sockets forwarded into its network namespace.
+        seal = CellSeal(cfg, self.cell.cell_id, self.cell_dir)
+        history = self.cell_dir / "code_history.git"
+        revisions = CodeRevisions(
+            history, paths.code, self.cell.cell_id, self._record_revision, owner=seal.uid,
+            contain=lambda command: seal.contain(command, read_only=[paths.root], writable=[history]),
+        )
 
         def scorer(model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
             outcome, cached = ray.get(self.pool.score.remote(target, str(model_dir), digest))
@@ -138,10 +150,12 @@ class Workspace:
             },
             envs=training_envs(spec, target, data.public_dir, cache_dir, find_pool=find_pool_client),
         )
-        server = GradingServer(app, host=cfg.grading_api.host)
+        server = GradingServer(app, sock=seal.bind("grading"))
         server.start()
         try:
-            agent_exit = self._run_agent(spec, paths.root, server.url, token, run_meta, revisions)
+            agent_exit = self._run_agent(
+                spec, paths, base_dir, seal.agent_url("grading", server.url), token, run_meta, revisions, seal
+            )
             service.drain(_DRAIN_TIMEOUT_S)
         finally:
             server.stop()
@@ -152,6 +166,9 @@ class Workspace:
         return {
             "exit_class": agent_exit.exit_class,
             "exit_code": agent_exit.exit_code,
+            "limit_hit": agent_exit.limit_hit,
+            "sandbox": seal.mode_label(),
+            "resumes": self.resumes,
             "duration_s": duration,
             "working_time_s": max(0.0, agent_exit.duration_s - service.queue_wait_s()),
             "baseline": baseline,
@@ -159,23 +176,26 @@ class Workspace:
         }
 
     def _run_agent(
-        self, spec: TaskSpec, workspace: Path, url: str, token: str, run_meta: RunMeta, revisions: CodeRevisions
-    ) -> Any:
+        self, spec: TaskSpec, paths: WorkspacePaths, base_dir: Path, url: str, token: str, run_meta: RunMeta,
+        revisions: CodeRevisions, seal: CellSeal,
+    ) -> AgentExit:
         cfg = self.cell.config
+        workspace = paths.root
         agent_code = copy_agent_code(spec, self.cell_dir / "agent_code")
         home = self.cell_dir / "home"
         home.mkdir(exist_ok=True)
-        # The agent gets the node's environment minus Ray's own variables and the plugin path (which
-        # leads to plugin task folders), a HOME of its own (no shared credentials or caches between
-        # cells) and the benchmark's variables.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != PLUGIN_PATH_ENV} | {
+        # Unsealed, the agent gets the node's environment minus Ray's own variables and the plugin path
+        # (which leads to plugin task folders); sealed, only locale and time zone of it. Either way a
+        # HOME of its own (no shared credentials or caches between cells) and the benchmark's variables.
+        node_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != PLUGIN_PATH_ENV}
+        env = seal.base_env(node_env, home) | {
             "HOME": str(home),
             "TASK": self.cell.task,
             "BASE_MODEL": self.cell.model,
             "WORKSPACE": str(workspace),
-            "MODEL_PATH": str(workspace / "models" / self.cell.model),
-            "DATA_PATH": str(workspace / "data"),
-            "OUTPUT_DIR": str(workspace / "output"),
+            "MODEL_PATH": str(paths.model),
+            "DATA_PATH": str(paths.data),
+            "OUTPUT_DIR": str(paths.output),
             "GRADING_SERVER_URL": url,
             "GRADING_TOKEN": token,
             "OMP_NUM_THREADS": str(max(1, int(cfg.cell.cpus))),
@@ -183,14 +203,20 @@ class Workspace:
         }
         # The driver gateway (agents that need a driver) starts before the agent; provider keys
         # never reach the agent's environment, and its output stream is parsed into trace.jsonl.
-        session = DriverSession(self.cell.cell_id, self.cell_dir, cfg.agent, cfg.driver, self.sink, cfg.grading_api.host)
+        session = DriverSession(
+            self.cell.cell_id, self.cell_dir, cfg.agent, cfg.driver, self.sink, cfg.grading_api.host, endpoints=seal
+        )
+        cgroup = None
         try:
             env = session.agent_env(env)
             adapter = load_adapter(cfg.agent)
-            launch = adapter.launch(LaunchContext(
+            ctx = LaunchContext(
                 workspace, cfg.agent, cfg.driver, env, self.cell_dir, self.cell.seed,
-                task_agent_dir=agent_code, task_recipe=spec.entry_points.get("recipe"),
-            ))
+                task_agent_dir=agent_code, task_recipe=spec.entry_points.get("recipe"), python=seal.python,
+            )
+            # The copy of the task's agent side and of agent_kit (copy_agent_code's folder).
+            read_only = [agent_code.parent] if agent_code else []
+            cgroup = seal.cgroup()
             session.follow(adapter)
             stop_periodic = threading.Event()
 
@@ -198,17 +224,39 @@ class Workspace:
                 while not stop_periodic.wait(_REVISION_INTERVAL_S):
                     revisions.snapshot("periodic")
 
+            def launch(ctx: LaunchContext, budget_s: float, on_start: Callable[[], None] | None) -> AgentExit:
+                started = adapter.launch(ctx)
+                seal.hand_over(workspace, home)  # after the adapter wrote its config files into HOME
+                command = seal.wrap(started.command, workspace=workspace, home=home, base_model=base_dir,
+                                    read_only=[*started.read_only, *read_only])
+                return run_agent(
+                    command, cwd=workspace, env=started.env, log_path=self.cell_dir / "agent.log", budget_s=budget_s,
+                    grace_s=cfg.budget.kill_grace_s, cancel=self.cancelled, on_start=on_start, cgroup=cgroup,
+                )
+
             ticker = threading.Thread(target=periodic, name="code-revisions", daemon=True)
             ticker.start()
             try:
-                return run_agent(
-                    launch.command, cwd=workspace, env=launch.env, log_path=self.cell_dir / "agent.log",
-                    budget_s=self.cell.budget_s, grace_s=cfg.budget.kill_grace_s, cancel=self.cancelled,
-                    on_start=lambda: run_meta.update(start_time=time.time()),
-                )
+                first_start = time.monotonic()
+                deadline = first_start + self.cell.budget_s
+                agent_exit = launch(ctx, self.cell.budget_s, lambda: run_meta.update(start_time=time.time()))
+                # agent.reprompt: an agent that ended by itself with time left is resumed in the same
+                # workspace, told how much time remains (off by default; it changes what is measured).
+                while should_resume(agent_exit.exit_class, remaining := deadline - time.monotonic(),
+                                    cfg.agent.reprompt, self.resumes):
+                    prompt = continuation_prompt(remaining, self.cell.budget_s, self.resumes)
+                    self.resumes += 1
+                    with open(self.cell_dir / "agent.log", "a") as log:
+                        log.write(f"\n[autorl] resume {self.resumes}: the agent exited ({agent_exit.exit_code}) "
+                                  f"with {remaining:.0f} s left; continuing with prompt.resume{self.resumes}.md\n")
+                    ctx = dataclasses.replace(ctx, continuation_prompt=prompt, resume_index=self.resumes)
+                    agent_exit = launch(ctx, remaining, None)
+                return dataclasses.replace(agent_exit, duration_s=time.monotonic() - first_start)
             finally:
                 stop_periodic.set()
         finally:
+            if cgroup is not None:
+                cgroup.remove()
             self.driver_usage = session.close()
 
     def _record_revision(self, revision: CodeRevision) -> None:

@@ -22,14 +22,24 @@ class LaunchContext:
     seed: int = 0  # the cell's seed: agents that take one (the scripted agent) vary their runs by it
     task_agent_dir: Path | None = None  # a copy of the task's agent-side package (tasks/<id>/agent)
     task_recipe: str | None = None  # the task's scripted recipe, "module:attr" inside that package
+    # Set when the agent is resumed (agent.reprompt): what it is told instead of the task prompt
+    # (autorl.agents.reprompt.continuation_prompt); a CLI then continues its last session.
+    continuation_prompt: str | None = None
+    resume_index: int = 0  # 0 for the first launch, then 1, 2, ... for each resume
+    python: str | None = None  # the interpreter for agent-side Python (the toolchain's); None: sys.executable
 
 
 @dataclass(frozen=True)
 class AgentLaunch:
-    """The agent's command line and full environment."""
+    """The agent's command line, its full environment, and the host paths it needs to read.
+
+    ``read_only`` lists what a sealed cell must bind read-only for ``command`` to run (a CLI's
+    install folder); the workspace, HOME, base model, toolchain and task agent code are bound anyway.
+    """
 
     command: list[str]
     env: dict[str, str]
+    read_only: tuple[Path, ...] = ()
 
 
 class AgentAdapter(Protocol):

@@ -5,6 +5,7 @@ stream-json`` speaking the Anthropic Messages API.
 every model alias (the small/fast background model included) is the driver's model, so no call
 goes elsewhere. Its config lives in the cell's HOME (``CLAUDE_CONFIG_DIR``). Claude Code refuses
 ``--dangerously-skip-permissions`` as root unless ``IS_SANDBOX=1``: the cell is the sandbox.
+A resumed agent (``agent.reprompt``) runs ``--continue`` with the continuation prompt.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ class ClaudeCodeAgent(CLIAgent):
             "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1", "IS_SANDBOX": "1",
             "BASH_DEFAULT_TIMEOUT_MS": bash_ms, "BASH_MAX_TIMEOUT_MS": bash_ms,
         }
+        # A resumed agent continues its last conversation in this workspace (kept in CLAUDE_CONFIG_DIR).
+        resume = ["--continue"] if ctx.continuation_prompt is not None else []
         command = [
             binary, "--print", "--verbose", "--output-format", "stream-json", "--dangerously-skip-permissions",
-            "--model", model, *agent.extra_args, prompt,
+            *resume, "--model", model, *agent.extra_args, ctx.continuation_prompt or prompt,
         ]
         return command, env

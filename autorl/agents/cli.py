@@ -9,6 +9,12 @@ another (npm prunes what its ``package.json`` does not list from a shared prefix
 ``agents_dir`` is ``agent.agents_dir``, else ``$AUTORL_AGENTS_DIR``, else ``<repo>/.cache/agents``.
 ``agent.binary`` names the executable directly; a CLI on ``PATH`` is the last resort.
 Install with ``python -m autorl.agents.install <agent> ...``.
+
+A pip CLI's venv is made with ``install.python`` (e.g. ``python3.12``), resolved by
+:func:`resolve_python`: a path, a working command on ``PATH``, then pyenv's and uv's installed
+versions (pyenv puts a ``python3.12`` shim on ``PATH`` that fails unless 3.12 is the selected version).
+A sealed cell needs the install folder, and for a venv its base interpreter's prefix, inside the
+sandbox: :func:`install_paths`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from autorl.agents.base import AgentLaunch, LaunchContext
@@ -81,8 +88,36 @@ def installed_version(agent_cfg: CliAgentConfig) -> str | None:
     return None
 
 
-def install_commands(agent_cfg: CliAgentConfig) -> list[list[str]]:
+def install_paths(agent_cfg: CliAgentConfig) -> list[Path]:
+    """What a sealed cell binds read-only for the agent's installed CLI: its install folder and,
+    for a pip venv, the prefix of the venv's base interpreter (``home`` in ``pyvenv.cfg``: e.g.
+    ``~/.pyenv/versions/3.12.1``, whose ``bin/python3.12`` the venv's ``python`` links to).
+
+    Raises:
+        ConfigError: a pip CLI's venv without a readable ``pyvenv.cfg`` (reinstall it).
+    """
+    prefix = install_dir(agent_cfg)
+    paths = [prefix]
+    if agent_cfg.install.manager == InstallManager.pip:
+        cfg_file = prefix / "pyvenv.cfg"
+        try:
+            lines = cfg_file.read_text().splitlines()
+        except OSError as error:
+            raise ConfigError(
+                f"agent {agent_cfg.name!r}: {cfg_file} is unreadable ({error}); reinstall the CLI: "
+                f"python -m autorl.agents.install {agent_cfg.name} --force"
+            ) from error
+        homes = [line.split("=", 1)[1].strip() for line in lines if line.split("=", 1)[0].strip() == "home"]
+        if homes:
+            paths.append(Path(homes[0]).resolve().parent)
+    return paths
+
+
+def install_commands(agent_cfg: CliAgentConfig, python: str | None = None) -> list[list[str]]:
     """The commands that install the agent's CLI at its pinned version into :func:`install_dir`.
+
+    A pip CLI's venv is made with ``python`` (what :func:`resolve_python` found), else with
+    ``install.python`` as written.
 
     npm records the pin in the prefix's own ``package.json`` (``--save-exact``), so a later
     ``npm install`` there keeps it.
@@ -100,12 +135,77 @@ def install_commands(agent_cfg: CliAgentConfig) -> list[list[str]]:
     if install.manager == InstallManager.npm:
         npm_install = ["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact"]
         return [[*npm_install, f"{install.package}@{install.version}"]]
-    if not install.python:
+    return [[python or _python_spec(agent_cfg), "-m", "venv", str(prefix)],
+            [str(prefix / "bin" / "python"), "-m", "pip", "install", f"{install.package}=={install.version}"]]
+
+
+def _python_spec(agent_cfg: CliAgentConfig) -> str:
+    if not agent_cfg.install.python:
         raise ConfigError(
             f"agent {agent_cfg.name!r}: a pip CLI needs install.python, the interpreter its venv is made with (e.g. python3.12)"
         )
-    return [[install.python, "-m", "venv", str(prefix)],
-            [str(prefix / "bin" / "python"), "-m", "pip", "install", f"{install.package}=={install.version}"]]
+    return agent_cfg.install.python
+
+
+def _python_version(python: str) -> str | None:
+    """``"3.12"`` for an interpreter that runs; None for one that does not (e.g. a pyenv shim of an unselected version)."""
+    try:
+        done = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _version_key(path: Path) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path.parent.parent.name))
+
+
+def python_candidates(spec: str, home: Path | None = None, environ: dict[str, str] | None = None) -> list[Path]:
+    """Interpreters named ``spec`` (``pythonX.Y``) that version managers installed off ``PATH``, newest first.
+
+    pyenv's versions (``$PYENV_ROOT/versions/X.Y.*``, default ``~/.pyenv``) and uv's managed
+    Pythons (``~/.local/share/uv/python/cpython-X.Y.*``); prereleases and free-threaded builds are skipped.
+    """
+    match = re.fullmatch(r"python(\d+\.\d+)", spec)
+    if match is None:
+        return []
+    env = os.environ if environ is None else environ
+    home = Path.home() if home is None else home
+    version = re.escape(match.group(1))
+    roots = [(Path(env.get("PYENV_ROOT") or home / ".pyenv") / "versions", rf"{version}\.\d+"),
+             (home / ".local" / "share" / "uv" / "python", rf"cpython-{version}\.\d+-[a-z0-9_]+-[a-z0-9_]+-[a-z]+")]
+    found = [folder / "bin" / spec for root, pattern in roots if root.is_dir() for folder in root.iterdir()
+             if re.fullmatch(pattern, folder.name) and (folder / "bin" / spec).is_file()]
+    return sorted(found, key=_version_key, reverse=True)
+
+
+def resolve_python(agent_cfg: CliAgentConfig) -> str:
+    """The interpreter a pip CLI's venv is made with: ``install.python`` as a path, as a command on
+    ``PATH`` that runs, then as a pyenv or uv install (:func:`python_candidates`).
+
+    Raises:
+        ConfigError: no working interpreter of that name, naming what to install.
+    """
+    spec = _python_spec(agent_cfg)
+    wanted = re.fullmatch(r"python(\d+\.\d+)", Path(spec).name)
+    tried: list[str] = []
+    on_path = spec if "/" in spec else shutil.which(spec)
+    candidates = ([Path(on_path)] if on_path else []) + ([] if "/" in spec else python_candidates(spec))
+    for candidate in candidates:
+        version = _python_version(str(candidate))
+        if version is not None and (wanted is None or version == wanted.group(1)):
+            return str(candidate)
+        tried.append(f"{candidate} ({'does not run' if version is None else f'is Python {version}'})")
+    if not candidates:
+        tried.append(f"{spec} (not on PATH, nor in ~/.pyenv/versions or uv's Pythons)")
+    version = wanted.group(1) if wanted else ""
+    raise ConfigError(
+        f"agent {agent_cfg.name!r} is installed into a venv made with install.python={spec}, and no working "
+        f"interpreter was found: tried {'; '.join(tried)}. Install Python {version or spec} (e.g. "
+        f"`pyenv install {version}`, `uv python install {version}` or `apt-get install python{version}`), or name one: "
+        f"python -m autorl.agents.install {agent_cfg.name} --python /path/to/python{version}"
+    )
 
 
 def find_binary(agent_cfg: CliAgentConfig) -> str:
@@ -134,6 +234,21 @@ def find_binary(agent_cfg: CliAgentConfig) -> str:
     )
 
 
+def cli_folder(agent_cfg: CliAgentConfig, binary: str) -> Path:
+    """The folder a sealed cell binds for the CLI ``binary`` to run: its install folder, else the
+    folder above the executable's own (``<prefix>`` of ``<prefix>/bin/<cli>``)."""
+    resolved = Path(binary).resolve()
+    prefix = install_dir(agent_cfg)
+    return prefix if resolved.is_relative_to(prefix) else resolved.parent.parent
+
+
+def cli_read_only(agent_cfg: CliAgentConfig, binary: str) -> tuple[Path, ...]:
+    """What a sealed cell binds read-only for the CLI ``binary``: :func:`install_paths` for the
+    project-local install (a pip venv's base interpreter included), else :func:`cli_folder`."""
+    folder = cli_folder(agent_cfg, binary)
+    return tuple(install_paths(agent_cfg)) if folder == install_dir(agent_cfg) else (folder,)
+
+
 def cli_config(ctx: LaunchContext) -> CliAgentConfig:
     """The launch's agent config as a CLI agent's.
 
@@ -159,13 +274,16 @@ class CLIAgent:
         if GATEWAY_URL_ENV not in ctx.env or GATEWAY_TOKEN_ENV not in ctx.env:
             raise ConfigError(f"agent {agent.name!r} needs a driver gateway; run it with a driver (driver=...)")
         binary = find_binary(agent)
-        prompt = build_prompt(ctx.workspace, agent.mode)
-        if ctx.cell_dir is not None:
-            (ctx.cell_dir / "prompt.md").write_text(prompt)
+        prompt = build_prompt(ctx.workspace, agent.mode) if ctx.continuation_prompt is None else ctx.continuation_prompt
+        if ctx.cell_dir is not None:  # prompt.md, then prompt.resume1.md, ... (what the agent was told, in order)
+            name = "prompt.md" if ctx.continuation_prompt is None else f"prompt.resume{ctx.resume_index}.md"
+            (ctx.cell_dir / name).write_text(prompt)
         home = Path(ctx.env["HOME"])
-        env = {k: v for k, v in ctx.env.items() if k not in PROVIDER_ENV}
+        # PWD too: the node's (the sweep's own folder) would lead OpenCode, which takes its project
+        # folder from PWD before its working directory, to work in the repository, not the workspace.
+        env = {k: v for k, v in ctx.env.items() if k not in PROVIDER_ENV} | {"PWD": str(ctx.workspace)}
         command, extra_env = self.command(binary, prompt, ctx, home)
-        return AgentLaunch(command, env | extra_env)
+        return AgentLaunch(command, env | extra_env, read_only=cli_read_only(agent, binary))
 
     def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
         """The command line and the extra environment of this CLI (config files go under ``home``)."""

@@ -3,6 +3,7 @@
 The cell's ``$HOME/.codex/config.toml`` (``CODEX_HOME``) defines a model provider ``autorl`` at
 the gateway's ``/v1`` with the gateway token in ``AUTORL_DRIVER_TOKEN``; web search (a leakage
 channel of the reference, which ran ``--search``), update checks and analytics are off.
+A resumed agent (``agent.reprompt``) runs ``codex exec resume --last`` with the continuation prompt.
 """
 
 from __future__ import annotations
@@ -44,8 +45,13 @@ class CodexAgent(CLIAgent):
             f"env_key = {_toml(GATEWAY_TOKEN_ENV)}\n"
             'wire_api = "responses"\n'
         )
-        command = [
-            binary, "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-            "--cd", str(ctx.workspace), "--model", model, *cli_config(ctx).extra_args, prompt,
-        ]
+        flags = ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
+        if ctx.continuation_prompt is not None:
+            # `exec resume --last` picks the newest session recorded in CODEX_HOME for the current
+            # directory (the agent runs in the workspace; `resume` has no --cd).
+            command = [binary, "exec", "resume", "--last", *flags, "--model", model, *cli_config(ctx).extra_args,
+                       ctx.continuation_prompt]
+        else:
+            command = [binary, "exec", *flags, "--cd", str(ctx.workspace), "--model", model,
+                       *cli_config(ctx).extra_args, prompt]
         return command, {"CODEX_HOME": str(codex_home)}

@@ -4,7 +4,9 @@ the Gemini API.
 ``GOOGLE_GEMINI_BASE_URL`` points at the gateway and ``GEMINI_API_KEY`` holds the gateway token;
 ``$HOME/.gemini/settings.json`` selects API-key auth and turns telemetry, usage statistics and
 update checks off. The workspace is trusted (``GEMINI_CLI_TRUST_WORKSPACE``), else ``--yolo`` is
-downgraded to asking for approval, which nobody would give.
+downgraded to asking for approval, which nobody would give. The shell tool's inactivity timeout
+(``tools.shell.inactivityTimeout``, 300 s by default) is the cell's budget. A resumed agent
+(``agent.reprompt``) runs ``--resume latest`` with the continuation prompt.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from autorl.agents.base import LaunchContext
 from autorl.agents.cli import CLIAgent, cli_config
+from autorl.agents.prompt import tool_timeout_s
 
 
 class GeminiCliAgent(CLIAgent):
@@ -31,12 +34,17 @@ class GeminiCliAgent(CLIAgent):
             "privacy": {"usageStatisticsEnabled": False},
             "telemetry": {"enabled": False},
             "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+            # A shell command is stopped after this many seconds without output (default 300): a
+            # quiet training run may take the whole budget.
+            "tools": {"shell": {"inactivityTimeout": tool_timeout_s(ctx.workspace)}},
         }
         (settings_dir / "settings.json").write_text(json.dumps(settings, indent=2))
         env = {"GEMINI_API_KEY": token, "GOOGLE_GEMINI_BASE_URL": url, "GEMINI_SANDBOX": "false",
                "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+        # A resumed agent continues the newest session of this workspace (kept under ~/.gemini/tmp).
+        resume = ["--resume", "latest"] if ctx.continuation_prompt is not None else []
         command = [
-            binary, "--yolo", "--model", str(ctx.driver_cfg.model), "--output-format", "stream-json",
-            *cli_config(ctx).extra_args, "--prompt", prompt,
+            binary, "--yolo", "--model", str(ctx.driver_cfg.model), "--output-format", "stream-json", *resume,
+            *cli_config(ctx).extra_args, "--prompt", ctx.continuation_prompt or prompt,
         ]
         return command, env

@@ -4,7 +4,9 @@
 (``@ai-sdk/openai-compatible``) at the gateway's ``/v1`` with the gateway token, makes the
 driver's model both the main and the small model, allows every tool without asking, and turns
 sharing and auto-update off. OpenCode fetches the provider package from the npm registry into
-the cell's HOME on first use.
+the cell's HOME on first use. The shell tool's default timeout (2 minutes;
+``OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS``) is the cell's budget. A resumed agent
+(``agent.reprompt``) runs ``run --continue`` with the continuation prompt.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from autorl.agents.base import LaunchContext
 from autorl.agents.cli import CLIAgent, cli_config
+from autorl.agents.prompt import tool_timeout_s
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV
 
 
@@ -41,6 +44,11 @@ class OpenCodeAgent(CLIAgent):
         }
         (config_home / "opencode" / "opencode.json").write_text(json.dumps(config, indent=2))
         env = {"XDG_CONFIG_HOME": str(config_home), "OPENCODE_DISABLE_MODELS_FETCH": "1",
-               "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
-        command = [binary, "run", "--format", "json", "--model", f"autorl/{model}", *cli_config(ctx).extra_args, prompt]
+               "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+               # The shell tool's default timeout (2 minutes) would cut a training run.
+               "OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS": str(tool_timeout_s(ctx.workspace) * 1000)}
+        # A resumed agent continues the last session of this workspace (kept under ~/.local/share/opencode).
+        resume = ["--continue"] if ctx.continuation_prompt is not None else []
+        command = [binary, "run", "--format", "json", *resume, "--model", f"autorl/{model}", *cli_config(ctx).extra_args,
+                   ctx.continuation_prompt or prompt]
         return command, env

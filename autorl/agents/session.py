@@ -13,8 +13,10 @@ from typing import Any, Protocol
 from autorl.agents.cli import PROVIDER_ENV
 from autorl.agents.trace import TraceFollower
 from autorl.gateway.cell import CellGateway, DriverCallSink
+from autorl.gateway.settings import GATEWAY_URL_ENV
 from autorl.records.types import TraceSummary
 from autorl.schema import AgentConfig, DriverConfig
+from autorl.serving import Endpoints
 
 TRACE_FILE = "trace.jsonl"
 
@@ -36,17 +38,19 @@ class DriverSession:
         agent_cfg: The cell's agent config.
         driver_cfg: The cell's driver config.
         sink: Receives the gateway's driver calls and the trace summary.
-        host: Loopback address for the gateway.
+        host: Loopback address for the gateway when no ``endpoints`` are given.
+        endpoints: Where the gateway listens and the URL the agent gets for it (a sealed cell's).
     """
 
     def __init__(self, cell_id: str, cell_dir: Path, agent_cfg: AgentConfig, driver_cfg: DriverConfig,
-                 sink: SessionSink, host: str) -> None:
+                 sink: SessionSink, host: str, endpoints: Endpoints | None = None) -> None:
         self.cell_id = cell_id
         self.cell_dir = cell_dir
         self.agent_cfg = agent_cfg
         self.driver_cfg = driver_cfg
         self.sink = sink
         self.host = host
+        self.endpoints = endpoints
         self.gateway: CellGateway | None = None
         self.follower: TraceFollower | None = None
 
@@ -60,8 +64,12 @@ class DriverSession:
         clean = {k: v for k, v in env.items() if k not in PROVIDER_ENV and k != secret}
         if not self.agent_cfg.needs_driver:
             return clean
-        self.gateway = CellGateway(self.driver_cfg, self.cell_id, self.sink, host=self.host)
-        return clean | self.gateway.start()
+        sock = self.endpoints.bind("gateway") if self.endpoints is not None else None
+        self.gateway = CellGateway(self.driver_cfg, self.cell_id, self.sink, host=self.host, sock=sock)
+        variables = self.gateway.start()
+        if self.endpoints is not None:
+            variables[GATEWAY_URL_ENV] = self.endpoints.agent_url("gateway", variables[GATEWAY_URL_ENV])
+        return clean | variables
 
     def follow(self, adapter: Any) -> None:
         """Parse the agent's output into ``trace.jsonl`` while it runs, if its adapter has a format."""

@@ -27,7 +27,19 @@ def _n(value: Any) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-class CodexStream:
+class StreamParser:
+    """Base of the parsers: called once per JSON event; :meth:`flush` when the stream ends."""
+
+    def __call__(self, event: Event) -> list[Event]:
+        """The normalised events of one JSON event of the stream."""
+        raise NotImplementedError
+
+    def flush(self) -> list[Event]:
+        """What the parser still holds once the stream has ended (a message still streaming)."""
+        return []
+
+
+class CodexStream(StreamParser):
     """``codex exec --json``: thread/turn/item events; usage per turn on ``turn.completed``."""
 
     _TOOLS = {"command_execution": "shell", "mcp_tool_call": "mcp", "web_search": "web_search", "file_change": "apply_patch"}
@@ -81,11 +93,14 @@ class CodexStream:
         if item_type == "reasoning":
             return [{"kind": "reasoning", "text": _clip(item.get("text", ""))}]
         if item_type == "error":
-            return [{"kind": "error", "text": _clip(item.get("message", ""))}]
+            # Codex prints its warnings as error items (exec's JSONL maps EventMsg::Warning to an
+            # ErrorItem, e.g. "Model metadata for `m` not found"); its errors are the top-level
+            # `error` and `turn.failed` events above.
+            return [{"kind": "warning", "text": _clip(item.get("message", ""))}]
         return []
 
 
-class ClaudeCodeStream:
+class ClaudeCodeStream(StreamParser):
     """``claude --print --output-format stream-json``: system/assistant/user/result messages.
 
     An assistant event snapshots its message while it streams (output tokens still partial), so
@@ -146,22 +161,43 @@ class ClaudeCodeStream:
         return out
 
 
-class GeminiStream:
-    """``gemini --output-format stream-json``: init/message/tool_use/tool_result/error/result."""
+class GeminiStream(StreamParser):
+    """``gemini --output-format stream-json``: init/message/tool_use/tool_result/error/result.
+
+    The assistant's reply streams as ``message`` events with ``delta: true``, one per chunk, until
+    another event comes: the chunks are joined into one message, written when the next event (or
+    the end of the stream) shows it is complete.
+    """
+
+    def __init__(self) -> None:
+        self.pending: Event | None = None  # the streaming message: its role, chunks and their count
+
+    def flush(self) -> list[Event]:
+        """The streaming message, now complete (nothing if none is streaming)."""
+        if self.pending is None:
+            return []
+        pending, self.pending = self.pending, None
+        return [{"kind": "message", "role": pending["role"], "text": _clip("".join(pending["chunks"])),
+                 "chunks": len(pending["chunks"]), "raw_type": "message"}]
 
     def __call__(self, event: Event) -> list[Event]:
         kind = event["type"]
+        content = event.get("content", "")
+        if kind == "message" and event.get("delta") and isinstance(content, str):
+            if self.pending is not None and self.pending["role"] == event.get("role"):
+                self.pending["chunks"].append(content)
+                return []
+            done = self.flush()
+            self.pending = {"role": event.get("role"), "chunks": [content]}
+            return done
+        return self.flush() + self._event(kind, event)
+
+    @staticmethod
+    def _event(kind: str, event: Event) -> list[Event]:
         if kind == "init":
             return [{"kind": "session", "session_id": event.get("session_id"), "model": event.get("model")}]
         if kind == "message":
-            return [
-                {
-                    "kind": "message",
-                    "role": event.get("role"),
-                    "text": _clip(event.get("content", "")),
-                    "delta": bool(event.get("delta")),
-                }
-            ]
+            return [{"kind": "message", "role": event.get("role"), "text": _clip(event.get("content", ""))}]
         if kind == "tool_use":
             return [
                 {
@@ -192,7 +228,7 @@ class GeminiStream:
         return []
 
 
-class OpenCodeStream:
+class OpenCodeStream(StreamParser):
     """``opencode run --format json``: step_start/text/reasoning/tool_use/step_finish/error parts."""
 
     def __call__(self, event: Event) -> list[Event]:
@@ -228,7 +264,7 @@ class OpenCodeStream:
         return []
 
 
-class OpenHandsStream:
+class OpenHandsStream(StreamParser):
     """``openhands --headless --json``: OpenHands SDK events (``kind`` ActionEvent, ObservationEvent,
     MessageEvent, AgentErrorEvent, ...) between lines of console text. The 1.16 stream carries no
     token usage (the gateway's count is the one to use); accumulated LLM metrics are read where
@@ -278,7 +314,7 @@ class OpenHandsStream:
         return [{"kind": "usage", "scope": "total", "tokens_in": tokens_in, "tokens_out": _n(usage.get("completion_tokens"))}]
 
 
-Parser = Callable[[], Callable[[Event], list[Event]]]
+Parser = Callable[[], StreamParser]
 """A stream format's parser class: a fresh instance per agent run, called once per JSON event."""
 
 PARSERS: Registry[Parser] = Registry("stream format", {

@@ -5,10 +5,11 @@ Gemini CLI ``stream-json``, OpenCode ``--format json``, OpenHands ``--json``); t
 :mod:`autorl.agents.streams` turn each event into zero or more normalised events:
 
 ``{"seq", "agent", "kind", "raw_type", ...}`` with ``kind`` one of ``session``, ``message``
-(``role``, ``text``), ``reasoning`` (``text``), ``tool_call`` (``tool``, ``call_id``, ``input``),
-``tool_result`` (``call_id``, ``output``, ``status``), ``usage`` (``tokens_in``, ``tokens_out``,
-``scope``: ``step`` to add up or ``total`` for a CLI's own running total), ``error``
-(``text``) and ``result`` (``status``).
+(``role``, ``text``; a message streamed in chunks is one message), ``reasoning`` (``text``),
+``tool_call`` (``tool``, ``call_id``, ``input``), ``tool_result`` (``call_id``, ``output``,
+``status``), ``usage`` (``tokens_in``, ``tokens_out``, ``scope``: ``step`` to add up or ``total``
+for a CLI's own running total), ``warning`` and ``error`` (``text``) and ``result`` (``status``).
+``raw_type`` is the CLI's own name of the event (its ``type``, or OpenHands' ``kind``).
 
 Lines that are not JSON objects (stderr noise shares ``agent.log``) are counted, not parsed;
 a malformed event never stops the parse. The follower tails ``agent.log`` while the agent runs,
@@ -81,14 +82,23 @@ class TraceParser:
         if not isinstance(event, dict):
             self.stats.unparsed_lines += 1
             return []
+        raw_type = event["type"] if "type" in event else event.get("kind")  # OpenHands names its events by `kind`
         try:
             produced = self.parse_event(event)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
-            produced = [{"kind": "error", "text": f"unparseable {event.get('type')!r} event: {error}"}]
+            produced = [{"kind": "error", "text": f"unparseable {raw_type!r} event: {error}"}]
+        return self._emit(produced, raw_type)
+
+    def finish(self) -> list[dict[str, Any]]:
+        """The events the parser still held when the stream ended (a message still streaming)."""
+        return self._emit(self.parse_event.flush(), None)
+
+    def _emit(self, produced: list[dict[str, Any]], raw_type: Any) -> list[dict[str, Any]]:
         out = []
         for item in produced:
             self._count(item)
-            out.append({"seq": self.stats.events, "agent": self.agent, "raw_type": event.get("type")} | item)
+            # A parser that emits an event for an earlier raw event names its type itself.
+            out.append({"seq": self.stats.events, "agent": self.agent, "raw_type": raw_type} | item)
         return out
 
     def _count(self, item: dict[str, Any]) -> None:
@@ -114,6 +124,8 @@ def parse_file(log_path: Path, trace_path: Path, stream_format: str, agent: str)
         for line in src:
             for event in parser.line(line):
                 out.write(json.dumps(event) + "\n")
+        for event in parser.finish():
+            out.write(json.dumps(event) + "\n")
     return parser.stats
 
 
@@ -161,4 +173,7 @@ class TraceFollower:
         with open(self.trace_path, "a", encoding="utf-8") as out:
             for raw in lines:
                 for event in self.parser.line(raw.decode("utf-8", errors="replace")):
+                    out.write(json.dumps(event) + "\n")
+            if final:
+                for event in self.parser.finish():
                     out.write(json.dumps(event) + "\n")

@@ -1,25 +1,10 @@
-"""The engine interface every evaluator talks to."""
+"""The engine interface every evaluator talks to.
+
+Defined in :mod:`agent_kit.protocol` (the agent side generates with the same interface) and
+re-exported here for the grader side.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
-
-ChatMessage = dict[str, str]
-
-
-class GenerationEngine(Protocol):
-    """Greedy text generation over a batch of inputs; one call generates for all of them.
-
-    Implementations batch internally (left padding) and must return exactly one string per
-    input, in order, with the prompt removed and generation cut at the first stop string.
-    """
-
-    def generate_chat(
-        self, conversations: list[list[ChatMessage]], *, max_new_tokens: int, stop: list[str] | None = None
-    ) -> list[str]:
-        """Generate the assistant reply for each conversation, using the model's chat template."""
-        ...
-
-    def generate_text(self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
-        """Generate a raw completion of each prompt (no chat template)."""
-        ...
+from agent_kit.protocol import ChatMessage as ChatMessage
+from agent_kit.protocol import GenerationEngine as GenerationEngine

@@ -6,23 +6,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from autorl.engine.base import ChatMessage
+from agent_kit.protocol import ChatMessage, cut_at_stop
 
 logger = logging.getLogger(__name__)
-
-
-def cut_at_stop(text: str, stop: list[str] | None) -> str:
-    """Cut ``text`` at the earliest stop string.
-
-    >>> cut_at_stop("4\\nQuestion: next", ["Question:"])
-    '4\\n'
-    >>> cut_at_stop("no stop here", None)
-    'no stop here'
-    """
-    if not stop:
-        return text
-    cut = min((index for index in (text.find(s) for s in stop) if index >= 0), default=len(text))
-    return text[:cut]
 
 
 class HFEngine:

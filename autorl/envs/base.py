@@ -3,7 +3,8 @@
 An episode is named by an :class:`EpisodeSpec`: which task data it belongs to (an
 :class:`EnvSource`, enough to rebuild that data on any node through the task cache) and its
 episode id inside that data (``"train/12"``, ``"eval/3"``, ...). An :class:`Env` instance plays one
-episode at a time: :meth:`Env.reset` starts it, :meth:`Env.step` takes one text action.
+episode at a time: :meth:`Env.reset` starts it, :meth:`Env.step` takes one text action, each answering
+a :class:`StepResult` (defined in :mod:`agent_kit.protocol`, which the agent side shares).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agent_kit.protocol import StepResult as StepResult  # the agent side reads it too: defined there
 from autorl.errors import AutorlError, ConfigError
 from autorl.registry import Registry
 
@@ -59,30 +61,6 @@ class EpisodeSpec:
 
     source: EnvSource
     episode_id: str
-
-
-@dataclass
-class StepResult:
-    """What the environment answers after a reset or a step.
-
-    Attributes:
-        observation: The text the agent sees.
-        reward: The task's reward so far (e.g. 1 when a game is won, a purchase's match score).
-        done: The episode is over.
-        admissible_actions: Actions the environment accepts now (may be empty when any text goes).
-        info: Task-specific extras (``won``, ``task_type``, ``expert_action`` ...).
-    """
-
-    observation: str
-    reward: float
-    done: bool
-    admissible_actions: list[str] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (the grading API's env endpoints send this)."""
-        return {"observation": self.observation, "reward": self.reward, "done": self.done,
-                "admissible_actions": list(self.admissible_actions), "info": dict(self.info)}
 
 
 @dataclass(frozen=True)

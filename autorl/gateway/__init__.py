@@ -8,5 +8,6 @@ budgets, and records every call (latency, tokens in/out, cost) through a sink.
 
 Modules: ``settings`` (the driver config as a typed object), ``usage`` (token counts from JSON
 and SSE bodies of each protocol), ``upstream`` (where and how a call is forwarded), ``translate``
-(LiteLLM, for a protocol the provider does not speak), ``app`` (the FastAPI app and server).
+(LiteLLM, for a protocol the provider does not speak), ``count`` (the CLIs' token-count calls,
+answered locally), ``app`` (the FastAPI app and server).
 """

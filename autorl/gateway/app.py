@@ -8,7 +8,11 @@ Routes (the agent's CLI is pointed at ``Gateway.url``):
 | ``POST /v1/responses`` | OpenAI Responses (``responses``) |
 | ``POST /v1/messages`` | Anthropic Messages (``messages``) |
 | ``POST /v1beta/models/{model}:generateContent`` / ``:streamGenerateContent`` | Gemini (``gemini``) |
+| ``POST /v1/messages/count_tokens`` · ``POST /v1beta/models/{model}:countTokens`` | token counts (:mod:`.count`) |
 | ``GET /v1/models`` · ``GET /health`` | the driver's model · liveness |
+
+Token counts are answered by the gateway itself with LiteLLM's token counter: no provider call, no
+record, no spend.
 
 The agent authenticates with the cell's gateway token in whichever header its CLI uses
 (``Authorization: Bearer``, ``x-api-key``, ``x-goog-api-key`` or ``?key=``); it never sees the
@@ -17,10 +21,12 @@ provider key.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
 import logging
+import socket
 import threading
 import time
 import uuid
@@ -32,6 +38,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from autorl.gateway import translate
+from autorl.gateway.count import CountError, count_response, count_tokens
 from autorl.gateway.settings import DriverSettings
 from autorl.gateway.upstream import UpstreamFailure, request_headers, response_headers, send_with_retries, upstream_url
 from autorl.gateway.usage import SSEUsageParser, Usage, usage_from_json
@@ -69,12 +76,13 @@ class Gateway:
         api_key: The provider key (None for keyless servers).
         cell_id: The cell, for the records.
         sink: Receives every :class:`DriverCall` (called on the gateway's thread; must not block).
-        host: Loopback address to bind.
+        host: Loopback address to bind when no ``sock`` is given.
+        sock: An already-bound socket to serve on instead (a sealed cell's unix socket).
     """
 
     def __init__(
         self, settings: DriverSettings, *, token: str, api_key: str | None, cell_id: str,
-        sink: Callable[[DriverCall], None], host: str = "127.0.0.1",
+        sink: Callable[[DriverCall], None], host: str = "127.0.0.1", sock: socket.socket | None = None,
     ) -> None:
         self.settings = settings
         self.token = token
@@ -85,7 +93,7 @@ class Gateway:
         self._totals = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
         self._client: httpx.AsyncClient | None = None
         self.app = self._build_app()
-        self.server = ServerThread(self.app, bind_tcp(host), name=f"gateway-{cell_id}")
+        self.server = ServerThread(self.app, sock if sock is not None else bind_tcp(host), name=f"gateway-{cell_id}")
 
     @property
     def url(self) -> str:
@@ -181,12 +189,19 @@ class Gateway:
         async def messages(request: Request) -> Response:
             return await self.handle("messages", request, "/messages")
 
+        @app.post("/v1/messages/count_tokens")
+        async def messages_count(request: Request) -> Response:
+            return await self.count("messages", request)
+
         @app.post("/v1beta/models/{target}")
         async def gemini(target: str, request: Request) -> Response:
             model, _, method = target.partition(":")
+            if method == "countTokens":
+                return await self.count("gemini", request)
             if method not in ("generateContent", "streamGenerateContent"):
                 return error_response(
-                    "gemini", 404, f"unsupported Gemini method {method!r}; use generateContent or streamGenerateContent"
+                    "gemini", 404,
+                    f"unsupported Gemini method {method!r}; use generateContent, streamGenerateContent or countTokens",
                 )
             return await self.handle("gemini", request, f"/models/{model}:{method}", path_model=model)
 
@@ -203,6 +218,26 @@ class Gateway:
             return JSONResponse({"status": "ok", "driver": self.settings.name, "model": self.settings.model} | self.totals())
 
         return app
+
+    async def count(self, protocol: str, request: Request) -> Response:
+        """Answer a token-count call (:mod:`autorl.gateway.count`); nothing is forwarded or recorded."""
+        if not self._authorised(request):
+            return error_response(protocol, 401, "missing or wrong gateway token: use the token this cell's agent was given")
+        raw = await request.body()
+        if len(raw) > _MAX_BODY_BYTES:
+            return error_response(protocol, 413, f"request body over {_MAX_BODY_BYTES} bytes")
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            return error_response(protocol, 400, f"request body is not valid JSON: {error}")
+        if not isinstance(body, dict):
+            return error_response(protocol, 400, "request body must be a JSON object")
+        try:
+            # LiteLLM is imported on the first count (seconds) and counting is CPU work: off the event loop.
+            tokens = await asyncio.to_thread(count_tokens, protocol, body, self.settings.model)
+        except CountError as error:
+            return error_response(protocol, 400, str(error))
+        return JSONResponse(count_response(protocol, tokens))
 
     async def handle(self, protocol: str, request: Request, suffix: str, path_model: str | None = None) -> Response:
         """Check, forward (or translate) and record one call."""

@@ -4,6 +4,7 @@ sent to a sink (the Recorder actor, through the Workspace), its totals returned 
 from __future__ import annotations
 
 import secrets
+import socket
 from typing import Any, Protocol
 
 from autorl.gateway.app import Gateway
@@ -31,18 +32,20 @@ class CellGateway:
         driver_cfg: The cell's composed driver config.
         cell_id: The cell.
         sink: Receives every call (without waiting); flushed by :meth:`close`.
-        host: Loopback address.
+        host: Loopback address to bind when no ``sock`` is given.
+        sock: An already-bound socket to serve on instead (a sealed cell's unix socket).
 
     Raises:
         ConfigError: if the driver is invalid or its key variable is unset.
     """
 
-    def __init__(self, driver_cfg: DriverConfig, cell_id: str, sink: DriverCallSink, host: str = "127.0.0.1") -> None:
+    def __init__(self, driver_cfg: DriverConfig, cell_id: str, sink: DriverCallSink, host: str = "127.0.0.1",
+                 sock: socket.socket | None = None) -> None:
         settings = DriverSettings.from_config(driver_cfg)
         self.sink = sink
         self.token = secrets.token_urlsafe(32)
         self.gateway = Gateway(settings, token=self.token, api_key=settings.api_key(), cell_id=cell_id,
-                               sink=sink.record_driver_call, host=host)
+                               sink=sink.record_driver_call, host=host, sock=sock)
 
     def start(self) -> dict[str, str]:
         """Serve; returns the variables that hand the gateway to the agent's adapter."""

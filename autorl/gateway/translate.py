@@ -35,12 +35,15 @@ class Translated:
     stream: AsyncIterator[bytes] | None = None
 
 
-def _litellm() -> Any:
+def load_litellm() -> Any:
+    """LiteLLM, imported on first use and set up for the gateway (nothing fetched from the network)."""
     # The bundled price map; never fetch it from the network at import.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
     litellm.telemetry = False
+    # Token counts (autorl.gateway.count) use the bundled tiktoken encoding, never a hub tokenizer download.
+    litellm.disable_hf_tokenizer_download = True
     litellm.drop_params = True  # a parameter the target provider lacks is dropped, not an error
     # Messages → chat completions (which every provider here serves), not → OpenAI Responses.
     litellm.use_chat_completions_url_for_anthropic_messages = True
@@ -81,7 +84,7 @@ async def call(settings: DriverSettings, protocol: str, body: dict[str, Any], ap
         TranslationError: LiteLLM rejected the call or the provider failed (after LiteLLM's own
             ``num_retries`` retries on 429/5xx).
     """
-    litellm = _litellm()
+    litellm = load_litellm()
     # Every provider here serves OpenAI chat completions (Anthropic and Google through their
     # OpenAI-compatible endpoints), so that is the one target LiteLLM translates to when listed.
     if "chat" in settings.protocols:

@@ -117,6 +117,14 @@ def _build(target: Path, cfg: TinyModelConfig) -> None:
     (target / "autorl_tiny.json").write_text(json.dumps({"build_version": TINY_BUILD_VERSION, **asdict(cfg)}, indent=2))
 
 
+def _readable_by_all(folder: Path) -> None:
+    """Make a built model readable by every user: a sealed agent reads it as a uid of its own, and
+    mkdtemp (0700) and the safetensors writer (0600) leave it private."""
+    folder.chmod(0o755)
+    for path in folder.iterdir():
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
 def ensure_tiny_model(cache_root: Path, cfg: TinyModelConfig | None = None) -> Path:
     """Return the folder of the tiny model, building it on first use.
 
@@ -137,10 +145,12 @@ def ensure_tiny_model(cache_root: Path, cfg: TinyModelConfig | None = None) -> P
     cache_root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache_root / f".{key}.lock")):
         if (target / "autorl_tiny.json").exists():
+            _readable_by_all(target)  # built before sealed cells, parts were private to their builder
             return target
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root))
         try:
             _build(staging, cfg)
+            _readable_by_all(staging)
             staging.rename(target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

@@ -194,10 +194,23 @@ def _cell_autorl_version(conn: sqlite3.Connection) -> None:
     )
 
 
+def _cell_sandbox(conn: sqlite3.Connection) -> None:
+    """Version 4: how each cell's agent was sealed, which limit ended it, how often it was resumed.
+
+    ``cells.sandbox`` is ``bwrap``, ``bwrap+host-network`` or ``none`` (NULL for cells run before
+    sealing existed, which ran unsealed); ``cells.limit_hit`` is ``memory`` or ``pids`` when the
+    cell's cgroup hit that limit; ``cells.resumes`` counts continuation prompts (``agent.reprompt``).
+    """
+    conn.execute("ALTER TABLE cells ADD COLUMN sandbox TEXT")
+    conn.execute("ALTER TABLE cells ADD COLUMN limit_hit TEXT")
+    conn.execute("ALTER TABLE cells ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial", _initial),
     Migration(2, "v1_late_tables", _v1_late_tables),
     Migration(3, "cell_autorl_version", _cell_autorl_version),
+    Migration(4, "cell_sandbox", _cell_sandbox),
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

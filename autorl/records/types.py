@@ -40,6 +40,9 @@ RESULTS_COLUMNS: tuple[str, ...] = (
     "cost_usd",
     "task_source",
     "exit_class",
+    "sandbox",
+    "limit_hit",
+    "resumes",
     "working_time_s",
     "error",
 )
@@ -108,7 +111,8 @@ class CellRecord:
         tokens_in: Driver input tokens.
         tokens_out: Driver output tokens.
         cost_usd: Driver cost.
-        exit_class: ``exited``, ``timeout``, ``killed`` or ``crashed``.
+        exit_class: ``exited``, ``timeout``, ``killed``, ``crashed`` or ``memory`` (see
+            :class:`autorl.workspace.process.AgentExit`).
         exit_code: The agent process's exit code, when it exited.
         working_time_s: Wall time minus the time submissions waited in the grader queue.
         task_source: Where the task data came from (e.g. hub or fixture).
@@ -120,6 +124,10 @@ class CellRecord:
         autorl_version: The autorl that registered this attempt of the cell (see
             :func:`autorl.records.migrations.autorl_version`); None for cells of stores from
             before schema version 3.
+        sandbox: How the agent was sealed: ``bwrap``, ``bwrap+host-network`` or ``none``
+            (:meth:`autorl.seal.launch.CellSeal.mode_label`); None for cells from before version 4.
+        limit_hit: ``memory`` or ``pids`` when the cell's cgroup hit that limit, else None.
+        resumes: How often the agent was resumed with a continuation prompt (``agent.reprompt``).
     """
 
     sweep_id: str
@@ -153,6 +161,9 @@ class CellRecord:
     # Fields added by a schema migration need a default: a store opened read-only at an older
     # version has no column for them.
     autorl_version: str | None = None
+    sandbox: str | None = None
+    limit_hit: str | None = None
+    resumes: int = 0
 
     def __post_init__(self) -> None:
         _check_status(self.status, CELL_STATUSES, "cell")

@@ -2,7 +2,9 @@
 
 The taxonomy is the reference's (``core/skill.md``): ``code_error_runtime``,
 ``rollout_logic_wrong``, ``timeout_no_submission``, ``copy_model_fallback``,
-``training_diverged``, ``unknown``. A submission that beat the baseline has no failure type.
+``training_diverged``, ``unknown``, plus ``memory_limit`` (a sealed cell's agent killed at its
+cgroup's memory limit before it submitted; the reference had no such limit). A submission that
+beat the baseline has no failure type.
 Every classification carries the evidence that decided it, so a reader can check it.
 """
 
@@ -16,7 +18,7 @@ from autorl.records.types import SubmissionRecord
 
 FAILURE_TYPES = (
     "code_error_runtime", "rollout_logic_wrong", "timeout_no_submission", "copy_model_fallback", "training_diverged",
-    "unknown",
+    "unknown", "memory_limit",
 )
 RL_METHODS = ("GRPO", "PPO")
 # A score at or below this fraction of a positive baseline counts as a collapse of the model.
@@ -151,6 +153,9 @@ def classify_cell(
         traceback = last_traceback(log)
         if exit_class == "timeout":
             return Failure("timeout_no_submission", ("the agent ran out of budget without submitting a model",)
+                           + ((f"log: {traceback}",) if traceback else ()))
+        if exit_class == "memory":
+            return Failure("memory_limit", ("the agent was killed at its memory limit (cell.memory_gb) without submitting",)
                            + ((f"log: {traceback}",) if traceback else ()))
         if traceback:
             return Failure("code_error_runtime", (f"no submission; log: {traceback}",))

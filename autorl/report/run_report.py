@@ -149,6 +149,7 @@ def build_run_report(src: CellSources) -> tuple[dict[str, Any], dict[str, Any]]:
         "sweep_id": c.sweep_id, "cell_id": c.cell_id, "agent": c.agent, "driver": c.driver, "task": c.task,
         "task_version": c.task_version, "model": c.model, "seed": c.seed, "mode": src.mode, "status": c.status,
         "task_source": c.task_source, "budget_s": c.budget_s, "exit_class": c.exit_class, "exit_code": c.exit_code,
+        "limit_hit": c.limit_hit, "sandbox": c.sandbox, "resumes": c.resumes,
         "baseline": c.baseline, "best_score": metrics["best_score"], "improvement": metrics["improvement"],
         "methods_used": list(dict.fromkeys(e["method"] for e in entries)),
         "failure_type": cell_failure.type if cell_failure else None,
@@ -179,8 +180,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"agent **{r['agent']}** · driver **{r['driver']}** · task **{r['task']}** v{r['task_version']} "
         f"({r['task_source']}) · model **{r['model']}** · seed {r['seed']} · mode {r['mode']}",
         "",
-        f"- status: {r['status']}; agent exit: {_fmt(r['exit_class'])} (code {_fmt(r['exit_code'])}); "
-        f"budget {r['budget_s']:.0f} s",
+        f"- status: {r['status']}; agent exit: {_fmt(r['exit_class'])} (code {_fmt(r['exit_code'])}"
+        + (f", {r['limit_hit']} limit hit" if r.get("limit_hit") else "") + f"); budget {r['budget_s']:.0f} s",
+        f"- sandbox: {_fmt(r.get('sandbox'))}; resumed {r.get('resumes', 0)} time(s)",
         f"- baseline {_fmt(r['baseline'])} → best {_fmt(r['best_score'])} (improvement {_fmt(r['improvement'])})",
         f"- methods used: {', '.join(r['methods_used']) or '—'}",
         f"- failure type: {_fmt(r['failure_type'])}"

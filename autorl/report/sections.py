@@ -38,7 +38,7 @@ def _signed(value: float | None) -> str:
 
 def _results(cells: list[dict[str, Any]]) -> str:
     columns = ("cell", "agent", "driver", "task", "mode", "model", "seed", "status", "baseline", "best", "improvement",
-               "valid/subs", "methods", "failure type", "exit", "duration s", "tokens", "cost $")
+               "valid/subs", "methods", "failure type", "exit", "sandbox", "resumes", "duration s", "tokens", "cost $")
     rows = []
     for c in cells:
         cell, m, r = c["src"].cell, c["metrics"], c["report"]
@@ -46,10 +46,23 @@ def _results(cells: list[dict[str, Any]]) -> str:
         rows.append((
             link, cell.agent, cell.driver, cell.task, c["src"].mode, cell.model, cell.seed, cell.status, m["baseline"],
             m["best_score"], _signed(m["improvement"]), f"{m['valid_submissions']}/{m['submissions']}",
-            ", ".join(r["methods_used"]) or "—", r["failure_type"], cell.exit_class,
+            ", ".join(r["methods_used"]) or "—", r["failure_type"], _exit(cell.exit_class, cell.limit_hit),
+            _sandbox(cell.sandbox), cell.resumes,
             round(cell.duration_s) if cell.duration_s is not None else None, m["tokens"], cell.cost_usd,
         ))
     return table(columns, rows, raw=("cell", "improvement"))
+
+
+def _exit(exit_class: str | None, limit_hit: str | None) -> str | None:
+    """The exit class, with the cgroup limit the agent hit (``exited (pids limit)``)."""
+    return f"{exit_class} ({limit_hit} limit)" if limit_hit and exit_class else exit_class
+
+
+def _sandbox(mode: str | None) -> str:
+    """How the cell ran; unsealed cells are marked, since nothing kept their agent from the answers."""
+    if mode is None:
+        return "— (before sealing)"
+    return mode if mode.startswith("bwrap") else f"{mode} (UNSEALED)"
 
 
 def _stats_table(stats: list[dict[str, Any]]) -> str:
@@ -72,7 +85,8 @@ def _run_reports(cells: list[dict[str, Any]]) -> str:
         head = (f"{r['cell_id']}: {r['status']}, improvement {esc(r['improvement'])}, "
                 f"failure type {esc(r['failure_type'])}")
         facts = (f"<p>methods: {esc(', '.join(r['methods_used']) or '—')}; exit {esc(r['exit_class'])} "
-                 f"(code {esc(r['exit_code'])}); failure evidence: {esc('; '.join(r['failure_evidence']) or '—')}</p>")
+                 f"(code {esc(r['exit_code'])}); sandbox {esc(_sandbox(r['sandbox']))}; resumes {esc(r['resumes'])}; "
+                 f"failure evidence: {esc('; '.join(r['failure_evidence']) or '—')}</p>")
         notes = "".join(f'<p class="note">note: {esc(n)}</p>' for n in r["notes"])
         rows = [(
             e["iteration"], e["submission_id"], e["model_path"], e["status"], e["score"], _signed(e["improvement"]),

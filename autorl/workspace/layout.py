@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import agent_kit
+from agent_kit.scripted.__main__ import AGENT_PACKAGE
 from autorl.tasks import TaskSpec
 
 INSTRUCTIONS = """\
@@ -115,19 +117,28 @@ def build_workspace(
 
 
 def copy_agent_code(spec: TaskSpec, dest: Path) -> Path | None:
-    """Copy the task's agent-side package (``tasks/<id>/agent``) to ``dest``, read-only, and return it.
+    """Copy the agent-side code to ``dest``, read-only, and return the task's package folder in it.
 
-    The agent process imports the copy, which has no grader-side file beside it. ``None`` when the
-    task has no agent side.
+    ``dest`` gets two packages: ``agent_kit/`` (what the scripted runner and the task's agent code
+    import) and ``task_agent/`` (the task's ``tasks/<id>/agent``)::
+
+        dest/agent_kit/...  dest/task_agent/__init__.py, recipe.py, ...
+
+    so ``PYTHONPATH=<dest>`` makes both importable, in the agent's toolchain too, and nothing of the
+    grader side is beside them. The returned ``dest/task_agent`` is what ``LaunchContext.task_agent_dir``
+    takes (its parent is ``dest``). ``None`` (and nothing copied) when the task has no agent side.
     """
     if not spec.agent_dir.is_dir():
         return None
     if dest.exists():
         _make_writable(dest)
         shutil.rmtree(dest)
-    shutil.copytree(spec.agent_dir, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    dest.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(Path(agent_kit.__file__).parent, dest / "agent_kit", ignore=ignore)
+    shutil.copytree(spec.agent_dir, dest / AGENT_PACKAGE, ignore=ignore)
     _mark_read_only(dest)
-    return dest
+    return dest / AGENT_PACKAGE
 
 
 def write_instructions(

@@ -1,4 +1,10 @@
-"""Running the agent process under its budget (SPEC §4 step 5)."""
+"""Running the agent process under its budget (SPEC §4 step 5).
+
+With a :class:`~autorl.seal.cgroups.CellCgroup` (sealed cells) the agent's first process joins the
+cell's cgroup before exec, so every process it starts is in it (also after ``setsid()`` or a
+double fork), and whatever is left in the cgroup is killed when the agent ends, however it ends.
+Without one (``sandbox.mode=none``) only the agent's process group is stopped.
+"""
 
 from __future__ import annotations
 
@@ -14,29 +20,63 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from autorl.seal.cgroups import CellCgroup
+
 logger = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
+# Loaded at import: a preexec_fn must not import or load anything (it runs between fork and exec).
+_LIBC = ctypes.CDLL(None, use_errno=True)
+# How long SIGKILLed processes may take to leave the cgroup (a task in uninterruptible I/O can lag).
+_KILL_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
 class AgentExit:
     """How the agent process ended.
 
-    ``exit_class`` is ``exited`` (it ended by itself; see ``exit_code``), ``timeout`` (stopped at
-    the budget), ``killed`` (stopped because the cell was cancelled) or ``crashed`` (ended by a
-    signal nobody here sent).
+    Attributes:
+        exit_class: Which way it ended:
+
+            - ``exited``: it ended by itself (see ``exit_code``);
+            - ``timeout``: stopped at the budget;
+            - ``killed``: stopped because the cell was cancelled;
+            - ``memory``: the cgroup's memory limit ended it (the OOM killer killed its main process);
+            - ``crashed``: ended by a signal nobody here sent.
+        exit_code: The main process's exit status (negative: killed by that signal); ``None`` if unknown.
+        duration_s: Wall-clock seconds from start to the end of the stop.
+        limit_hit: The cgroup limit the agent ran into, whatever the class: ``memory`` (the OOM killer
+            killed one of its processes), ``pids`` (a fork was refused at its process cap) or
+            ``None`` (none, or no cgroup).
     """
 
     exit_class: str
     exit_code: int | None
     duration_s: float
+    limit_hit: str | None = None
 
 
 def _die_with_parent() -> None:
     # If the workspace actor's process dies, the kernel kills the agent too instead of leaving
     # an orphan that keeps training on a node whose resources were already released.
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _child_setup(cgroup: CellCgroup | None, preexec: Callable[[], None] | None) -> Callable[[], None]:
+    """The agent's ``preexec_fn``: join the cgroup first (so nothing escapes it), then the rest."""
+
+    def setup() -> None:
+        if cgroup is not None:
+            cgroup.enter()
+        _die_with_parent()
+        if preexec is not None:
+            preexec()
+
+    return setup
+
+
+def _sigkilled(code: int | None) -> bool:
+    # Popen reports death by signal N as -N; a shell or bubblewrap between us and the agent exits 128 + N.
+    return code in (-signal.SIGKILL, 128 + signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -54,6 +94,24 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     proc.wait()
 
 
+def stop_cell(proc: subprocess.Popen[bytes], cgroup: CellCgroup, grace_s: float) -> None:
+    """SIGTERM the process group and every process of ``cgroup``, wait ``grace_s``, then kill the cgroup.
+
+    After ``grace_s`` (or as soon as the cgroup is empty) the cgroup is frozen and every process
+    left in it is SIGKILLed, so nothing the agent started survives, whichever session it is in.
+    """
+    _signal_group(proc.pid, signal.SIGTERM)
+    cgroup.signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    cgroup.wait_empty(max(0.0, deadline - time.monotonic()))
+    if not cgroup.kill(timeout_s=_KILL_TIMEOUT_S):
+        logger.error("agent processes %s outlived SIGKILL in cgroup %s", sorted(cgroup.pids()), cgroup.name)
+    _signal_group(proc.pid, signal.SIGKILL)  # the group leader, should it not have joined the cgroup
+    proc.wait()
+
+
 def run_agent(
     command: list[str],
     *,
@@ -64,17 +122,24 @@ def run_agent(
     grace_s: float,
     cancel: threading.Event,
     on_start: Callable[[], None] | None = None,
+    cgroup: CellCgroup | None = None,
+    preexec: Callable[[], None] | None = None,
 ) -> AgentExit:
     """Run ``command`` in its own session until it exits, the budget ends or ``cancel`` is set.
 
-    stdout and stderr go to ``log_path``. The whole process group is stopped in every case, so
-    nothing the agent started survives its budget.
+    stdout and stderr go to ``log_path``. In every case, also after a normal exit, what is left
+    is stopped: the whole ``cgroup`` (see :func:`stop_cell`) or, without one, the process group.
+
+    Args:
+        cgroup: The cell's cgroup; the agent joins it before exec. The caller creates and removes it.
+        preexec: One more step in the child before exec, after it joined the cgroup (e.g. the
+            sealed launch's own setup). It runs between fork and exec: no imports, no locks.
     """
     started = time.monotonic()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only, no locks
+            start_new_session=True, preexec_fn=_child_setup(cgroup, preexec),  # noqa: PLW1509 - writes and prctl only
         )
         if on_start is not None:
             on_start()
@@ -92,8 +157,14 @@ def run_agent(
             if time.monotonic() >= deadline:
                 exit_class = "timeout"
                 break
-        stop_group(proc, grace_s)
+        if cgroup is None:
+            stop_group(proc, grace_s)
+        else:
+            stop_cell(proc, cgroup, grace_s)
     code = proc.returncode
-    if exit_class == "exited" and code is not None and code < 0:
+    limit_hit = cgroup.limit_hit(main_sigkilled=_sigkilled(code)) if cgroup is not None else None
+    if exit_class == "exited" and limit_hit == "memory" and _sigkilled(code):
+        exit_class = "memory"
+    elif exit_class == "exited" and code is not None and code < 0:
         exit_class = "crashed"
-    return AgentExit(exit_class, code, time.monotonic() - started)
+    return AgentExit(exit_class, code, time.monotonic() - started, limit_hit)

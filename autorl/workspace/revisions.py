@@ -23,23 +23,43 @@ class CodeRevisions:
     snapshot go to ``sink`` (the Recorder).
     """
 
-    def __init__(self, repo_dir: Path, code_dir: Path, cell_id: str, sink: Callable[[CodeRevision], None]) -> None:
-        """Create the repository."""
+    def __init__(self, repo_dir: Path, code_dir: Path, cell_id: str, sink: Callable[[CodeRevision], None],
+                 contain: Callable[[list[str]], list[str]] | None = None, owner: int | None = None) -> None:
+        """Create the repository.
+
+        Args:
+            repo_dir: The git folder (outside the workspace).
+            code_dir: The agent's ``code/``.
+            cell_id: The cell.
+            sink: Receives each new revision.
+            contain: Wraps each git command line so that it runs where only the workspace and the
+                repository exist (a sealed cell's :meth:`autorl.seal.launch.CellSeal.contain`):
+                ``code/`` is the agent's, and a link in it must lead nowhere on the host.
+            owner: The uid git runs as under ``contain`` (it owns the repository).
+        """
         self.repo_dir = repo_dir
         self.code_dir = code_dir
         self.cell_id = cell_id
         self.sink = sink
+        self.contain = contain
         self._lock = threading.Lock()
-        self._env = os.environ | {"GIT_DIR": str(repo_dir), "GIT_WORK_TREE": str(code_dir)}
+        # No user or system git config: contained, root's HOME is not there (and none is wanted).
+        self._env = os.environ | {"GIT_DIR": str(repo_dir), "GIT_WORK_TREE": str(code_dir), "HOME": str(repo_dir),
+                                  "GIT_CONFIG_NOSYSTEM": "1", "XDG_CONFIG_HOME": str(repo_dir)}
         if not repo_dir.exists():
+            repo_dir.mkdir(parents=True)
+            if owner is not None:
+                os.chown(repo_dir, owner, owner)
             self._git("init", "-q")
         self._head: str | None = self._rev_parse()
 
     def _git(self, *args: str) -> str:
-        result = subprocess.run(
-            ["git", "-c", "user.name=autorl", "-c", "user.email=autorl@localhost", "-c", "commit.gpgsign=false", *args],
-            env=self._env, capture_output=True, text=True, check=True,
-        )
+        # safe.directory: a sealed cell's code/ belongs to the agent's uid, not to the user running git.
+        command = ["git", "-c", "user.name=autorl", "-c", "user.email=autorl@localhost", "-c", "commit.gpgsign=false",
+                   "-c", "safe.directory=*", *args]
+        if self.contain is not None:
+            command = self.contain(command)
+        result = subprocess.run(command, env=self._env, capture_output=True, text=True, check=True)
         return result.stdout
 
     def _rev_parse(self) -> str | None:
@@ -51,6 +71,11 @@ class CodeRevisions:
     def snapshot(self, reason: str) -> str | None:
         """Commit the current ``code/`` if it changed; return the current revision (or None if empty)."""
         with self._lock:
+            # The agent may replace code/ by a link (to the task cache, to /): never follow it.
+            if self.code_dir.is_symlink() or not self.code_dir.is_dir():
+                logger.warning("code snapshot skipped: %s is not a folder of the workspace (a link or missing)",
+                               self.code_dir)
+                return self._head
             try:
                 self._git("add", "-A")
                 if self._head is not None and not self._git("status", "--porcelain"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -17,9 +18,19 @@ class RunMeta:
     ``last_submit_time`` and ``end_time`` (epoch seconds).
     """
 
-    def __init__(self, path: Path, timeout_s: float) -> None:
-        """Create the file with the budget and no times yet."""
+    def __init__(self, path: Path, timeout_s: float, scratch_dir: Path) -> None:
+        """Create the file with the budget and no times yet.
+
+        Args:
+            path: ``run_meta.json`` in the workspace.
+            timeout_s: The agent's budget.
+            scratch_dir: A folder of the same filesystem that the agent cannot reach (the cell
+                folder): each new version is written there, then renamed over ``path``. Written in
+                the workspace, a link the agent planted at the temporary name would lead this
+                process to write wherever it points; a rename replaces a link and never follows it.
+        """
         self.path = path
+        self.scratch_dir = scratch_dir
         self._lock = threading.Lock()
         self._data: dict[str, Any] = {"start_time": None, "timeout_s": timeout_s, "last_submit_time": None, "end_time": None}
         self._write()
@@ -44,6 +55,8 @@ class RunMeta:
         return max(0.0, float(data["timeout_s"]) - (now - float(data["start_time"])))
 
     def _write(self) -> None:
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self._data, indent=2))
+        fd, tmp = tempfile.mkstemp(prefix=".run_meta-", suffix=".json", dir=self.scratch_dir)
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(self._data, indent=2))
+        os.chmod(tmp, 0o644)  # the agent reads it (mkstemp makes it 0600)
         os.replace(tmp, self.path)

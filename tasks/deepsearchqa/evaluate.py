@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent_kit.rollout import PlayStats, play
 from autorl.engine.base import GenerationEngine
 from autorl.envs.host import local_episode_client
-from autorl.envs.rollout import PlayStats, play
 from autorl.errors import TaskError
 from autorl.tasks import EvalContext, EvalResult, require_options
 

@@ -2,7 +2,7 @@
 
 The prompt is OpenCompass's ``humaneval_openai_sample_evals_gen_dcae0e`` user turn. Each
 completion's code is extracted (first markdown code block, else the whole reply), joined to the
-problem's prompt, and run with the problem's ``check(entry_point)`` in :mod:`autorl.sandbox`
+problem's prompt, and run with the problem's ``check(entry_point)`` in :mod:`agent_kit.sandbox`
 (a fresh directory, no network, resource limits, killed at the timeout). A problem passes when
 that program exits with status 0. The prompt and the program assembly live in
 :mod:`.agent.protocol`, shared with the scripted recipe's reward.
@@ -14,9 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agent_kit.sandbox import Sandbox, SandboxError, SandboxLimits
 from autorl.engine.base import ChatMessage, GenerationEngine
-from autorl.errors import TaskError
-from autorl.sandbox import Sandbox, SandboxLimits
+from autorl.errors import PrerequisiteError, TaskError
 from autorl.tasks import EvalContext, EvalResult, require_options
 
 from .agent.protocol import build_program, format_prompt
@@ -54,7 +54,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Raises:
         TaskError: Unknown or missing options, no eval items, or the engine returned the wrong
             number of generations.
-        SandboxError: The sandbox cannot run even a trivial program here.
+        PrerequisiteError: The sandbox cannot run even a trivial program here.
     """
     options, private_dir = require_options(__package__, "eval", ctx.options), Path(ctx.private_dir)
     max_new_tokens = int(options["max_new_tokens"])
@@ -66,7 +66,10 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     if not items:
         raise TaskError(f"no eval items in {private_dir / 'eval.jsonl'}")
     sandbox = sandbox_from_options(options, hidden=(private_dir.resolve(),))  # no peeking at the tests
-    sandbox.check()
+    try:
+        sandbox.check()
+    except SandboxError as error:  # the agent-side kit's own error; autorl reports prerequisites as this
+        raise PrerequisiteError(str(error)) from error
 
     outputs = engine.generate_chat([build_conversation(i["question"]) for i in items], max_new_tokens=max_new_tokens)
     if len(outputs) != len(items):

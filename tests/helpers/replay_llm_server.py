@@ -1,7 +1,8 @@
-"""A scripted LLM server that speaks the real wire protocols: a stand-in for a paid driver API.
+"""A fake LLM: a scripted server that speaks the real wire protocols, standing in for a paid driver API.
 
-Tests point a real agent CLI (through the cell's driver gateway) at this server instead of OpenAI
-or Anthropic, which cannot be reached from CI. It serves:
+The paid APIs (OpenAI, Anthropic, Google) cannot be reached from CI and would cost money, so tests
+point a real agent CLI (through the cell's driver gateway, which forwards each call here with the
+driver key) at this server instead. It is not a model: it replays a fixed script. It serves:
 
 - ``POST /v1/chat/completions`` (OpenAI chat completions, JSON or SSE with tool_calls deltas),
 - ``POST /v1/responses`` (OpenAI Responses, JSON or SSE ``response.*`` events),
@@ -9,11 +10,12 @@ or Anthropic, which cannot be reached from CI. It serves:
 - ``POST /v1beta/models/{model}:generateContent`` / ``:streamGenerateContent`` (Gemini, JSON or SSE).
 
 It replays a script of shell steps as tool calls in whatever shell tool the client advertises
-(``exec_command`` for Codex, ``bash`` for OpenCode, ``Bash`` for Claude Code, ...), filling the
-tool's own parameter schema. The step to send is the number of tool calls already in the
-conversation, so the server is stateless and a retried request gets the same answer. Requests
-without a shell tool (a CLI's side calls, e.g. title generation) get a short text answer. After the
-last step it answers with the script's final message. Every request is appended to ``log_path``.
+(``exec_command`` for Codex, ``Bash`` for Claude Code, ``run_shell_command`` for the Gemini CLI,
+``bash`` for OpenCode, ``terminal`` for OpenHands), filling the tool's own parameter schema. The
+step to send is the number of tool calls already in the conversation, so the server is stateless
+and a retried request gets the same answer. Requests without a shell tool (a CLI's side calls,
+e.g. title generation) get a short text answer. After the last step it answers with the script's
+final message. Every request is appended to ``log_path``.
 
 Run standalone: ``python tests/helpers/replay_llm_server.py --script s.json --port 8000``.
 """

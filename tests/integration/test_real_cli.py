@@ -1,22 +1,33 @@
-"""A real agent CLI (OpenAI Codex, installed from the npm registry) runs a whole cell end to end.
+"""Each of the five real agent CLIs runs a whole cell end to end, against a scripted LLM.
 
-``python -m autorl.sweep agent=codex driver=local`` with ``driver.base_url`` pointed at the replay
-LLM server (tests/helpers/replay_llm_server.py: a stand-in for the paid OpenAI API that speaks
-the real Responses protocol, streaming). Codex talks to the cell's driver gateway, which forwards
-to the replay server with the driver key; the scripted conversation makes Codex write a training
-script into code/, run it (a small real perturbation of the base model, saved with transformers)
-and submit output/v1 to the grading API with curl.
+``python -m autorl.sweep agent=<cli> driver=local`` with the driver's endpoints pointed at the replay
+LLM server (tests/helpers/replay_llm_server.py: a fake LLM standing in for the paid OpenAI, Anthropic
+and Google APIs, which CI cannot reach; it speaks their real wire protocols, streaming). The CLI talks
+to the cell's driver gateway in its own protocol (Codex: OpenAI Responses; Claude Code: Anthropic
+Messages; Gemini CLI: Gemini generateContent; OpenCode and OpenHands: OpenAI chat completions), and
+the gateway forwards each call to the replay server with the driver key. The scripted conversation
+makes the CLI, through its own shell tool, write a training script into code/, run it (a small real
+perturbation of the base model, saved with transformers) and submit output/v1 to the grading API
+with curl. Each test then checks the submission record, the cell's parsed trace and the gateway's
+usage records.
 
-``make test`` installs the CLI first, at its pinned version, into ``<agents_dir>/codex/``
-(``python -m autorl.agents.install codex``).
+The cells run sealed (``sandbox.mode``, :data:`SANDBOX`): the CLI's install folder is bound read-only
+into the sandbox and the grading API and gateway answer at loopback URLs inside it.
+
+``make test`` installs the five CLIs first, at their pinned versions, one folder each under
+``.cache/agents/`` (``python -m autorl.agents.install <agent>``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,12 +35,13 @@ from autorl.agents.cli import find_binary, installed_path, installed_version
 from autorl.config import compose
 from autorl.errors import ConfigError
 from autorl.schema import CliAgentConfig
+from autorl.seal.toolchain import toolchain_dir, toolchain_python
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 from tests.integration.conftest import query, sweep_env
 
 pytestmark = pytest.mark.integration
-CELL = "gsm8k.codex.local.tiny.s0"
 SECRET = "sk-autorl-test-driver-key"
+SANDBOX = "bwrap"  # the default sandbox.mode, which these cells run with
 
 TRAIN_PY = """\
 import os, shutil, torch
@@ -49,84 +61,143 @@ print("saved output/v1")
 """
 
 
+@dataclass(frozen=True)
+class Cli:
+    """One CLI under test: the protocol its calls reach the provider in and how that sends the key."""
+
+    agent: str
+    protocol: str
+    key_header: str
+
+    @property
+    def key_value(self) -> str:
+        """The value of :attr:`key_header` that carries the driver key."""
+        return f"Bearer {SECRET}" if self.key_header == "authorization" else SECRET
+
+
+CLIS = [
+    Cli("codex", "responses", "authorization"),
+    Cli("claude-code", "messages", "x-api-key"),
+    Cli("gemini-cli", "gemini", "x-goog-api-key"),
+    Cli("opencode", "chat", "authorization"),
+    Cli("openhands", "chat", "authorization"),
+]
+
+
+def _agent_python() -> str:
+    """The interpreter the scripted steps train with: the sealed agent's toolchain, else this one.
+
+    An absolute path, because CLIs run their shell tool as a login shell (Codex: ``bash -lc``),
+    whose ``/etc/profile`` resets ``PATH`` on the host.
+    """
+    return str(toolchain_python(toolchain_dir())) if SANDBOX == "bwrap" else sys.executable
+
+
 def _steps() -> list[str]:
-    # Codex's exec_command returns after its yield time even if a command still runs, so the
-    # submit step waits for the model folder, which train.py renames into place when complete.
+    # Some shell tools return before a long command ends (Codex's exec_command after its yield
+    # time), so the submit step waits for the model folder, which train.py renames into place.
+    # No command substitution: the Gemini CLI refuses commands with $(...) or backquotes.
     submit = (
-        "for i in $(seq 1 600); do [ -f output/v1/config.json ] && break; sleep 1; done; "
+        "timeout 300 sh -c 'until [ -f output/v1/config.json ]; do sleep 1; done'; "
         "curl -s -X POST \"$GRADING_SERVER_URL/submit\" -H \"Authorization: Bearer $GRADING_TOKEN\" "
         "-H 'Content-Type: application/json' -d '{\"model_path\": \"output/v1\"}'"
     )
     return [
         f"mkdir -p code && cat > code/train.py <<'EOF'\n{TRAIN_PY}EOF",
-        "env > code/agent_env.txt",
-        f"{sys.executable} code/train.py",
+        "env > code/agent_env.txt && id -u > code/agent_uid.txt",
+        f"{_agent_python()} code/train.py",
         submit,
     ]
 
 
-@pytest.fixture()
-def codex_installed() -> None:
-    agent = compose(["agent=codex"]).agent
+def _command_of(tool_input: Any) -> str:
+    """The shell command of a tool call's input, whatever the CLI names its argument."""
+    if not isinstance(tool_input, dict):
+        return str(tool_input)
+    command = tool_input.get("command", tool_input.get("cmd", ""))
+    return " ".join(command) if isinstance(command, list) else str(command)
+
+
+def _require_installed(name: str) -> None:
+    agent = compose([f"agent={name}"]).agent
     assert isinstance(agent, CliAgentConfig)
     try:
         binary = find_binary(agent)
     except ConfigError as error:
-        pytest.fail(f"this test needs the real Codex CLI (make test installs it): {error}")
+        pytest.fail(f"this test needs the real {name} CLI (make test-deps installs it): {error}")
     pinned = agent.install.version
     assert (binary, installed_version(agent)) == (str(installed_path(agent)), pinned), (
-        f"this test runs the pinned Codex CLI {pinned} from {installed_path(agent)}: "
-        "python -m autorl.agents.install codex")
+        f"this test runs the pinned {name} CLI {pinned} from {installed_path(agent)}: "
+        f"python -m autorl.agents.install {name}")
 
 
-def test_codex_runs_a_cell_through_the_gateway(codex_installed: None, tmp_path: Path, ray_tmp: Path, cache_dir: Path) -> None:
-    replay = ReplayServer(ReplayLLM(_steps(), "Submitted output/v1.", tmp_path / "llm_requests.jsonl")).start()
+@pytest.mark.parametrize("cli", CLIS, ids=[c.agent for c in CLIS])
+def test_cli_runs_a_cell_through_the_gateway(cli: Cli, tmp_path: Path, ray_tmp: Path, cache_dir: Path) -> None:
+    _require_installed(cli.agent)
+    cell = f"gsm8k.{cli.agent}.local.tiny.s0"
+    llm_log = tmp_path / "llm_requests.jsonl"
+    replay = ReplayServer(ReplayLLM(_steps(), "Submitted output/v1.", llm_log)).start()
+    base = f"http://127.0.0.1:{replay.port}"
     out_dir = tmp_path / "out"
     command = [
-        sys.executable, "-m", "autorl.sweep", "agent=codex", "driver=local", f"driver.base_url={replay.base_url}",
+        sys.executable, "-m", "autorl.sweep", f"agent={cli.agent}", "driver=local", f"driver.base_url={base}/v1",
+        f"+driver.protocols.gemini={base}/v1beta",  # chat, responses and messages follow base_url
         "driver.api_key_env=AUTORL_TEST_DRIVER_KEY", "driver.price_per_mtok={input: 1.0, output: 4.0}",
         "task.build.fixture.train_size=200", "task.build.fixture.eval_size=40",  # scoring is not under test here
-        "budget.seconds=420", f"out_dir={out_dir}", "progress=false",
+        "budget.seconds=420", f"out_dir={out_dir}", "progress=false",  # sandbox: the default (SANDBOX)
         "cluster.include_dashboard=false", "cluster.num_cpus=2", f"cluster.temp_dir={ray_tmp}",
     ]
     env = sweep_env(cache_dir) | {"AUTORL_TEST_DRIVER_KEY": SECRET}
+    started = time.monotonic()
     try:
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     finally:
         replay.stop()
+    elapsed = time.monotonic() - started
+    assert out_dir.is_dir(), result.stdout[-3000:] + result.stderr[-3000:]
     (sweep_dir,) = [p for p in out_dir.iterdir() if p.is_dir()]
-    cell_dir = sweep_dir / "cells" / CELL
+    cell_dir = sweep_dir / "cells" / cell
     log = (cell_dir / "agent.log").read_text() if (cell_dir / "agent.log").exists() else "(no agent.log)"
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + log[-3000:]
 
     # The CLI wrote and ran the training script, and the grading API scored its submission.
     workspace = cell_dir / "workspace"
-    assert "AutoModelForCausalLM" in (workspace / "code" / "train.py").read_text()
-    assert (workspace / "output" / "v1" / "config.json").exists()
+    train = workspace / "code" / "train.py"
+    assert train.exists() and "AutoModelForCausalLM" in train.read_text(), log[-3000:]
+    assert (workspace / "output" / "v1" / "config.json").exists(), log[-3000:]
     db = sweep_dir / "records.sqlite"
-    [(status, score)] = query(db, "SELECT status, score FROM submissions WHERE cell_id = ?", CELL)
+    [(status, score)] = query(db, "SELECT status, score FROM submissions WHERE cell_id = ?", cell)
     assert status == "scored" and score is not None, log[-3000:]
-    [(exit_class, exit_code, tokens_in, tokens_out, cost)] = query(
-        db, "SELECT exit_class, exit_code, tokens_in, tokens_out, cost_usd FROM cells WHERE cell_id = ?", CELL)
-    assert (exit_class, exit_code) == ("exited", 0)
+    [(exit_class, exit_code, sandbox, tokens_in, tokens_out, cost)] = query(
+        db, "SELECT exit_class, exit_code, sandbox, tokens_in, tokens_out, cost_usd FROM cells WHERE cell_id = ?", cell)
+    assert (exit_class, exit_code, sandbox) == ("exited", 0, SANDBOX), log[-3000:]
 
-    # The gateway recorded every model call (streamed Responses API) and summed them into the cell.
-    calls = query(db, "SELECT protocol, stream, status_code, tokens_in, tokens_out, cost_usd FROM driver_calls WHERE cell_id = ?", CELL)
-    requests = [json.loads(line) for line in (tmp_path / "llm_requests.jsonl").read_text().splitlines()]
-    assert len(calls) == len(requests) >= 5
-    assert all(c[:3] == ("responses", 1, 200) and c[3] > 0 and c[4] > 0 for c in calls)
-    assert tokens_in == sum(c[3] for c in calls) and tokens_out == sum(c[4] for c in calls)
+    # The gateway recorded every model call in the CLI's protocol and summed them into the cell.
+    calls = query(db, "SELECT protocol, status_code, tokens_in, tokens_out, error FROM driver_calls WHERE cell_id = ?", cell)
+    requests = [json.loads(line) for line in llm_log.read_text().splitlines()]
+    served = [c for c in calls if c[1] == 200]
+    assert len(served) == len(requests) >= len(_steps()) + 1, calls
+    assert all(c[0] == cli.protocol and c[2] > 0 and c[3] > 0 for c in served), calls
+    assert tokens_in == sum(c[2] for c in calls) and tokens_out == sum(c[3] for c in calls)
     assert cost == pytest.approx((tokens_in * 1.0 + tokens_out * 4.0) / 1e6)
     # The provider got the real key; the agent only ever had the cell's gateway token.
-    assert {r["headers"]["authorization"] for r in requests} == {f"Bearer {SECRET}"}
+    assert {r["headers"].get(cli.key_header) for r in requests} == {cli.key_value}
     agent_env = (workspace / "code" / "agent_env.txt").read_text()
     assert SECRET not in agent_env and "AUTORL_DRIVER_TOKEN=" in agent_env
+    # Sealed, the CLI and its commands ran as a host uid of the cell's own (the sweep runs as root here).
+    uid = int((workspace / "code" / "agent_uid.txt").read_text())
+    assert uid >= 200_000 if os.geteuid() == 0 else uid == os.geteuid()
 
-    # The CLI's JSON stream was parsed into the cell's trace, with the same calls as tool calls.
+    # The CLI's JSON stream was parsed into the cell's trace: the four steps as tool calls, the
+    # scored submission among the tool results, the counts in the record store.
     trace = [json.loads(line) for line in (cell_dir / "trace.jsonl").read_text().splitlines()]
-    commands = [e["input"]["command"] for e in trace if e["kind"] == "tool_call"]
-    assert len(commands) == 4 and "code/train.py" in commands[2] and "/submit" in commands[3]
-    submit_results = [e["output"].replace(" ", "") for e in trace if e["kind"] == "tool_result" and "submission_id" in e["output"]]
-    assert submit_results and '"status":"scored"' in submit_results[-1], trace[-6:]
-    [(tool_calls, trace_in)] = query(db, "SELECT tool_calls, tokens_in FROM traces WHERE cell_id = ?", CELL)
-    assert tool_calls == 4 and trace_in > 0
+    commands = [_command_of(e["input"]) for e in trace if e["kind"] == "tool_call" and _command_of(e["input"])]
+    assert len(commands) == 4 and "code/train.py" in commands[2] and "/submit" in commands[3], commands
+    outputs = [str(e.get("output", "")).replace(" ", "").replace("\\", "") for e in trace if e["kind"] == "tool_result"]
+    assert any('"status":"scored"' in o for o in outputs if "submission_id" in o), trace[-6:]
+    [(tool_calls, messages, trace_events)] = query(db, "SELECT tool_calls, messages, events FROM traces WHERE cell_id = ?", cell)
+    assert trace_events == len(trace) and tool_calls == sum(e["kind"] == "tool_call" for e in trace) >= 4
+    assert messages == sum(e["kind"] == "message" and e.get("role") == "assistant" for e in trace) >= 1
+    print(f"{cli.agent} ({sandbox}): sweep {elapsed:.0f} s; gateway calls {len(calls)} "
+          f"({len(calls) - len(served)} not 200: {[c[1:2] + c[4:] for c in calls if c[1] != 200]}); "
+          f"trace: {trace_events} events, {tool_calls} tool calls, {messages} messages")

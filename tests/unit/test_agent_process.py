@@ -1,14 +1,24 @@
-"""The agent's budget: exit classes and that nothing the agent started survives it."""
+"""The agent's budget: exit classes and that nothing the agent started survives it.
+
+Without a cgroup (``sandbox.mode=none``) the process group is stopped; with the cell's cgroup (real
+cgroups: needs root, as the sweep's nodes have) every process it started is, and the limits show.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from autorl.workspace.process import run_agent
+import pytest
+
+from autorl.seal.cgroups import CellCgroup, CgroupLimits, cgroup_support
+from autorl.workspace.process import AgentExit, run_agent
 
 
 def _run(tmp_path: Path, code: str, budget_s: float = 30.0, cancel: threading.Event | None = None):
@@ -62,3 +72,120 @@ def test_cancel_gives_killed(tmp_path: Path) -> None:
 def test_death_by_signal_is_a_crash(tmp_path: Path) -> None:
     result = _run(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     assert result.exit_class == "crashed" and result.exit_code == -11
+
+
+def test_without_a_cgroup_no_limit_is_reported(tmp_path: Path) -> None:
+    assert _run(tmp_path, "pass").limit_hit is None
+
+
+# ------------------------------------------------------------------------- with the cell's cgroup (real v1)
+
+_SUPPORT = cgroup_support()
+real_cgroups = pytest.mark.skipif(
+    _SUPPORT.version is None or bool(_SUPPORT.missing),
+    reason=f"needs root and cgroups with pids, memory, cpu and freezer: {_SUPPORT.problems()}",
+)
+
+
+@pytest.fixture
+def make_group() -> Iterator[Callable[[CgroupLimits], CellCgroup]]:
+    """Creates real cgroups; every one is removed at the end, also when the test fails."""
+    groups: list[CellCgroup] = []
+
+    def make(limits: CgroupLimits) -> CellCgroup:
+        group = CellCgroup.create(f"autorl-test-{os.getpid()}-{uuid.uuid4().hex[:8]}", limits)
+        groups.append(group)
+        return group
+
+    yield make
+    for group in groups:
+        group.remove()
+
+
+def _run_sealed(tmp_path: Path, code: str, group: CellCgroup, budget_s: float = 30.0,
+                preexec: Callable[[], None] | None = None) -> AgentExit:
+    return run_agent(
+        [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), log_path=tmp_path / "agent.log",
+        budget_s=budget_s, grace_s=1.0, cancel=threading.Event(), cgroup=group, preexec=preexec,
+    )
+
+
+_SETSID_CHILD = "import subprocess; subprocess.Popen(['setsid', 'sh', '-c', 'echo $$ > {pid}; exec sleep 100'])"
+_DAEMON = (
+    "import os, signal, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "        open({pid!r}, 'w').write(str(os.getpid())); time.sleep(300)\n"
+    "    os._exit(0)\n"
+)
+
+
+def _written_pid(path: Path) -> int:
+    deadline = time.monotonic() + 10
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} was never written"
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+@real_cgroups
+def test_nothing_outlives_an_agent_that_exits(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+    group = make_group(CgroupLimits(max_processes=64))
+    # The agent leaves a setsid child and a daemon behind, waits until both are running, and exits 0.
+    code = (_SETSID_CHILD.format(pid=tmp_path / "setsid.pid") + "\n" + _DAEMON.format(pid=str(tmp_path / "daemon.pid"))
+            + f"import pathlib\nwhile not pathlib.Path({str(tmp_path / 'daemon.pid')!r}).exists(): time.sleep(0.05)\n")
+    result = _run_sealed(tmp_path, code, group)
+    assert (result.exit_class, result.exit_code, result.limit_hit) == ("exited", 0, None)
+    survivors = [_written_pid(tmp_path / "setsid.pid"), _written_pid(tmp_path / "daemon.pid")]
+    assert not any(_alive(pid) for pid in survivors)
+    assert group.pids() == set()
+
+
+@real_cgroups
+def test_at_the_budget_the_whole_cgroup_is_killed(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+    group = make_group(CgroupLimits(max_processes=64))
+    code = _DAEMON.format(pid=str(tmp_path / "daemon.pid")) + "time.sleep(300)\n"
+    started = time.monotonic()
+    result = _run_sealed(tmp_path, code, group, budget_s=2.0)
+    assert result.exit_class == "timeout" and time.monotonic() - started < 15
+    assert not _alive(_written_pid(tmp_path / "daemon.pid"))  # it ignored SIGTERM and left the session
+    assert group.pids() == set()
+
+
+@real_cgroups
+def test_the_memory_limit_is_the_exit_class(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+    group = make_group(CgroupLimits(memory_bytes=100 << 20))
+    result = _run_sealed(tmp_path, "b = b'\\x01' * (400 << 20)", group)
+    assert (result.exit_class, result.exit_code, result.limit_hit) == ("memory", -signal.SIGKILL, "memory")
+
+
+@real_cgroups
+def test_a_refused_fork_is_recorded(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+    group = make_group(CgroupLimits(max_processes=20))
+    code = (
+        "import os, time\n"
+        "try:\n"
+        "    while True:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(300); os._exit(0)\n"
+        "except BlockingIOError:\n"
+        "    raise SystemExit(7)\n"
+    )
+    result = _run_sealed(tmp_path, code, group)
+    assert (result.exit_class, result.exit_code, result.limit_hit) == ("exited", 7, "pids")
+    assert group.pids() == set()  # the forked children are gone with the agent
+
+
+@real_cgroups
+def test_preexec_runs_inside_the_cgroup(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+    group = make_group(CgroupLimits())
+    seen = tmp_path / "seen"
+
+    def preexec() -> None:  # in the child, before exec
+        seen.write_text(Path("/proc/self/cgroup").read_text())
+
+    result = _run_sealed(tmp_path, "pass", group, preexec=preexec)
+    assert result.exit_class == "exited"
+    assert f"freezer:/{group.name}\n" in seen.read_text() or f"::/{group.name}\n" in seen.read_text()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import stat
+import subprocess
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -15,11 +18,14 @@ import pytest
 from autorl.agents.base import LaunchContext, load_adapter
 from autorl.agents.cli import find_binary, install_commands
 from autorl.agents.prompt import MODES, build_prompt
+from autorl.agents.trace import TraceParser
 from autorl.config import compose, plan_sweep
 from autorl.errors import ConfigError
-from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV
+from autorl.gateway.app import Gateway
+from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, DriverSettings
 from autorl.registry import option_names
 from autorl.schema import CliAgentConfig
+from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 
 CLI_AGENTS = ("claude-code", "codex", "gemini-cli", "opencode", "openhands")
 GATEWAY = "http://127.0.0.1:5555"
@@ -180,3 +186,164 @@ def test_dry_run_without_key_prints_cells_and_real_run_stops(monkeypatch: pytest
     assert sweep.main(["agent=opencode", "driver=gpt-5", "task=all", "out_dir=/nonexistent/never"]) == 2
     assert "OPENAI_API_KEY" in capsys.readouterr().err
     assert not Path("/nonexistent/never").exists()
+
+
+def test_command_agent_copies_its_files_into_home_and_runs_its_command_there(tmp_path: Path) -> None:
+    import subprocess
+
+    script = tmp_path / "host" / "hello.py"
+    script.parent.mkdir()
+    script.write_text("import os, sys\nprint(os.getcwd(), sys.argv[1])\n")
+    cfg = compose(["agent=command", "agent.command=[python3,-I,'{home}/hello.py','{workspace}']", f"agent.files=[{script}]"])
+    ws, home = _workspace(tmp_path), tmp_path / "cell" / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "PATH": os.environ["PATH"]}
+    launch = load_adapter(cfg.agent).launch(LaunchContext(ws, cfg.agent, cfg.driver, env))
+    assert launch.command == ["python3", "-I", str(home / "hello.py"), str(ws)] and launch.env["HOME"] == str(home)
+    assert stat.S_IMODE((home / "hello.py").stat().st_mode) == 0o644
+    ran = subprocess.run(launch.command, cwd=ws, env=launch.env, capture_output=True, text=True, check=True)
+    assert ran.stdout.split() == [str(ws), str(ws)]
+
+    bad = {"agent.command=[]": "agent.command is empty", "agent.files=[rel.py]": "not an absolute path",
+           f"agent.files=[{tmp_path}/missing.py]": "missing.py is not an existing file"}
+    for override, message in bad.items():
+        cfg = compose(["agent=command", "agent.command=[true]", override])
+        with pytest.raises(ConfigError, match=message):
+            load_adapter(cfg.agent).launch(LaunchContext(ws, cfg.agent, cfg.driver, {"HOME": str(home)}))
+
+
+def test_shell_tools_may_run_for_the_whole_budget(tmp_path: Path) -> None:
+    """OpenCode's shell tool stops a command after 2 minutes and Gemini CLI's after 300 s without
+    output, unless told otherwise: both get the cell's budget (run_meta.json's timeout_s, 900 here)."""
+    launch, _, home = _launch("gemini-cli", tmp_path / "gemini", driver="gemini-2.5-flash")
+    settings = json.loads((home / ".gemini" / "settings.json").read_text())
+    assert settings["tools"]["shell"]["inactivityTimeout"] == 900
+    launch, ws, _ = _launch("opencode", tmp_path / "opencode")
+    assert launch.env["OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS"] == "900000"
+    (ws / "run_meta.json").unlink()  # no budget known: the paper's 12 hours
+    from autorl.agents.prompt import tool_timeout_s
+
+    assert tool_timeout_s(ws) == 12 * 3600
+
+
+RESUME_FLAGS = {
+    "claude-code": ["--continue"], "codex": ["exec", "resume", "--last"], "gemini-cli": ["--resume", "latest"],
+    "opencode": ["run", "--format", "json", "--continue"], "openhands": ["--resume", "--last"],
+}
+
+
+@pytest.mark.parametrize("agent", CLI_AGENTS)
+def test_a_resumed_cli_continues_its_last_session_with_the_continuation_prompt(agent: str, tmp_path: Path) -> None:
+    from autorl.agents.reprompt import continuation_prompt
+
+    driver = {"claude-code": "claude-sonnet-4.5", "gemini-cli": "gemini-2.5-flash"}.get(agent, "gpt-5")
+    first, ws, home = _launch(agent, tmp_path, driver=driver)
+    flags = RESUME_FLAGS[agent]
+    assert not any(first.command[i:i + len(flags)] == flags for i in range(len(first.command)))
+    cfg = compose([f"agent={agent}", f"driver={driver}"])
+    agent_cfg = dataclasses.replace(cfg.agent, binary=first.command[0])
+    text = continuation_prompt(1830, 3600, 0)
+    env = {"HOME": str(home), "PATH": os.environ["PATH"], GATEWAY_URL_ENV: GATEWAY, GATEWAY_TOKEN_ENV: TOKEN}
+    resumed = load_adapter(agent_cfg).launch(
+        LaunchContext(ws, agent_cfg, cfg.driver, env, tmp_path / "cell", continuation_prompt=text))
+    assert any(resumed.command[i:i + len(flags)] == flags for i in range(len(resumed.command))), resumed.command
+    assert resumed.command[-1] == text and first.command[-1] not in resumed.command
+    assert resumed.env["HOME"] == first.env["HOME"] == str(home)  # where the CLI keeps its sessions
+
+
+# ---- the real CLIs, against the replay LLM through the gateway ------------------------------------
+
+
+def _real_cli(agent: str) -> str:
+    """The pinned CLI installed by `make test-deps`; fails (not skips) without it."""
+    cfg = _cli(agent)
+    try:
+        return find_binary(dataclasses.replace(cfg, binary=None))
+    except ConfigError as error:
+        pytest.fail(f"this test runs the real {agent} CLI (make test-deps installs it): {error}")
+
+
+class _NoToolTimeout(ReplayLLM):
+    """The replay LLM, but the shell calls it sends leave the timeout to the CLI's default."""
+
+    def decide(self, protocol: str, body: dict[str, Any]) -> tuple[str, Any]:
+        kind, value = super().decide(protocol, body)
+        if kind == "tool":
+            name, arguments = value
+            value = (name, {k: v for k, v in arguments.items() if k not in ("timeout", "timeout_ms")})
+        return kind, value
+
+
+def _run_real(agent: str, root: Path, replay: ReplayServer, continuation: str | None = None) -> str:
+    """Run the real CLI once in ``root``'s cell (workspace and HOME kept between runs); its stdout."""
+    server = replay.base_url.removesuffix("/v1")
+    driver = "gemini-2.5-flash" if agent == "gemini-cli" else "local"
+    cfg = compose([f"agent={agent}", f"driver={driver}", f"driver.base_url={replay.base_url}", "driver.api_key_env=null",
+                   f"driver.protocols={{gemini: {server}/v1beta}}" if agent == "gemini-cli" else "driver.model=local-model"])
+    agent_cfg = dataclasses.replace(cfg.agent, binary=_real_cli(agent))
+    ws = root / "cell" / "workspace"
+    if not ws.exists():
+        _workspace(root)
+    home = root / "cell" / "home"
+    home.mkdir(exist_ok=True)
+    gateway = Gateway(DriverSettings.from_config(cfg.driver), token=TOKEN, api_key=None, cell_id="c", sink=lambda _: None)
+    gateway.start()
+    try:
+        env = {"HOME": str(home), "PATH": os.environ["PATH"], GATEWAY_URL_ENV: gateway.url, GATEWAY_TOKEN_ENV: TOKEN}
+        ctx = LaunchContext(ws, agent_cfg, cfg.driver, env, root / "cell")
+        launch = load_adapter(agent_cfg).launch(dataclasses.replace(ctx, continuation_prompt=continuation) if continuation else ctx)
+        done = subprocess.run(launch.command, cwd=ws, env=launch.env, capture_output=True, text=True, timeout=240,
+                              stdin=subprocess.DEVNULL)
+    finally:
+        gateway.stop()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def _requests(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("agent", ["codex", "claude-code", "gemini-cli", "opencode"])
+def test_a_real_cli_resumed_with_the_continuation_prompt_keeps_its_conversation(agent: str, tmp_path: Path) -> None:
+    """The resume flag each adapter uses picks up the session of the first run: the model sees the
+    first run's tool call and output, then the continuation prompt."""
+    from autorl.agents.reprompt import continuation_prompt
+
+    log = tmp_path / "requests.jsonl"
+    replay = ReplayServer(ReplayLLM(["echo first-run | tr a-z A-Z"], "Done.", log)).start()
+    try:
+        _run_real(agent, tmp_path, replay)
+        first = len(_requests(log))
+        assert any("FIRST-RUN" in json.dumps(r["body"]) for r in _requests(log)), "the first run ran its step"
+        text = continuation_prompt(1830, 3600, 0)
+        _run_real(agent, tmp_path, replay, continuation=text)
+    finally:
+        replay.stop()
+    resumed = [json.dumps(r["body"]) for r in _requests(log)[first:] if "(resume 1)" in json.dumps(r["body"])]
+    assert resumed, "the continuation prompt reached the model"
+    # The same conversation: the first run's tool call and its output are already in the context of
+    # the resumed run's first request (a new session would start from the continuation prompt alone).
+    assert all("echo first-run" in body and "FIRST-RUN" in body for body in resumed)
+
+
+@pytest.mark.parametrize("agent", ["gemini-cli", "opencode"])
+def test_a_real_cli_shell_timeout_is_the_cells_budget(agent: str, tmp_path: Path) -> None:
+    """With a 3-second budget the CLI stops a quiet 20-second command: the adapter's setting is the
+    one the pinned CLI reads (its default, 300 s or 2 minutes, would let the command finish)."""
+    log = tmp_path / "requests.jsonl"
+    replay = ReplayServer(_NoToolTimeout(["sleep 20; echo slept-through"], "Done.", log)).start()
+    _workspace(tmp_path)
+    (tmp_path / "cell" / "workspace" / "run_meta.json").write_text(json.dumps({"timeout_s": 3}))
+    started = time.monotonic()
+    try:
+        out = _run_real(agent, tmp_path, replay)
+    finally:
+        replay.stop()
+    assert time.monotonic() - started < 20, out[-3000:]
+    parser = TraceParser(agent, agent)
+    events = [event for line in out.splitlines() for event in parser.line(line)]
+    [result] = [e for e in events if e["kind"] == "tool_result"]
+    # Gemini CLI: "cancelled because it exceeded the timeout of 0.1 minutes without output";
+    # OpenCode: "terminated command after exceeding timeout 3000 ms".
+    assert "slept-through" not in result["output"] and re.search(r"timeout of 0\.1 minutes|timeout 3000 ms", result["output"])

@@ -6,6 +6,8 @@
   its own node) import each other without cycles.
 - Nothing under ``autorl/`` is named after a task folder or imports one by name: task code lives
   in ``tasks/<id>/`` and is reached through its manifest's entry points.
+- The agent side (``agent_kit/`` and every ``tasks/<id>/agent/``) imports nothing from ``autorl`` or
+  ``tasks`` (a task's agent package only its own modules): it runs with a toolchain that has neither.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "autorl"
 TASKS = ROOT / "tasks"
+AGENT_KIT = ROOT / "agent_kit"
 
 # Paths (relative to ROOT) whose modules may import ray; a folder allows everything under it.
 RAY_ALLOWED = ("autorl/actors/", "autorl/scheduler.py", "autorl/cluster.py", "autorl/tracking/metrics.py")
@@ -208,3 +211,23 @@ def test_nothing_under_autorl_is_named_after_a_task_or_imports_one_by_name() -> 
             offenders.append(f"{imp.where()}: imports {imp.target} by name")
     assert not offenders, ("task code belongs in tasks/<id>/ and is reached through its manifest's entry points:\n"
                            + "\n".join(offenders))
+
+
+def agent_side_modules() -> list[Path]:
+    """Every ``.py`` file of the agent side: ``agent_kit/`` and each ``tasks/<id>/agent/``."""
+    found = [*AGENT_KIT.rglob("*.py"), *TASKS.glob("*/agent/**/*.py")]
+    return sorted(p for p in found if "__pycache__" not in p.parts)
+
+
+def test_the_agent_side_imports_nothing_of_autorl_or_tasks() -> None:
+    paths = agent_side_modules()
+    names = {module_name(p) for p in paths}
+    assert {"agent_kit.sandbox", "agent_kit.scripted.__main__", "tasks.gsm8k.agent.recipe"} <= names, names
+    offenders = []
+    for path in paths:
+        own = module_name(path).split(".agent", 1)[0] + ".agent." if path.is_relative_to(TASKS) else "agent_kit."
+        for imp in imports_of(path):
+            if imp.target.split(".")[0] in ("autorl", "tasks") and not imp.target.startswith(own):
+                offenders.append(f"{imp.where()}: {imp.target}")
+    assert not offenders, ("agent-side code runs with the agent's toolchain, where neither autorl nor tasks/ exists; "
+                           "move what it needs into agent_kit/ (autorl may import it from there):\n" + "\n".join(offenders))

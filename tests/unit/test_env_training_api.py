@@ -39,7 +39,7 @@ def client(tmp_path: Path, cache_dir: Path) -> Iterator[httpx.Client]:
     source = EnvSource("webshop", "fixture", 0, BUILD, eval_options(spec, "fixture"))
     envs = TrainingEnvs("webshop", source, data.public_dir, lambda: LocalEnvClient("webshop", cache_resolver(cache_dir)),
                         max_sessions=2)
-    run_meta = RunMeta(tmp_path / "run_meta.json", 600)
+    run_meta = RunMeta(tmp_path / "run_meta.json", 600, tmp_path)
     run_meta.update(start_time=time.time())
     service = SubmissionService(CellGradingContext("cell-env", tmp_path, "h", 0.0, 1), _NoScorer(), _NoSink(), run_meta,
                                 tmp_path / "copies")

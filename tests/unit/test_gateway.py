@@ -265,3 +265,39 @@ def test_a_driver_session_records_through_a_plain_sink(replay: ReplayServer, tmp
     assert sink.flushes == [1] and (usage["tokens_in"], usage["tokens_out"]) == (call.tokens_in, call.tokens_out)
     [trace] = sink.traces
     assert trace.cell_id == "c1" and trace.tool_calls == 2 and trace.path == str(tmp_path / "trace.jsonl")
+
+
+def test_token_counts_are_answered_by_the_gateway_and_cost_nothing(replay: ReplayServer, gateway_factory: Any) -> None:
+    """Claude Code's `count_tokens` and the Gemini CLI's `:countTokens`: counted with LiteLLM's token
+    counter, never sent to the provider, never recorded as a driver call."""
+    root = replay.base_url.removesuffix("/v1")
+    protocols = {"messages": replay.base_url, "gemini": f"{root}/v1beta"}
+    gateway, calls = gateway_factory(_settings(replay.base_url, protocols=protocols))
+    url = f"{gateway.url}/v1/messages/count_tokens?beta=true"
+
+    def anthropic(text: str) -> httpx.Response:
+        body = {"model": "claude-x", "system": [{"type": "text", "text": "You are terse."}],
+                "tools": [{"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}],
+                "messages": [{"role": "user", "content": [{"type": "text", "text": text}]},
+                             {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                                                "input": {"command": "ls"}}]},
+                             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "code data"}]}]}
+        return httpx.post(url, json=body, headers={"x-api-key": TOKEN, "anthropic-version": "2023-06-01"}, timeout=120)
+
+    short, long = anthropic("hello world").json()["input_tokens"], anthropic("hello world" * 101).json()["input_tokens"]
+    assert short > 10 and 150 <= long - short <= 250  # ~2 tokens per "hello world"
+
+    gemini_url = f"{gateway.url}/v1beta/models/gemini-x:countTokens"
+    contents = [{"role": "user", "parts": [{"text": "hello world" * 101}]}, {"role": "model", "parts": [{"text": "ok"}]}]
+    counted = httpx.post(gemini_url, json={"contents": contents}, headers={"x-goog-api-key": TOKEN}, timeout=60)
+    assert counted.status_code == 200 and counted.json()["totalTokens"] > 200
+    wrapped = httpx.post(gemini_url, json={"generateContentRequest": {"model": "models/gemini-x", "contents": contents}},
+                         headers={"x-goog-api-key": TOKEN}, timeout=60)
+    assert wrapped.json() == counted.json()
+
+    refused = httpx.post(url, json={"messages": []}, headers={"x-api-key": "wrong"}, timeout=60)
+    assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+    bad = httpx.post(gemini_url, json={"prompt": "hi"}, headers={"x-goog-api-key": TOKEN}, timeout=60)
+    assert bad.status_code == 400 and "contents" in bad.json()["error"]["message"]
+    # Nothing reached the provider, nothing was recorded or counted against the budget.
+    assert calls == [] and gateway.totals()["calls"] == 0 and not Path(replay.llm.log_path).exists()

@@ -70,7 +70,7 @@ def api(tmp_path: Path, tiny_model_dir: Path, cache_dir: Path) -> Iterator[Api]:
     assert baseline is not None
     store = RecordStore(tmp_path / "records.sqlite")
     scorer = GatedScorer(cache_dir)
-    run_meta = RunMeta(workspace / "run_meta.json", 600)
+    run_meta = RunMeta(workspace / "run_meta.json", 600, tmp_path)
     run_meta.update(start_time=time.time())
     ctx = CellGradingContext("cell-a", workspace, base_hash, baseline, max_queued=2)
     service = SubmissionService(ctx, scorer, StoreSink(store), run_meta, tmp_path / "grader_copies")

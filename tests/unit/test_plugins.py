@@ -259,7 +259,7 @@ def test_ls_reads_the_plugin_path_variable_in_a_fresh_process(tmp_path: Path) ->
 
 def test_plugin_support_loads_no_task_code_into_an_agent_process(tmp_path: Path) -> None:
     """The scripted agent imports the registry and refuses to start once autorl.task_code is loaded."""
-    code = ("import sys, autorl.registry, autorl.cluster, autorl.agents.scripted.__main__ as m; m.block_grader_side(); "
+    code = ("import sys, autorl.registry, autorl.cluster, agent_kit.scripted.__main__ as m; m.block_grader_side(); "
             "print(sorted(n for n in sys.modules if n.startswith(('autorl.task_code', 'autorl.tasks'))))")
     copy_task(tmp_path / "plugin", "gsm8k", "agentside")
     env = dict(os.environ) | {plugins.PLUGIN_PATH_ENV: str(tmp_path / "plugin")}  # set, as in a sweep's workers

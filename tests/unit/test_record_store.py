@@ -77,7 +77,9 @@ def test_constants() -> None:
         "budget_s", "status", "baseline", "best_score", "improvement", "submissions",
         "valid_submissions", "duration_s", "tokens_in", "tokens_out", "cost_usd",
     )  # fmt: skip
-    assert RESULTS_COLUMNS[19:] == ("task_source", "exit_class", "working_time_s", "error")
+    assert RESULTS_COLUMNS[19:] == (
+        "task_source", "exit_class", "sandbox", "limit_hit", "resumes", "working_time_s", "error"
+    )
 
 
 def test_wal_mode_and_schema_version(store: RecordStore) -> None:

@@ -1,11 +1,13 @@
-"""autorl.sandbox: hostile programs are stopped and harm nothing; ordinary programs just run."""
+"""agent_kit.sandbox: hostile programs are stopped and harm nothing; ordinary programs just run."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import shutil
 import socket
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -13,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autorl.sandbox import Sandbox, SandboxError, SandboxLimits, detect_mode
-
+from agent_kit.sandbox import Sandbox, SandboxError, SandboxLimits, detect_mode
 
 
 @pytest.fixture(scope="module")
@@ -202,3 +203,79 @@ def test_rlimit_fallback_still_limits_time_memory_and_output(tmp_path: Path) -> 
         root_only.mkdir(mode=0o755)
         denied = box.run_python(f"open({str(root_only / 'x')!r}, 'w')")
         assert "Permission denied" in denied.output and not (root_only / "x").exists()
+
+
+# ---- nested: inside a sealed cell's bubblewrap sandbox, as the cell's non-root uid ---------------------
+
+NESTED_UID = 100123  # not a user of this machine, like a sealed cell's uid
+NESTED_PROGRAM = r"""
+import importlib.util, json, os, socket
+from agent_kit.sandbox import Sandbox, SandboxLimits, fresh_proc_allowed
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(4)
+port = listener.getsockname()[1]
+socket.create_connection(("127.0.0.1", port), timeout=5).close()  # reachable from the agent itself
+box = Sandbox(SandboxLimits(timeout_s=60, cpu_s=60, max_processes=16))
+ran = box.run_python("import os\nprint(6 * 7, os.getuid())")
+net = box.run_python(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)\nprint('connected')")
+write = box.run_python("open('/tmp/outside-the-run', 'w').write('x')")
+forks = box.run_python("import os, time\nn = 0\ntry:\n    while n < 1000:\n        if os.fork() == 0:\n"
+                       "            time.sleep(60)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n")
+print(json.dumps({"uid": os.getuid(), "mode": box.mode, "fresh_proc": fresh_proc_allowed(),
+                  "autorl": importlib.util.find_spec("autorl") is not None,
+                  "ran": [ran.ok, ran.output], "net": [net.ok, net.output], "write": [write.ok, write.output,
+                  os.path.exists("/tmp/outside-the-run")], "forks": [forks.ok, forks.output]}))
+"""
+
+
+def _bwrap_as_cell(binds: list[Path], code_root: Path, argv: list[str]) -> list[str]:
+    """A sealed cell's sandbox, as autorl.seal builds it: bwrap as root without a user namespace, then
+    setpriv to a non-root uid (bwrap with --unshare-user where the tests do not run as root)."""
+    command = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+               "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        if Path(f"/usr/{link}").exists():
+            command += ["--symlink", f"usr/{link}", f"/{link}"]
+    for etc in ("/etc/alternatives", "/etc/ld.so.cache"):
+        if Path(etc).exists():
+            command += ["--ro-bind", etc, etc]
+    command += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+    made: set[Path] = {Path("/"), Path("/tmp"), Path("/usr")}
+    for path in [*binds, code_root]:
+        for parent in reversed(path.parents):
+            if parent not in made:
+                command += ["--perms", "0755", "--dir", str(parent)]
+                made.add(parent)
+        command += ["--ro-bind", str(path), str(path)]
+    command += ["--chdir", "/tmp"]
+    if os.geteuid() == 0:
+        return command + ["setpriv", f"--reuid={NESTED_UID}", f"--regid={NESTED_UID}", "--clear-groups", "--inh-caps=-all",
+                          "--bounding-set=-all", "--no-new-privs", "--", *argv]
+    return command[:1] + ["--unshare-user"] + command[1:] + argv
+
+
+def test_nested_in_a_sealed_cell_as_its_uid_programs_run_without_network(tmp_path: Path) -> None:
+    """The scripted HumanEval reward runs tests in this sandbox inside the agent's sandbox, with the
+    agent's toolchain: there a fresh /proc cannot be mounted, and everything else must still hold."""
+    from autorl.seal.toolchain import check_toolchain, toolchain_dir, toolchain_mounts, toolchain_python
+    from autorl.tasks import get_task
+    from autorl.workspace.layout import copy_agent_code
+
+    directory = toolchain_dir(None)
+    check_toolchain(directory)  # fails with the build command when `make test-deps` has not built it
+    package = copy_agent_code(get_task("humaneval"), tmp_path / "agent_code")
+    assert package is not None
+    argv = [str(toolchain_python(directory)), "-c", NESTED_PROGRAM]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(package.parent), "HOME": "/tmp", "LANG": "C.UTF-8"}
+    done = subprocess.run(_bwrap_as_cell(toolchain_mounts(directory), package.parent, argv), env=env, cwd="/",
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["uid"] == (NESTED_UID if os.geteuid() == 0 else os.getuid()) and not seen["autorl"]
+    # Nested, the kernel refuses a new /proc (bwrap covers parts of its own): this is the case under test.
+    assert seen["mode"] == "namespaces" and seen["fresh_proc"] is False, (seen, done.stderr[-2000:])
+    assert seen["ran"][0] and seen["ran"][1].split()[0] == "42", seen
+    assert not seen["net"][0] and "connected" not in seen["net"][1], seen
+    assert not seen["write"][0] and "Read-only file system" in seen["write"][1] and not seen["write"][2], seen
+    assert seen["forks"][0] and 0 < int(seen["forks"][1].split()[-1]) < 16, seen

@@ -1,5 +1,6 @@
 """The scripted agent imports no grader-side task code: it runs from a copy of ``tasks/<id>/agent/``
-with the grader side unavailable (not beside it on disk, and refused by the process's import guard)."""
+with the grader side unavailable (not beside it on disk, refused by the process's import guard where
+autorl is importable, and absent from the agent's toolchain, with which the end-to-end run trains)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,16 @@ import pytest
 
 from autorl.agents.base import LaunchContext, load_adapter
 from autorl.config import compose
+from autorl.errors import ConfigError
 from autorl.grading.api import GradingServer, create_app
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget, ScoreOutcome, score_model
 from autorl.grading.service import CellGradingContext, SubmissionService
 from autorl.records.store import RecordStore
 from autorl.records.types import SubmissionRecord
+from autorl.seal.toolchain import check_toolchain, toolchain_dir, toolchain_python
 from autorl.tasks import build_task_data, discover_tasks, get_task
+from autorl.workspace.layout import copy_agent_code
 from autorl.workspace.process import run_agent
 from autorl.workspace.run_meta import RunMeta
 
@@ -40,7 +44,7 @@ def test_agent_side_imports_alone_with_the_grader_side_refused(task_id: str, tmp
     code = f"""
 import importlib, pkgutil, sys
 from pathlib import Path
-from autorl.agents.scripted.__main__ import AGENT_PACKAGE, GRADER_SIDE, block_grader_side, import_agent_package
+from agent_kit.scripted.__main__ import AGENT_PACKAGE, GRADER_SIDE, block_grader_side, import_agent_package
 block_grader_side()
 import_agent_package(Path({str(copy)!r}))
 for info in pkgutil.walk_packages([{str(copy)!r}], AGENT_PACKAGE + "."):
@@ -57,7 +61,7 @@ print("ok")
 
 def test_the_guard_refuses_grader_side_imports(tmp_path: Path) -> None:
     code = """
-from autorl.agents.scripted.__main__ import block_grader_side
+from agent_kit.scripted.__main__ import block_grader_side
 block_grader_side()
 for name in ("autorl.tasks", "autorl.task_code.gsm8k.fixture", "autorl.grading.scoring", "autorl.judge.client"):
     try:
@@ -81,7 +85,8 @@ class _Sink:
 
 
 def test_scripted_gsm8k_runs_end_to_end_from_its_agent_side_alone(tmp_path: Path, tiny_model_dir: Path, cache_dir: Path) -> None:
-    """The real process, adapter command line and grading API; only the agent/ copy is on disk for it."""
+    """The real process, adapter command line and grading API, with the agent's toolchain (no autorl in it) and
+    the cell's copy of the agent-side code (agent_kit and the task's agent/) as the only code on its path."""
     spec = get_task("gsm8k")
     data = build_task_data(spec, "fixture", cache_dir / "tasks", options=BUILD)
     workspace = tmp_path / "workspace"
@@ -89,11 +94,14 @@ def test_scripted_gsm8k_runs_end_to_end_from_its_agent_side_alone(tmp_path: Path
         (workspace / sub).mkdir(parents=True)
     shutil.copytree(data.public_dir, workspace / "data")
     (workspace / "models" / "tiny").symlink_to(tiny_model_dir)
-    agent_code = shutil.copytree(spec.agent_dir, tmp_path / "cell" / "agent_code")
+    agent_code = copy_agent_code(spec, tmp_path / "cell" / "agent_code")
+    assert agent_code is not None
+    toolchain = toolchain_dir(None)
+    check_toolchain(toolchain)  # `make test-deps` builds it
 
     base_hash = weights_hash(check_loadable_model(tiny_model_dir))
     store = RecordStore(tmp_path / "records.sqlite")
-    run_meta = RunMeta(workspace / "run_meta.json", 600)
+    run_meta = RunMeta(workspace / "run_meta.json", 600, tmp_path)
 
     def scorer(model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
         return score_model(TARGET, model_dir, cache_dir, batch_size=8), False
@@ -108,15 +116,19 @@ def test_scripted_gsm8k_runs_end_to_end_from_its_agent_side_alone(tmp_path: Path
         config = compose(["agent=scripted", "agent.sft.steps=2", "agent.sft.batch_size=4", "agent.grpo.steps=1",
                           "agent.grpo.batch_size=4", "agent.grpo.num_generations=2", "agent.grpo.max_completion_length=8"])
         agent_cfg = config.agent
-        env = dict(os.environ) | {
+        # What a sealed cell passes: no PYTHONPATH or project variables from this process.
+        env = {
+            "PATH": os.environ["PATH"], "HOME": str(tmp_path / "cell"), "HF_HUB_OFFLINE": "1",
             "TASK": "gsm8k", "MODEL_PATH": str(workspace / "models" / "tiny"), "DATA_PATH": str(workspace / "data"),
             "OUTPUT_DIR": str(workspace / "output"), "GRADING_SERVER_URL": server.url, "GRADING_TOKEN": "t",
             "OMP_NUM_THREADS": "1",
         }
         launch = load_adapter(agent_cfg).launch(LaunchContext(
             workspace, agent_cfg, config.driver, env, tmp_path / "cell", 0, task_agent_dir=agent_code,
-            task_recipe=spec.entry_points["recipe"]))
+            task_recipe=spec.entry_points["recipe"], python=str(toolchain_python(toolchain))))
+        assert launch.command[:3] == [str(toolchain_python(toolchain)), "-m", "agent_kit.scripted"]
         assert str(agent_code) in launch.command and str(spec.folder) not in " ".join(launch.command)
+        assert launch.env["PYTHONPATH"] == str(agent_code.parent)
         run_meta.update(start_time=time.time())
         result = run_agent(launch.command, cwd=workspace, env=launch.env, log_path=tmp_path / "agent.log",
                            budget_s=600, grace_s=1.0, cancel=threading.Event())
@@ -130,3 +142,19 @@ def test_scripted_gsm8k_runs_end_to_end_from_its_agent_side_alone(tmp_path: Path
     store.close()
     # Both stages submitted; one GRPO step may leave the weights unchanged (then v2 is a duplicate).
     assert len(statuses) == 2 and statuses[0] == "scored" and statuses[1] in ("scored", "duplicate"), (statuses, log[-2000:])
+
+
+def test_the_adapter_runs_the_copy_with_the_given_interpreter_and_refuses_the_task_folder(tmp_path: Path) -> None:
+    spec = get_task("gsm8k")
+    config = compose(["agent=scripted"])
+    adapter = load_adapter(config.agent)
+    copy = copy_agent_code(spec, tmp_path / "agent_code")
+    assert copy is not None
+    env = {"PYTHONPATH": "/elsewhere", "TASK": "gsm8k"}
+    launch = adapter.launch(LaunchContext(tmp_path, config.agent, config.driver, env, task_agent_dir=copy))
+    assert launch.command[:3] == [sys.executable, "-m", "agent_kit.scripted"]  # no toolchain given: sandbox.mode=none
+    assert launch.env["PYTHONPATH"] == f"{tmp_path / 'agent_code'}{os.pathsep}/elsewhere"
+    assert launch.read_only == (tmp_path / "agent_code",) and env["PYTHONPATH"] == "/elsewhere"
+    # The task's own folder would put its grader side on the agent's path (and into a sealed cell).
+    with pytest.raises(ConfigError, match="not a copy made by autorl.workspace.layout.copy_agent_code"):
+        adapter.launch(LaunchContext(tmp_path, config.agent, config.driver, env, task_agent_dir=spec.agent_dir))

@@ -6,6 +6,7 @@ one completed and one cancelled cell); its README says how.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import enum
 import hashlib
@@ -77,7 +78,7 @@ def test_the_fixture_is_what_the_previous_main_wrote(old_store: Path) -> None:
 def test_migrations_are_numbered_from_one_with_unique_names() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
     assert len({m.name for m in MIGRATIONS}) == len(MIGRATIONS)
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
 
 
 def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
@@ -85,9 +86,9 @@ def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
     with RecordStore(old_store) as store:
         assert store.schema_version == SCHEMA_VERSION
         assert store.migrated_from == 1
-        assert store.migrations_applied == ("v1_late_tables", "cell_autorl_version")
+        assert store.migrations_applied == ("v1_late_tables", "cell_autorl_version", "cell_sandbox")
         log = store.migration_log()
-    assert [(v, name) for v, name, _, _ in log] == [(2, "v1_late_tables"), (3, "cell_autorl_version")]
+    assert [(v, name) for v, name, _, _ in log] == [(2, "v1_late_tables"), (3, "cell_autorl_version"), (4, "cell_sandbox")]
     assert all(by == autorl_version() for *_, by in log)
     assert [r[0] for r in _raw(old_store, "SELECT version FROM schema_version")] == [SCHEMA_VERSION]
     assert _counts(old_store) == before
@@ -117,7 +118,11 @@ def test_results_csv_from_the_migrated_store_matches_the_old_one(old_store: Path
     with RecordStore(old_store) as store:
         (sweep_id,) = {c.sweep_id for c in store.list_cells()}
         assert write_results_csv(store, sweep_id, tmp_path / "results.csv") == 2
-    assert (tmp_path / "results.csv").read_text() == (FIXTURE / "results.csv").read_text()
+    new = list(csv.DictReader((tmp_path / "results.csv").open()))
+    old = list(csv.DictReader((FIXTURE / "results.csv").open()))
+    # The old columns keep their values; the columns added since say "ran before sealing existed".
+    assert [{k: row[k] for k in old[0]} for row in new] == old
+    assert {(row["sandbox"], row["limit_hit"], row["resumes"]) for row in new} == {("", "", "0")}
 
 
 def test_opening_twice_changes_nothing_more(old_store: Path) -> None:
@@ -126,7 +131,7 @@ def test_opening_twice_changes_nothing_more(old_store: Path) -> None:
     with RecordStore(old_store) as store:
         assert store.migrated_from is None and store.migrations_applied == ()
         assert store.schema_version == SCHEMA_VERSION
-        assert len(store.migration_log()) == 2
+        assert len(store.migration_log()) == 3
     assert _dump(old_store) == once
 
 

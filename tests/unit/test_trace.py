@@ -99,3 +99,60 @@ def test_follower_tails_the_log_while_it_grows(tmp_path: Path) -> None:
     stats = follower.stop()
     assert stats.tool_calls == 2 and stats.unparsed_lines == 0
     assert len((tmp_path / "trace.jsonl").read_text().splitlines()) == stats.events
+
+
+def _gemini(kind: str, **fields: object) -> str:
+    return json.dumps({"type": kind, "timestamp": "2026-11-26T03:14:55.857Z", **fields})
+
+
+def test_a_streamed_gemini_message_is_one_message(tmp_path: Path) -> None:
+    """The Gemini CLI streams a reply as `delta` chunks; each reply is one message, however many chunks."""
+    lines = [
+        _gemini("init", session_id="s1", model="m"),
+        _gemini("message", role="user", content="do the task"),
+        *(_gemini("message", role="assistant", content=chunk, delta=True) for chunk in ("I will ", "train ", "first.")),
+        _gemini("tool_use", tool_name="run_shell_command", tool_id="t1", parameters={"command": "python3 code/train.py"}),
+        _gemini("tool_result", tool_id="t1", status="success", output="42"),
+        *(_gemini("message", role="assistant", content=chunk, delta=True) for chunk in ("All ", "done.")),
+    ]
+    log = tmp_path / "agent.log"
+    log.write_text("\n".join(lines) + "\n")  # no `result` event: the agent was stopped mid-reply
+    stats = parse_file(log, tmp_path / "trace.jsonl", "gemini-cli", "gemini-cli")
+    events = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    replies = [e for e in events if e["kind"] == "message" and e["role"] == "assistant"]
+    assert [(r["text"], r["chunks"], r["raw_type"]) for r in replies] == [("I will train first.", 3, "message"),
+                                                                           ("All done.", 2, "message")]
+    assert stats.messages == 2 and stats.events == len(events) == 6
+    assert [e["kind"] for e in events] == ["session", "message", "message", "tool_call", "tool_result", "message"]
+    assert [e["seq"] for e in events] == list(range(1, 7))
+
+    # The live follower writes the last reply when the agent is gone.
+    live_log = tmp_path / "live.log"
+    follower = TraceFollower(live_log, tmp_path / "live.jsonl", "gemini-cli", "gemini-cli")
+    follower.start()
+    live_log.write_text(log.read_text())
+    assert follower.stop().messages == 2
+    assert (tmp_path / "live.jsonl").read_text() == (tmp_path / "trace.jsonl").read_text()
+
+
+def test_codex_warnings_are_warnings_not_errors(tmp_path: Path) -> None:
+    """Codex prints a warning (model metadata not found) as an `error` item; only its error events are errors."""
+    parse_file(FIXTURES / "codex.jsonl", tmp_path / "trace.jsonl", "codex", "codex")
+    events = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    [warning] = [e for e in events if e["kind"] == "warning"]
+    assert "Model metadata for `local-model` not found" in warning["text"] and warning["raw_type"] == "item.completed"
+    assert not [e for e in events if e["kind"] == "error"]
+    parser = TraceParser("codex", "codex")
+    [failed] = parser.line(json.dumps({"type": "turn.failed", "error": {"message": "stream disconnected"}}))
+    assert (failed["kind"], failed["text"]) == ("error", "stream disconnected")
+
+
+def test_openhands_events_keep_their_type(tmp_path: Path) -> None:
+    """OpenHands names an event's type by `kind`: it is the trace's raw_type."""
+    parse_file(FIXTURES / "openhands.jsonl", tmp_path / "trace.jsonl", "openhands", "openhands")
+    events = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    by_kind = {(e["kind"], e["raw_type"]) for e in events}
+    assert ("tool_call", "ActionEvent") in by_kind and ("tool_result", "ObservationEvent") in by_kind
+    assert ("message", "MessageEvent") in by_kind and all(e["raw_type"] for e in events)
+    broken = TraceParser("openhands", "openhands").line(json.dumps({"kind": "ActionEvent", "action": "not an object"}))
+    assert broken[0]["kind"] == "error" and "'ActionEvent'" in broken[0]["text"]

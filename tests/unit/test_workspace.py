@@ -44,7 +44,7 @@ def test_workspace_holds_public_data_only(tmp_path: Path, tiny_model_dir: Path, 
 
 
 def test_run_meta_remaining(tmp_path: Path) -> None:
-    meta = RunMeta(tmp_path / "run_meta.json", 100)
+    meta = RunMeta(tmp_path / "run_meta.json", 100, tmp_path)
     assert meta.remaining() is None
     meta.update(start_time=1000.0)
     assert meta.remaining(now=1030.0) == pytest.approx(70.0)
@@ -67,3 +67,20 @@ def test_code_revisions_commit_changes_with_diffs(tmp_path: Path) -> None:
     assert second != first and "-lr = 1e-3" in seen[-1].diff and "+lr = 3e-4" in seen[-1].diff
     assert seen[-1].files_changed == 1
     assert not (code / ".git").exists()
+
+
+def test_run_meta_never_writes_through_a_link_the_agent_planted(tmp_path: Path) -> None:
+    canary = tmp_path / "outside" / "records.sqlite"
+    canary.parent.mkdir()
+    canary.write_text("untouched")
+    workspace, cell = tmp_path / "ws", tmp_path / "cell"
+    workspace.mkdir()
+    cell.mkdir()
+    meta = RunMeta(workspace / "run_meta.json", 100, cell)
+    (workspace / "run_meta.json").unlink()
+    (workspace / "run_meta.json").symlink_to(canary)  # what a hostile agent may do in its workspace
+    (workspace / "run_meta.json.tmp").symlink_to(canary)  # the temporary name an older version wrote to
+    meta.update(last_submit_time=1.0)
+    assert canary.read_text() == "untouched"
+    assert not (workspace / "run_meta.json").is_symlink()
+    assert json.loads((workspace / "run_meta.json").read_text())["last_submit_time"] == 1.0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autorl.envs.rollout import Episode
+from agent_kit.rollout import Episode
 
 from .shots import SHOTS
 
@@ -72,7 +72,7 @@ def parse_action(output: str) -> str:
 
 @dataclass
 class AlfworldProtocol:
-    """:class:`autorl.envs.rollout.EpisodeProtocol` for ALFWorld."""
+    """:class:`agent_kit.rollout.EpisodeProtocol` for ALFWorld."""
 
     max_new_tokens: int = 100
     max_prompt_chars: int | None = None

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-from autorl.agents.scripted.common import log, remaining_s, submit
-from autorl.agents.scripted.interactive import InteractiveRecipe, run_recipe
-from autorl.envs.rollout import Episode
+from agent_kit.rollout import Episode
+from agent_kit.scripted.common import log, remaining_s, submit
+from agent_kit.scripted.interactive import InteractiveRecipe, run_recipe
 
 from .protocol import AlfworldProtocol
 

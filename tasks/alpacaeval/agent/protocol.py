@@ -6,7 +6,7 @@ Agent side: imports nothing from the task's grader side. An instruction is sent 
 
 from __future__ import annotations
 
-from autorl.engine.base import ChatMessage
+from agent_kit.protocol import ChatMessage
 
 
 def chat_prompt(question: str) -> list[ChatMessage]:

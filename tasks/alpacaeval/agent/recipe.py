@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from autorl.agents.scripted.common import log, longest_conversation_tokens, remaining_s, sft, submit, with_overrides
+from agent_kit.scripted.common import log, longest_conversation_tokens, remaining_s, sft, submit, with_overrides
 
 from .protocol import chat_prompt
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from autorl.envs.rollout import Episode
+from agent_kit.rollout import Episode
 
 SYSTEM_PROMPT = (
     "Answer the question by interleaving Thought, Action and Observation steps. Thought reasons about the "
@@ -59,7 +59,7 @@ def render_prompt(question_observation: str, steps: list[tuple[str, str]]) -> st
 
 @dataclass
 class DeepSearchProtocol:
-    """:class:`autorl.envs.rollout.EpisodeProtocol` for DeepSearchQA."""
+    """:class:`agent_kit.rollout.EpisodeProtocol` for DeepSearchQA."""
 
     max_new_tokens: int = 256
     mode: str = "text"

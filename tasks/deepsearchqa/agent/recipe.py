@@ -14,9 +14,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from autorl.agents.scripted.common import log, remaining_s, submit
-from autorl.agents.scripted.interactive import InteractiveRecipe, run_recipe
-from autorl.envs.rollout import Episode
+from agent_kit.rollout import Episode
+from agent_kit.scripted.common import log, remaining_s, submit
+from agent_kit.scripted.interactive import InteractiveRecipe, run_recipe
 
 from .protocol import DeepSearchProtocol
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autorl.agents.scripted.common import completion_texts, grpo, log, remaining_s, sft, submit
+from agent_kit.scripted.common import completion_texts, grpo, log, remaining_s, sft, submit
 
 from .protocol import extract_answer, format_question, normalize_number
 

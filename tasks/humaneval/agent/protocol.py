@@ -3,7 +3,7 @@
 The user turn is OpenCompass's ``humaneval_openai_sample_evals_gen_dcae0e`` instruction followed by
 the problem's prompt. A reply's code is extracted (first markdown code block, else the whole reply)
 and joined to the prompt and the problem's tests; the evaluator and the recipe's reward both run
-that program in :mod:`autorl.sandbox`.
+that program in :mod:`agent_kit.sandbox`.
 
 Agent side: imports nothing from the task's grader side.
 """

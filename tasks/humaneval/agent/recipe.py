@@ -2,7 +2,7 @@
 
 The prompt and the program assembly are the evaluator's (:mod:`.protocol`, the protocol
 ``description.md`` documents); the reward runs each completion against the training problem's own
-tests in :mod:`autorl.sandbox` (no network, resource limits, timeout).
+tests in :mod:`agent_kit.sandbox` (no network, resource limits, timeout).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autorl.agents.scripted.common import (
+from agent_kit.sandbox import Sandbox, SandboxLimits
+from agent_kit.scripted.common import (
     completion_texts,
     grpo,
     log,
@@ -23,7 +24,6 @@ from autorl.agents.scripted.common import (
     submit,
     with_overrides,
 )
-from autorl.sandbox import Sandbox, SandboxLimits
 
 from .protocol import build_program, format_prompt
 

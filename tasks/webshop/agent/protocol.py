@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autorl.engine.base import ChatMessage
-from autorl.envs.rollout import Episode
+from agent_kit.protocol import ChatMessage
+from agent_kit.rollout import Episode
 
 SYSTEM = ("You are a helpful shopping assistant on an e-commerce website. Output ONLY one action "
           "(e.g., 'search[red shoes]', 'click[buy now]') and nothing else.")
@@ -62,7 +62,7 @@ def render_messages(first_observation: str, history: list[tuple[str, str]], curr
 
 @dataclass
 class WebShopProtocol:
-    """:class:`autorl.envs.rollout.EpisodeProtocol` for WebShop."""
+    """:class:`agent_kit.rollout.EpisodeProtocol` for WebShop."""
 
     max_new_tokens: int = 100
     history_window: int = 5

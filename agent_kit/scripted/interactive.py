@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autorl.agents.scripted.policy import ApiEpisodes, LocalPolicy, Sample
-from autorl.envs.rollout import Episode, EpisodeProtocol, play
+from agent_kit.rollout import Episode, EpisodeProtocol, play
+from agent_kit.scripted.policy import ApiEpisodes, LocalPolicy, Sample
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autorl.envs.base import StepResult
+from agent_kit.protocol import StepResult, cut_at_stop
 
 
 def env_api(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -38,7 +38,7 @@ def _result(body: dict[str, Any]) -> StepResult:
 
 
 class ApiEpisodes:
-    """:class:`autorl.envs.rollout.EpisodeEnvs` over the env endpoints (training episodes only)."""
+    """:class:`agent_kit.rollout.EpisodeEnvs` over the env endpoints (training episodes only)."""
 
     def episodes(self) -> list[str]:
         """The training episode ids."""
@@ -101,8 +101,6 @@ class LocalPolicy:
 
     def generate_text(self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
         """Sample (or greedily decode, with ``sample = False``) a completion of each prompt."""
-        from autorl.engine.hf import cut_at_stop
-
         self.tokenizer.truncation_side = "left"
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, truncation=True,
                              max_length=max(1, self.max_length - max_new_tokens), add_special_tokens=False)

@@ -12,6 +12,12 @@ Two isolation modes:
   directory (``mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)``), empties the capability
   bounding set and sets ``no_new_privs`` before it execs the program, so the program holds no
   capabilities and cannot undo the mounts. At the timeout the PID namespace dies with everything in it.
+  The run gets a /proc of its own (``--mount-proc``) where the kernel allows it. Nested in another
+  sandbox (the scripted agent's reward inside a sealed cell's bubblewrap) it does not: a new procfs
+  may only be mounted where the enclosing one is fully visible, and bubblewrap covers parts of its
+  /proc. There the run keeps the enclosing sandbox's /proc, read-only like the rest (it shows the
+  agent's own processes, none of which the run can signal from its PID namespace), and every other
+  namespace as above; this is logged once.
 - ``rlimits`` (fallback, logged as a warning): limits, private directory and kill only, no network or
   filesystem isolation; as root the program runs as ``nobody`` (uid 65534).
 
@@ -43,8 +49,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-
-from autorl.errors import PrerequisiteError
 
 logger = logging.getLogger(__name__)
 
@@ -87,8 +91,11 @@ os.execv(sys.argv[3], sys.argv[3:])
 """
 
 
-class SandboxError(PrerequisiteError):
-    """The sandbox itself does not work here (not the program's fault); the message says why."""
+class SandboxError(RuntimeError):
+    """The sandbox itself does not work here (not the program's fault); the message says why.
+
+    The grader side turns it into ``autorl.errors.PrerequisiteError`` (this package imports nothing of autorl).
+    """
 
 
 @dataclass(frozen=True)
@@ -269,10 +276,34 @@ def _preexec(limits: SandboxLimits, cap: _TaskCap, drop_to_nobody: bool) -> Call
     return apply
 
 
+_UNSHARE = ["--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child"]
+
+
+@functools.cache
+def fresh_proc_allowed() -> bool:
+    """Whether a run may mount a /proc of its own here (not where an enclosing sandbox hides parts of its /proc).
+
+    Logs a warning once when it may not (see the module docstring).
+    """
+    unshare = shutil.which("unshare") or "unshare"
+    try:
+        done = subprocess.run([unshare, *_UNSHARE, "--mount-proc", "true"], capture_output=True, text=True,  # noqa: S603
+                              timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        logger.warning("sandbox: probing `unshare --mount-proc` failed (%s)", error)
+        return False
+    if done.returncode == 0:
+        return True
+    logger.warning("sandbox: cannot mount a /proc of the run's own here (%s; nested in another sandbox?): runs keep "
+                   "the enclosing /proc, read-only; user, mount, network and PID namespaces still apply",
+                   done.stderr.strip()[-300:])
+    return False
+
+
 def _namespace_prefix(workdir: Path, python: str, hidden: tuple[Path, ...]) -> list[str]:
     unshare = shutil.which("unshare") or "unshare"
-    return [unshare, "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child",
-            "--mount-proc", "--", python, "-I", "-S", "-c", _LAUNCHER, str(workdir),
+    return [unshare, *_UNSHARE, *(["--mount-proc"] if fresh_proc_allowed() else []),
+            "--", python, "-I", "-S", "-c", _LAUNCHER, str(workdir),
             "\n".join(str(p) for p in hidden if Path(p).is_dir())]
 
 

@@ -13,8 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from autorl.engine.base import ChatMessage, GenerationEngine
-from autorl.envs.base import StepResult
+from agent_kit.protocol import ChatMessage, GenerationEngine, StepResult
 
 
 @dataclass
@@ -62,7 +61,8 @@ class EpisodeProtocol(Protocol):
 
 
 class EpisodeEnvs(Protocol):
-    """What :func:`play` needs from the environments (an :class:`autorl.envs.host.EpisodeClient`)."""
+    """What :func:`play` needs from the environments (the grader's ``autorl.envs.host.EpisodeClient``, the agent's
+    :class:`agent_kit.scripted.policy.ApiEpisodes`)."""
 
     def reset(self, episode_ids: list[str]) -> list[tuple[str, StepResult]]:
         """Start these episodes."""

@@ -1,13 +1,14 @@
 """The scripted agent process: run the task's recipe (SFT, then RL, submitting each stage).
 
-It uses only what any agent gets: the environment variables (``TASK``, ``MODEL_PATH``,
-``DATA_PATH``, ``OUTPUT_DIR``, ``GRADING_SERVER_URL``, ``GRADING_TOKEN``), the workspace's files
-and the grading API, plus the task's agent-side code: ``--recipe-dir`` is a copy of
+Started as ``python -m agent_kit.scripted`` with the agent's toolchain (sealed cells) or the project's
+interpreter (``sandbox.mode=none``). It uses only what any agent gets: the environment variables
+(``TASK``, ``MODEL_PATH``, ``DATA_PATH``, ``OUTPUT_DIR``, ``GRADING_SERVER_URL``, ``GRADING_TOKEN``), the
+workspace's files and the grading API, plus the task's agent-side code: ``--recipe-dir`` is a copy of
 ``tasks/<id>/agent/`` (the only task code an agent may import), imported as the package
 ``task_agent`` so that it can never reach the task's grader side; ``--recipe`` names its
-``run(args) -> int`` as ``module:attr`` inside that package. The process also refuses to import
-any grader-side module of autorl (:data:`GRADER_SIDE`).
-"""
+``run(args) -> int`` as ``module:attr`` inside that package. Where autorl is importable (``sandbox.mode=none``)
+the process also refuses to import any grader-side module of it (:data:`GRADER_SIDE`); in the toolchain
+there is none to refuse."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from autorl.agents.scripted.common import log
+from agent_kit.scripted.common import log
 
 AGENT_PACKAGE = "task_agent"
 # What only the grader may import: task folders (builders, fixture generators, evaluators; ``tasks``
@@ -52,7 +53,7 @@ def block_grader_side() -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     """The recipe's knobs (set from conf/agent/scripted.yaml by the adapter)."""
-    parser = argparse.ArgumentParser(prog="python -m autorl.agents.scripted")
+    parser = argparse.ArgumentParser(prog="python -m agent_kit.scripted")
     parser.add_argument("--recipe-dir", type=Path, required=True, help="the task's agent-side package (tasks/<id>/agent)")
     parser.add_argument("--recipe", default="recipe:run", help="the recipe's 'module:attr' inside that package")
     for name, kind in [("sft-steps", int), ("sft-batch-size", int), ("sft-lr", float), ("sft-max-length", int),
