@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from autorl.agents.base import AgentLaunch, LaunchContext
@@ -135,8 +136,11 @@ def install_commands(agent_cfg: CliAgentConfig, python: str | None = None) -> li
     if install.manager == InstallManager.npm:
         npm_install = ["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact"]
         return [[*npm_install, f"{install.package}@{install.version}"]]
-    return [[python or _python_spec(agent_cfg), "-m", "venv", str(prefix)],
-            [str(prefix / "bin" / "python"), "-m", "pip", "install", f"{install.package}=={install.version}"]]
+    # uv installs into the venv (it resolves and unpacks a large CLI like OpenHands in seconds where pip
+    # takes minutes); it is a dependency of autorl, so the interpreter running this has it.
+    return [[python or _python_spec(agent_cfg), "-m", "venv", "--without-pip", str(prefix)],
+            [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(prefix / "bin" / "python"),
+             f"{install.package}=={install.version}"]]
 
 
 def _python_spec(agent_cfg: CliAgentConfig) -> str:
