@@ -27,7 +27,7 @@ from autorl.config_errors import config_error
 from autorl.errors import ConfigError
 from autorl.gateway.settings import TRANSLATABLE
 from autorl.registry import AXES, CONF_DIR, GROUPS, check_names, option_names
-from autorl.schema import DriverConfig, ModelKind, Provider, RunConfig, register_schemas
+from autorl.schema import CommandAgentConfig, DriverConfig, ModelKind, Provider, RunConfig, register_schemas
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -304,6 +304,11 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
                 "(actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
             )
         agent.reprompt.check()
+        if isinstance(agent, CommandAgentConfig) and not agent.command:
+            raise ConfigError(
+                f"agent {agent.name!r} runs agent.command, which is empty (cell {cell.cell_id}): give the command "
+                "line to run as the agent, e.g. agent.command=[python3,-I,'{home}/probe.py'] agent.files=[/abs/probe.py]"
+            )
         if cell.config.model.kind == ModelKind.hub and not cell.config.model.hub_id:
             raise ConfigError(
                 f"model {cell.config.model.name!r} has kind hub but no hub_id: set model.hub_id (cell {cell.cell_id})"

@@ -160,6 +160,7 @@ class Workspace:
         finally:
             server.stop()
             service.close()
+            seal.close()
         revisions.snapshot("end of run")
         run_meta.update(end_time=time.time())
         duration = time.time() - started

@@ -219,8 +219,8 @@ class Gateway:
 
         return app
 
-    async def count(self, protocol: str, request: Request) -> Response:
-        """Answer a token-count call (:mod:`autorl.gateway.count`); nothing is forwarded or recorded."""
+    async def _read(self, protocol: str, request: Request) -> tuple[bytes, dict[str, Any]] | Response:
+        """The request's raw body and its JSON object, or the error response (token, size, JSON)."""
         if not self._authorised(request):
             return error_response(protocol, 401, "missing or wrong gateway token: use the token this cell's agent was given")
         raw = await request.body()
@@ -232,6 +232,14 @@ class Gateway:
             return error_response(protocol, 400, f"request body is not valid JSON: {error}")
         if not isinstance(body, dict):
             return error_response(protocol, 400, "request body must be a JSON object")
+        return raw, body
+
+    async def count(self, protocol: str, request: Request) -> Response:
+        """Answer a token-count call (:mod:`autorl.gateway.count`); nothing is forwarded or recorded."""
+        read = await self._read(protocol, request)
+        if isinstance(read, Response):
+            return read
+        _, body = read
         try:
             # LiteLLM is imported on the first count (seconds) and counting is CPU work: off the event loop.
             tokens = await asyncio.to_thread(count_tokens, protocol, body, self.settings.model)
@@ -242,17 +250,10 @@ class Gateway:
     async def handle(self, protocol: str, request: Request, suffix: str, path_model: str | None = None) -> Response:
         """Check, forward (or translate) and record one call."""
         started, t0 = time.time(), time.monotonic()
-        if not self._authorised(request):
-            return error_response(protocol, 401, "missing or wrong gateway token: use the token this cell's agent was given")
-        raw = await request.body()
-        if len(raw) > _MAX_BODY_BYTES:
-            return error_response(protocol, 413, f"request body over {_MAX_BODY_BYTES} bytes")
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            return error_response(protocol, 400, f"request body is not valid JSON: {error}")
-        if not isinstance(body, dict):
-            return error_response(protocol, 400, "request body must be a JSON object")
+        read = await self._read(protocol, request)
+        if isinstance(read, Response):
+            return read
+        raw, body = read
         requested = path_model if protocol == "gemini" else (str(body["model"]) if "model" in body else None)
         stream = suffix.endswith(":streamGenerateContent") or body.get("stream") is True
         record: dict[str, Any] = dict(stream=stream, request_bytes=len(raw))

@@ -197,6 +197,13 @@ class CellSeal:
         spec = SandboxSpec(self._bwrap, tuple(_outermost(mounts)), Path("/"), SandboxNetwork.none, self.uid)
         return bwrap_command(spec, command)
 
+    def close(self) -> None:
+        """Remove the cell's service sockets (their servers have stopped): a sweep folder holds
+        only plain files, so it can be copied and archived."""
+        for path in self._sockets.values():
+            path.unlink(missing_ok=True)
+        self._sockets.clear()
+
     def cgroup(self) -> CellCgroup | None:
         """A new cgroup with the cell's limits (sealed cells), or None."""
         if not self.sealed:

@@ -76,7 +76,10 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
 
     rows = _rows(sweep_dir / "results.csv")
     assert set(rows) == {COMPLETED, CANCELLED}
-    assert rows[COMPLETED] == _rows(FIXTURE / "results.csv")[COMPLETED]
-    assert rows[CANCELLED]["status"] == "completed"
+    old = _rows(FIXTURE / "results.csv")[COMPLETED]
+    assert {k: rows[COMPLETED][k] for k in old} == old
+    # Columns added since: the old cell ran before sealing (no sandbox recorded); the resumed one sealed.
+    assert (rows[COMPLETED]["sandbox"], rows[COMPLETED]["resumes"]) == ("", "0")
+    assert rows[CANCELLED]["status"] == "completed" and rows[CANCELLED]["sandbox"] == "bwrap"
     html = (sweep_dir / "report" / "index.html").read_text()
     assert COMPLETED in html and CANCELLED in html

@@ -82,8 +82,9 @@ def test_each_cli_has_an_install_folder_of_its_own(tmp_path: Path) -> None:
         if cfg.install.manager == InstallManager.npm:
             [command] = commands
             assert command[command.index("--prefix") + 1] == str(folders[name]) and "--no-save" not in command
-        else:  # pip: a venv of its own
-            assert commands[0][-1] == str(folders[name]) and commands[1][0] == str(folders[name] / "bin" / "python")
+        else:  # pip: a venv of its own, filled by uv
+            python = commands[1][commands[1].index("--python") + 1]
+            assert commands[0][-1] == str(folders[name]) and python == str(folders[name] / "bin" / "python")
 
 
 def test_installing_a_second_cli_keeps_the_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

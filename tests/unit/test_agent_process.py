@@ -11,8 +11,7 @@ import signal
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -85,21 +84,6 @@ real_cgroups = pytest.mark.skipif(
     _SUPPORT.version is None or bool(_SUPPORT.missing),
     reason=f"needs root and cgroups with pids, memory, cpu and freezer: {_SUPPORT.problems()}",
 )
-
-
-@pytest.fixture
-def make_group() -> Iterator[Callable[[CgroupLimits], CellCgroup]]:
-    """Creates real cgroups; every one is removed at the end, also when the test fails."""
-    groups: list[CellCgroup] = []
-
-    def make(limits: CgroupLimits) -> CellCgroup:
-        group = CellCgroup.create(f"autorl-test-{os.getpid()}-{uuid.uuid4().hex[:8]}", limits)
-        groups.append(group)
-        return group
-
-    yield make
-    for group in groups:
-        group.remove()
 
 
 def _run_sealed(tmp_path: Path, code: str, group: CellCgroup, budget_s: float = 30.0,

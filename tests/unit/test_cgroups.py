@@ -12,7 +12,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -241,22 +240,6 @@ real_v1 = pytest.mark.skipif(
     _SUPPORT.version != "v1" or bool(_SUPPORT.missing),
     reason=f"needs root and cgroup v1 with pids, memory, cpu and freezer: {_SUPPORT.problems()}",
 )
-
-
-@pytest.fixture
-def make_group() -> Iterator[Callable[[CgroupLimits], CellCgroup]]:
-    """Creates real cgroups; every one is killed and removed at the end, also when the test fails."""
-    groups: list[CellCgroup] = []
-
-    def make(limits: CgroupLimits) -> CellCgroup:
-        group = CellCgroup.create(f"autorl-test-{os.getpid()}-{uuid.uuid4().hex[:8]}", limits)
-        groups.append(group)
-        return group
-
-    yield make
-    for group in groups:
-        group.remove()
-        assert not any(folder.exists() for folder in group.dirs.values())
 
 
 def _alive(pid: int) -> bool:

@@ -263,3 +263,10 @@ def test_a_price_can_be_given_for_a_driver_whose_price_is_unknown() -> None:
     assert (local.price_per_mtok.input, local.price_per_mtok.output) == (1.0, 4.0)  # type: ignore[union-attr]
     with pytest.raises(ConfigError, match="Did you mean output"):
         compose(["driver=local", "driver.price_per_mtok={input: 1.0, outpt: 4.0}"])
+
+
+def test_command_agent_without_a_command_is_refused_before_anything_starts() -> None:
+    with pytest.raises(ConfigError, match=r"runs agent.command, which is empty"):
+        plan_sweep(["agent=command"])
+    with pytest.raises(ConfigError, match=r"agent.reprompt.max must be 0 \(off\) or a positive number"):
+        plan_sweep(["agent.reprompt.max=-1"])
