@@ -227,7 +227,7 @@ class Workspace:
 
             def launch(ctx: LaunchContext, budget_s: float, on_start: Callable[[], None] | None) -> AgentExit:
                 started = adapter.launch(ctx)
-                seal.hand_over(workspace, home)  # after the adapter wrote its config files into HOME
+                seal.hand_over(home)  # after the adapter wrote its config files into HOME
                 command = seal.wrap(started.command, workspace=workspace, home=home, base_model=base_dir,
                                     read_only=[*started.read_only, *read_only])
                 return run_agent(
@@ -237,6 +237,7 @@ class Workspace:
 
             ticker = threading.Thread(target=periodic, name="code-revisions", daemon=True)
             ticker.start()
+            seal.hand_over(workspace)  # once: on a resume the workspace is already the agent's
             try:
                 first_start = time.monotonic()
                 deadline = first_start + self.cell.budget_s

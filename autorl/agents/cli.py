@@ -32,6 +32,7 @@ from autorl.agents.prompt import build_prompt
 from autorl.errors import ConfigError
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV
 from autorl.schema import CliAgentConfig, InstallManager
+from autorl.seal.toolchain import venv_base_prefix
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 # Provider credentials and endpoints a CLI would otherwise pick up from the node's environment.
@@ -100,17 +101,15 @@ def install_paths(agent_cfg: CliAgentConfig) -> list[Path]:
     prefix = install_dir(agent_cfg)
     paths = [prefix]
     if agent_cfg.install.manager == InstallManager.pip:
-        cfg_file = prefix / "pyvenv.cfg"
         try:
-            lines = cfg_file.read_text().splitlines()
+            base = venv_base_prefix(prefix)
         except OSError as error:
             raise ConfigError(
-                f"agent {agent_cfg.name!r}: {cfg_file} is unreadable ({error}); reinstall the CLI: "
+                f"agent {agent_cfg.name!r}: {prefix / 'pyvenv.cfg'} is unreadable ({error}); reinstall the CLI: "
                 f"python -m autorl.agents.install {agent_cfg.name} --force"
             ) from error
-        homes = [line.split("=", 1)[1].strip() for line in lines if line.split("=", 1)[0].strip() == "home"]
-        if homes:
-            paths.append(Path(homes[0]).resolve().parent)
+        if base is not None:
+            paths.append(base)
     return paths
 
 

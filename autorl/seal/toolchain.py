@@ -133,23 +133,37 @@ def check_toolchain(directory: Path) -> None:
         raise PrerequisiteError(f"{reason}; build it with: {build_command(directory)}")
 
 
+def venv_base_prefix(venv: Path) -> Path | None:
+    """The prefix of a venv's base interpreter (the parent of ``home`` in its ``pyvenv.cfg``, e.g.
+    ``~/.pyenv/versions/3.11.7``): what a sandbox must bind, beside the venv, for its ``python`` to run.
+
+    Returns:
+        None when ``pyvenv.cfg`` has no ``home`` line.
+
+    Raises:
+        OSError: ``pyvenv.cfg`` is not readable.
+    """
+    lines = (venv / "pyvenv.cfg").read_text(encoding="utf-8").splitlines()
+    homes = [value.strip() for key, _, value in (line.partition("=") for line in lines) if key.strip() == "home"]
+    # home is the base interpreter's bin/ folder; its parent is the prefix with the stdlib and libpython.
+    return Path(homes[0]).resolve().parent if homes else None
+
+
 def toolchain_mounts(directory: Path) -> list[Path]:
     """What a sandbox binds read-only for the toolchain's interpreter to run: the venv and its base prefix.
 
     Raises:
         PrerequisiteError: The venv has no readable ``pyvenv.cfg`` with a ``home`` line.
     """
-    cfg = directory / "pyvenv.cfg"
     try:
-        lines = cfg.read_text(encoding="utf-8").splitlines()
+        prefix = venv_base_prefix(directory)
     except OSError as error:
-        raise PrerequisiteError(f"{cfg} is not readable ({error}); build the toolchain with: "
+        raise PrerequisiteError(f"{directory / 'pyvenv.cfg'} is not readable ({error}); build the toolchain with: "
                                 f"{build_command(directory)}") from error
-    homes = [value.strip() for key, _, value in (line.partition("=") for line in lines) if key.strip() == "home"]
-    if not homes:
-        raise PrerequisiteError(f"{cfg} has no 'home = ...' line; rebuild the toolchain with: {build_command(directory)}")
-    # home is the base interpreter's bin/ folder; its parent is the prefix with the stdlib and libpython.
-    return [directory.absolute(), Path(homes[0]).resolve().parent]
+    if prefix is None:
+        raise PrerequisiteError(f"{directory / 'pyvenv.cfg'} has no 'home = ...' line; rebuild the toolchain with: "
+                                f"{build_command(directory)}")
+    return [directory.absolute(), prefix]
 
 
 def build_toolchain(directory: Path, *, force: bool = False) -> bool:

@@ -61,15 +61,13 @@ def _die_with_parent() -> None:
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _child_setup(cgroup: CellCgroup | None, preexec: Callable[[], None] | None) -> Callable[[], None]:
-    """The agent's ``preexec_fn``: join the cgroup first (so nothing escapes it), then the rest."""
+def _child_setup(cgroup: CellCgroup | None) -> Callable[[], None]:
+    """The agent's ``preexec_fn``: join the cgroup first (so nothing escapes it), then die with the parent."""
 
     def setup() -> None:
         if cgroup is not None:
             cgroup.enter()
         _die_with_parent()
-        if preexec is not None:
-            preexec()
 
     return setup
 
@@ -123,7 +121,6 @@ def run_agent(
     cancel: threading.Event,
     on_start: Callable[[], None] | None = None,
     cgroup: CellCgroup | None = None,
-    preexec: Callable[[], None] | None = None,
 ) -> AgentExit:
     """Run ``command`` in its own session until it exits, the budget ends or ``cancel`` is set.
 
@@ -132,14 +129,12 @@ def run_agent(
 
     Args:
         cgroup: The cell's cgroup; the agent joins it before exec. The caller creates and removes it.
-        preexec: One more step in the child before exec, after it joined the cgroup (e.g. the
-            sealed launch's own setup). It runs between fork and exec: no imports, no locks.
     """
     started = time.monotonic()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_child_setup(cgroup, preexec),  # noqa: PLW1509 - writes and prctl only
+            start_new_session=True, preexec_fn=_child_setup(cgroup),  # noqa: PLW1509 - writes and prctl only
         )
         if on_start is not None:
             on_start()

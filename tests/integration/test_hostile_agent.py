@@ -46,6 +46,8 @@ from tests.integration.conftest import query, sweep_env
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "tests" / "helpers" / "hostile_probe.py"
+# The probe's files, copied side by side into the agent's HOME (the entry point imports the other two).
+PROBE_FILES = [PROBE, *(PROBE.parent / f"hostile_{part}.py" for part in ("files", "processes"))]
 CELL = "gsm8k.command.none.tiny.s0"
 BUDGET_S = 60
 SETSID_SLEEP_S = BUDGET_S + 20  # the child would touch its marker well after the budget
@@ -168,7 +170,7 @@ def _run_probe(tmp_path: Path, ray_tmp: Path, cache_dir: Path, ray_address: str,
         sys.executable, "-m", "autorl.sweep", f"out_dir={out_dir}", f"sweep_id={sweep_id}", "progress=false",
         f"cluster.address={ray_address}", f"cluster.temp_dir={ray_tmp}", "cluster.include_dashboard=false",
         f"cache_dir={cache_dir}",  # the actors run on a head this sweep did not start: they get the path here
-        "agent=command", f"agent.files=[{PROBE},{settings_file}]",
+        "agent=command", f"agent.files=[{','.join(map(str, PROBE_FILES))},{settings_file}]",
         "agent.command=[python3,-I,'{home}/hostile_probe.py','{home}/probe_settings.json']",
         f"budget.seconds={BUDGET_S}", "budget.kill_grace_s=5", *extra,
     ]

@@ -86,11 +86,10 @@ real_cgroups = pytest.mark.skipif(
 )
 
 
-def _run_sealed(tmp_path: Path, code: str, group: CellCgroup, budget_s: float = 30.0,
-                preexec: Callable[[], None] | None = None) -> AgentExit:
+def _run_sealed(tmp_path: Path, code: str, group: CellCgroup, budget_s: float = 30.0) -> AgentExit:
     return run_agent(
         [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), log_path=tmp_path / "agent.log",
-        budget_s=budget_s, grace_s=1.0, cancel=threading.Event(), cgroup=group, preexec=preexec,
+        budget_s=budget_s, grace_s=1.0, cancel=threading.Event(), cgroup=group,
     )
 
 
@@ -163,13 +162,10 @@ def test_a_refused_fork_is_recorded(tmp_path: Path, make_group: Callable[[Cgroup
 
 
 @real_cgroups
-def test_preexec_runs_inside_the_cgroup(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+def test_the_agent_runs_inside_the_cgroup(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
     group = make_group(CgroupLimits())
     seen = tmp_path / "seen"
-
-    def preexec() -> None:  # in the child, before exec
-        seen.write_text(Path("/proc/self/cgroup").read_text())
-
-    result = _run_sealed(tmp_path, "pass", group, preexec=preexec)
+    code = f"import pathlib; pathlib.Path({str(seen)!r}).write_text(pathlib.Path('/proc/self/cgroup').read_text())"
+    result = _run_sealed(tmp_path, code, group)
     assert result.exit_class == "exited"
     assert f"freezer:/{group.name}\n" in seen.read_text() or f"::/{group.name}\n" in seen.read_text()
