@@ -61,7 +61,7 @@ lint: setup ## ruff and mypy over autorl/, agent_kit/ and tasks/ (their settings
 
 # lint before test-deps: a lint failure stops `make test` before Chromium and the agent CLIs are installed.
 test: setup lint test-deps ## lints, installs what the tests need, then runs unit + integration tests (CPU, local Ray)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 test-unit: setup
 	$(BIN)/python -m pytest -q tests/unit

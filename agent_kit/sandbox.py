@@ -3,6 +3,9 @@
 Each run gets a fresh empty directory as its working directory, ``HOME`` and ``TMPDIR``, limits
 (``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, no core files, a task cap), a
 wall-clock timeout after which it is killed, and at most ``max_output_bytes`` of its output kept.
+:meth:`Sandbox.run_python` runs one program to its end; :meth:`Sandbox.start_python` starts one and
+returns a :class:`SandboxRun`, so that several can run at once, joined by pipes passed to them
+(:mod:`agent_kit.function_judge` runs a problem's tests and the candidate's code that way).
 
 Two isolation modes:
 
@@ -216,7 +219,7 @@ class _TaskCap:
         """SIGKILL whatever is left in the cgroup and remove it."""
         if self.cgroup is None:
             return
-        for _ in range(200):
+        for _ in range(1000):  # 10 s at most
             try:
                 pids = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()]
             except OSError:
@@ -229,7 +232,7 @@ class _TaskCap:
             except FileNotFoundError:
                 pass
             except OSError:
-                time.sleep(0.05)  # killed tasks take a moment to leave the cgroup
+                time.sleep(0.01)  # killed tasks take a moment to leave the cgroup
                 continue
             self.cgroup = None
             return
@@ -302,55 +305,108 @@ def fresh_proc_allowed() -> bool:
 
 def _namespace_prefix(workdir: Path, python: str, hidden: tuple[Path, ...]) -> list[str]:
     unshare = shutil.which("unshare") or "unshare"
+    dirs = [Path(p) for p in hidden if Path(p).is_dir()]
+    # A folder inside another hidden one is covered with it (and could not be found once that one is).
+    outermost = [d for d in dirs if not any(o != d and d.is_relative_to(o) for o in dirs)]
     return [unshare, *_UNSHARE, *(["--mount-proc"] if fresh_proc_allowed() else []),
-            "--", python, "-I", "-S", "-c", _LAUNCHER, str(workdir),
-            "\n".join(str(p) for p in hidden if Path(p).is_dir())]
+            "--", python, "-I", "-S", "-c", _LAUNCHER, str(workdir), "\n".join(str(d) for d in dict.fromkeys(outermost))]
+
+
+class SandboxRun:
+    """One program started in the sandbox and not yet reaped; :meth:`finish` (or ``with``) kills and cleans up.
+
+    :meth:`Sandbox.start_python` returns one; :meth:`Sandbox.run_python` is start, wait, finish.
+    """
+
+    def __init__(self, source: str, limits: SandboxLimits, mode: Mode, python: str, tmp_root: Path | None,
+                 stdlib_only: bool, hidden: tuple[Path, ...], pass_fds: tuple[int, ...]) -> None:
+        """Write ``source`` as ``program.py`` in a fresh directory and start it under ``mode``.
+
+        ``pass_fds`` stay open in the program under the same numbers (pipes to another process).
+        """
+        self.limits, self.mode = limits, mode
+        self.workdir = Path(tempfile.mkdtemp(prefix="autorl-sbx-", dir=tmp_root))
+        self._out_dir = Path(tempfile.mkdtemp(prefix="autorl-sbx-out-", dir=tmp_root))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._result: SandboxResult | None = None
+        drop = mode == "rlimits" and os.geteuid() == 0
+        self._cap = _TaskCap(limits.max_processes, _NOBODY if drop else os.getuid())
+        self.started = time.monotonic()
+        try:
+            (self.workdir / "program.py").write_text(source, encoding="utf-8")
+            if drop:
+                for path in (self.workdir, self.workdir / "program.py"):
+                    os.chown(path, _NOBODY, _NOBODY)
+            # -I: ignore PYTHON* variables and the user site; -S: no site-packages (faster start, stdlib only).
+            argv = [python, "-I", *(["-S"] if stdlib_only else []), "program.py"]
+            if mode == "namespaces":
+                argv = _namespace_prefix(self.workdir, python, hidden) + argv
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.workdir), "TMPDIR": str(self.workdir),
+                   "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+            with open(self._out_dir / "output", "wb") as sink:
+                try:
+                    self.proc = subprocess.Popen(  # noqa: S603 - running untrusted code is the point of this module
+                        argv, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=sink,
+                        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_preexec(limits, self._cap, drop),
+                        close_fds=True, pass_fds=pass_fds,
+                    )
+                except OSError as error:  # e.g. the interpreter cannot be executed
+                    self._result = SandboxResult(127, False, f"cannot start {argv[0]}: {error}", False, 0.0, mode)
+        except BaseException:
+            self.finish()
+            raise
+        if self._result is not None:
+            self._cleanup()
+
+    def wait(self, timeout: float | None) -> int | None:
+        """The exit status once the program has exited, waiting at most ``timeout`` seconds; else ``None``."""
+        if self.proc is None:
+            return self._result.returncode if self._result is not None else None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def finish(self, timed_out: bool = False) -> SandboxResult:
+        """Kill whatever is left of the run, remove its directories and return what it did (idempotent).
+
+        Args:
+            timed_out: Record the run as killed at its timeout (its exit status is then ``None``).
+        """
+        if self._result is not None:
+            return self._result
+        returncode: int | None = None
+        if self.proc is not None:
+            _kill_group(self.proc)
+            returncode = None if timed_out else self.proc.returncode
+        self._cap.kill_and_remove()
+        elapsed = time.monotonic() - self.started
+        raw = b""
+        with contextlib.suppress(OSError), open(self._out_dir / "output", "rb") as fh:
+            raw = fh.read(self.limits.max_output_bytes + 1)
+        self._result = SandboxResult(returncode, timed_out, raw[: self.limits.max_output_bytes].decode("utf-8", "replace"),
+                                     len(raw) > self.limits.max_output_bytes, elapsed, self.mode)
+        self._cleanup()
+        return self._result
+
+    def _cleanup(self) -> None:
+        self._cap.kill_and_remove()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        shutil.rmtree(self._out_dir, ignore_errors=True)
+
+    def __enter__(self) -> SandboxRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
 
 
 def _run(source: str, limits: SandboxLimits, mode: Mode, python: str, tmp_root: Path | None,
          stdlib_only: bool = True, hidden: tuple[Path, ...] = ()) -> SandboxResult:
     """Run ``source`` as ``program.py`` in a fresh directory under ``mode``; the directory is removed after."""
-    workdir = Path(tempfile.mkdtemp(prefix="autorl-sbx-", dir=tmp_root))
-    out_dir = Path(tempfile.mkdtemp(prefix="autorl-sbx-out-", dir=tmp_root))
-    drop = mode == "rlimits" and os.geteuid() == 0
-    cap = _TaskCap(limits.max_processes, _NOBODY if drop else os.getuid())
-    try:
-        (workdir / "program.py").write_text(source, encoding="utf-8")
-        if drop:
-            for path in (workdir, workdir / "program.py"):
-                os.chown(path, _NOBODY, _NOBODY)
-        # -I: ignore PYTHON* variables and the user site; -S: no site-packages (faster start, stdlib only).
-        argv = [python, "-I", *(["-S"] if stdlib_only else []), "program.py"]
-        if mode == "namespaces":
-            argv = _namespace_prefix(workdir, python, hidden) + argv
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir), "TMPDIR": str(workdir),
-               "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
-        started = time.monotonic()
-        with open(out_dir / "output", "wb") as sink:
-            try:
-                proc = subprocess.Popen(  # noqa: S603 - running untrusted code is the point of this module
-                    argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                    start_new_session=True, preexec_fn=_preexec(limits, cap, drop), close_fds=True,
-                )
-            except OSError as error:  # e.g. the interpreter cannot be executed
-                return SandboxResult(127, False, f"cannot start {argv[0]}: {error}", False, 0.0, mode)
-            timed_out = False
-            try:
-                returncode: int | None = proc.wait(timeout=limits.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out, returncode = True, None
-            finally:
-                _kill_group(proc)
-                cap.kill_and_remove()
-        elapsed = time.monotonic() - started
-        with open(out_dir / "output", "rb") as fh:
-            raw = fh.read(limits.max_output_bytes + 1)
-        return SandboxResult(returncode, timed_out, raw[: limits.max_output_bytes].decode("utf-8", "replace"),
-                             len(raw) > limits.max_output_bytes, elapsed, mode)
-    finally:
-        cap.kill_and_remove()
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(out_dir, ignore_errors=True)
+    with SandboxRun(source, limits, mode, python, tmp_root, stdlib_only, hidden, ()) as run:
+        returncode = run.wait(limits.timeout_s)
+        return run.finish(timed_out=returncode is None and run.proc is not None)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -409,6 +465,23 @@ class Sandbox:
     def run_python(self, source: str) -> SandboxResult:
         """Run ``source`` as ``program.py`` in a fresh directory and return what happened."""
         return _run(source, self.limits, self.mode, self.python, self.tmp_root, self.stdlib_only, self.hidden)
+
+    def start_python(self, source: str, *, pass_fds: tuple[int, ...] = (), tmp_root: Path | None = None,
+                     hidden: tuple[Path, ...] = ()) -> SandboxRun:
+        """Start ``source`` as ``program.py`` in a fresh directory and return without waiting.
+
+        The caller waits (:meth:`SandboxRun.wait`) and must :meth:`SandboxRun.finish` the run (or use it
+        as a context manager): that kills what is left and removes its directories. The limits apply
+        as in :meth:`run_python`, except the timeout: the caller enforces it.
+
+        Args:
+            source: The program.
+            pass_fds: File descriptors the program keeps, under the same numbers (e.g. pipe ends).
+            tmp_root: Where the run's directories go, instead of the sandbox's ``tmp_root``.
+            hidden: Directories hidden from this program besides the sandbox's own ``hidden``.
+        """
+        return SandboxRun(source, self.limits, self.mode, self.python, tmp_root or self.tmp_root, self.stdlib_only,
+                          self.hidden + tuple(Path(p) for p in hidden), tuple(pass_fds))
 
     def run_many(self, sources: list[str], *, workers: int) -> list[SandboxResult]:
         """Run each source in its own sandbox, ``workers`` at a time; results in input order."""

@@ -304,6 +304,7 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
                 "(actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
             )
         agent.reprompt.check()
+        cell.config.integrity.check()
         if isinstance(agent, CommandAgentConfig) and not agent.command:
             raise ConfigError(
                 f"agent {agent.name!r} runs agent.command, which is empty (cell {cell.cell_id}): give the command "

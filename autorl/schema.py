@@ -422,6 +422,61 @@ class TrackingConfig:
 
 
 @dataclass
+class ContaminationConfig:
+    """The grader-side n-gram overlap check between the eval split and what the agent wrote (autorl/integrity/)."""
+
+    enabled: bool = setting("scan every cell's workspace, code and logs after the agent ends")
+    ngram: int = setting("words per n-gram (decon style); only eval n-grams absent from the public training split count")
+    threshold: float = setting("flag the cell when at least this fraction of eval items has an n-gram in the agent's files")
+    min_items: int = setting("and at least this many eval items (keeps one chance collision on a small split from flagging)")
+    max_file_bytes: int = setting("bytes read from one file at most (the rest is not scanned)")
+    max_total_bytes: int = setting("bytes read from one cell at most")
+    max_files: int = setting("directory entries visited per cell at most (files, folders, links)")
+
+
+@dataclass
+class IntegrityJudgeConfig:
+    """An LLM that reads a cell's trace and code revisions and flags tampering; it never changes a score."""
+
+    enabled: bool = setting("off by default: it sends the agent's trace and code to the configured driver")
+    driver: str | None = setting("a conf/driver name with an OpenAI chat route (e.g. gpt-5); required when enabled")
+    max_chars: int = setting("characters of trace and code sent per cell at most (the rest is cut, and the report says so)")
+    timeout_s: float = setting("per request to the judge driver")
+
+
+@dataclass
+class IntegrityConfig:
+    """Checks that decide whether a submission or a cell may count (SPEC §2)."""
+
+    allow_substitution: bool = setting("true: submissions flagged model_mismatch count towards the cell's best")
+    contamination: ContaminationConfig = setting("eval-data overlap in the agent's files")
+    judge: IntegrityJudgeConfig = setting("optional LLM integrity judge")
+
+    def check(self) -> None:
+        """Refuse settings that cannot work (called when a sweep is planned, before any cell starts).
+
+        Raises:
+            ConfigError: the judge is on without a driver, or a contamination setting is out of range (whether
+                the driver is usable is checked by the sweep command: :func:`autorl.integrity.judge.judge_spec`).
+        """
+        from autorl.errors import ConfigError
+
+        if self.judge.enabled and not self.judge.driver:
+            raise ConfigError(
+                "integrity.judge.enabled=true needs integrity.judge.driver: a conf/driver name with an OpenAI chat "
+                "route (python -m autorl.ls drivers), e.g. integrity.judge.driver=gpt-5"
+            )
+        c = self.contamination
+        if c.ngram < 3:
+            raise ConfigError(f"integrity.contamination.ngram must be at least 3 words, got {c.ngram}")
+        if not 0.0 < c.threshold <= 1.0:
+            raise ConfigError(f"integrity.contamination.threshold is a fraction of eval items in (0, 1], got {c.threshold}")
+        if min(c.min_items, c.max_file_bytes, c.max_total_bytes, c.max_files) < 1:
+            raise ConfigError("integrity.contamination.min_items, max_file_bytes, max_total_bytes and max_files must be "
+                              "at least 1")
+
+
+@dataclass
 class RunConfig:
     """One cell's whole config: ``conf/config.yaml`` and one option of each group."""
 
@@ -444,6 +499,7 @@ class RunConfig:
     grader: GraderConfig = setting("the grader pool")
     grading_api: GradingApiConfig = setting("each cell's grading API")
     tracking: TrackingConfig = setting("W&B and the HTML report")
+    integrity: IntegrityConfig = setting("model identity, contamination and the integrity judge")
 
 
 # The ConfigStore entries: (group, name, node). The root schema is ``run_schema``.

@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         plan = plan_sweep(argv)
+        if plan.base_config.integrity.judge.enabled:  # an unknown or unusable judge driver stops the sweep now
+            from autorl.integrity.judge import judge_spec
+
+            judge_spec(plan.base_config.integrity.judge)
     except AutorlError as error:
         errors.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True, highlight=False)
         return 2

@@ -26,8 +26,12 @@ class Grader:
         os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
         self.num_threads = num_threads
 
-    def score(self, target: EvalTarget, model_dir: str) -> ScoreOutcome:
-        """Score ``model_dir`` on ``target``; load failures come back as an outcome with an error."""
+    def score(self, target: EvalTarget, model_dir: str, base_dir: str | None = None) -> ScoreOutcome:
+        """Score ``model_dir`` on ``target``; load failures come back as an outcome with an error.
+
+        ``base_dir`` is the cell's base model: a LoRA adapter in ``model_dir`` is applied to it (and
+        scoring one without it raises), whatever base the adapter's config names.
+        """
         import torch
 
         torch.set_num_threads(self.num_threads)
@@ -37,7 +41,10 @@ class Grader:
         spec = get_task(target.task_id)
         # Interactive tasks play their episodes in the sweep's envpool:<kind> (in-process without one).
         envs = find_pool_client(spec.env) if spec.kind == "interactive" else None
-        return score_model(target, Path(model_dir), self.cache_dir, batch_size=self.batch_size, envs=envs)
+        return score_model(
+            target, Path(model_dir), self.cache_dir, batch_size=self.batch_size, envs=envs,
+            base_dir=Path(base_dir) if base_dir is not None else None,
+        )
 
     def ping(self) -> bool:
         """Liveness check."""

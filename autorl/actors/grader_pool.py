@@ -50,14 +50,14 @@ class GraderPool:
         threads = max(1, int(self.cfg.cpus))
         return ray.remote(Grader).options(**options).remote(self.cache_dir, self.cfg.batch_size, threads)
 
-    async def _run_on_grader(self, target: EvalTarget, model_dir: str) -> ScoreOutcome:
+    async def _run_on_grader(self, target: EvalTarget, model_dir: str, base_dir: str | None = None) -> ScoreOutcome:
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             index = min(range(len(self.workers)), key=self.in_flight.__getitem__)
             self.in_flight[index] += 1
             dashboard.set_queue_depth(self.queue_depth())
             started = time.monotonic()
             try:
-                return await self.workers[index].score.remote(target, model_dir)  # type: ignore[no-any-return]
+                return await self.workers[index].score.remote(target, model_dir, base_dir)  # type: ignore[no-any-return]
             except (ActorDiedError, ActorUnavailableError) as error:
                 logger.warning("grader %d died (attempt %d): %s; replacing it", index, attempt, error)
                 self.workers[index] = self._start_grader()
@@ -83,8 +83,19 @@ class GraderPool:
             await self.recorder.put_baseline.remote(key, outcome.score, json.dumps(asdict(outcome)))
             return outcome.score
 
-    async def score(self, target: EvalTarget, model_dir: str, weights_hash: str) -> tuple[ScoreOutcome, bool]:
+    async def score(
+        self, target: EvalTarget, model_dir: str, weights_hash: str, base_dir: str | None = None
+    ) -> tuple[ScoreOutcome, bool]:
         """Score a submission; identical weights (from any cell) return the cached score.
+
+        Args:
+            target: What the submission is scored on.
+            model_dir: The grader's copy of the submission.
+            weights_hash: Its dedupe key; for a LoRA adapter it covers the adapter and the base
+                (:func:`autorl.grading.lora.adapter_digest`), so one adapter on two bases never
+                shares a cached score.
+            base_dir: The cell's base model, which a LoRA adapter is always applied to (required
+                for adapters; a full model ignores it).
 
         Returns:
             The outcome and whether it came from the cache (a duplicate).
@@ -96,7 +107,7 @@ class GraderPool:
                 score, details_json = cached
                 details = json.loads(details_json)
                 return ScoreOutcome(score, int(details.get("num_examples", 0)), details.get("details", {}), None, 0.0), True
-            outcome = await self._run_on_grader(target, model_dir)
+            outcome = await self._run_on_grader(target, model_dir, base_dir)
             if outcome.error is None and outcome.score is not None:
                 await self.recorder.put_cached_score.remote(key, outcome.score, json.dumps(asdict(outcome)))
             return outcome, False

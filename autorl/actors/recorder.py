@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.records.migrations import autorl_version
-from autorl.records.results import summarize_submissions, write_results_csv
+from autorl.records.results import summarize_cell, write_results_csv
 from autorl.records.store import RecordStore
 from autorl.records.types import CellRecord, CodeRevision, DriverCall, SubmissionRecord, TraceSummary
 from autorl.tracking import metrics as dashboard
@@ -81,7 +81,7 @@ class Recorder:
         if previous is None or previous.status != record.status:
             dashboard.count_submission(cell, record.status)
             self.tracker.submission(cell, record)
-        summary = summarize_submissions(self.store.list_submissions(record.cell_id), cell.baseline)
+        summary = summarize_cell(cell, self.store.list_submissions(record.cell_id))
         summary.pop("best_submission_id", None)
         self.store.upsert_cell(dataclasses.replace(cell, **summary))
 
@@ -96,6 +96,10 @@ class Recorder:
     def add_code_revision(self, revision: CodeRevision) -> None:
         """Store one code revision of a cell's ``code/``."""
         self.store.add_code_revision(revision)
+
+    def list_code_revisions(self, cell_id: str) -> list[CodeRevision]:
+        """A cell's code revisions, oldest first (the integrity judge reads them)."""
+        return self.store.list_code_revisions(cell_id)
 
     def record_driver_calls(self, calls: list[DriverCall]) -> None:
         """Store driver calls (from a cell's gateway) and refresh the cells' token and cost sums."""

@@ -22,13 +22,14 @@ import ray
 from autorl.actors.env_pool import find_pool_client
 from autorl.agents.base import LaunchContext, load_adapter
 from autorl.agents.reprompt import continuation_prompt, should_resume
-from autorl.agents.session import DriverSession
+from autorl.agents.session import TRACE_FILE, DriverSession
 from autorl.config import CellSpec, resolve_cache_dir
 from autorl.envs.training import training_envs
 from autorl.grading.api import GradingServer, create_app
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import ScoreOutcome, target_from_config
 from autorl.grading.service import CellGradingContext, SubmissionService
+from autorl.integrity.cell_checks import run_cell_checks
 from autorl.models.resolve import resolve_model
 from autorl.records.types import CodeRevision, DriverCall, SubmissionRecord, TraceSummary
 from autorl.seal.launch import CellSeal
@@ -129,10 +130,14 @@ class Workspace:
         )
 
         def scorer(model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
-            outcome, cached = ray.get(self.pool.score.remote(target, str(model_dir), digest))
+            # base_dir: a LoRA adapter is always applied to the grader's copy of this cell's base.
+            outcome, cached = ray.get(self.pool.score.remote(target, str(model_dir), digest, base_dir=str(base_dir)))
             return outcome, bool(cached)
 
-        ctx = CellGradingContext(self.cell.cell_id, paths.root, base_hash, baseline, cfg.grader.max_queued_per_cell)
+        ctx = CellGradingContext(
+            self.cell.cell_id, paths.root, base_hash, baseline, cfg.grader.max_queued_per_cell,
+            base_model_dir=base_dir, allow_substitution=cfg.integrity.allow_substitution,
+        )
         service = SubmissionService(
             ctx, scorer, self.sink, run_meta, self.cell_dir / "grader_copies", revisions.snapshot
         )
@@ -163,6 +168,19 @@ class Workspace:
             seal.close()
         revisions.snapshot("end of run")
         run_meta.update(end_time=time.time())
+        # After the agent: it can no longer change what is scanned. This actor holds the private split.
+        integrity = run_cell_checks(
+            cfg.integrity, cell_id=self.cell.cell_id,
+            # Most telling first, the byte caps apply in this order: code, log, trace, HOME, then the rest.
+            scan_roots=[paths.code, self.cell_dir / "agent.log", self.cell_dir / TRACE_FILE, self.cell_dir / "home",
+                        paths.root],
+            private_dir=data.private_dir, public_dir=data.public_dir,
+            also_public=[spec.description_md, spec.agent_dir], trace_path=self.cell_dir / TRACE_FILE,
+            agent_log=self.cell_dir / "agent.log",
+            revisions=lambda: ray.get(self.recorder.list_code_revisions.remote(self.cell.cell_id)),
+            context={"task": self.cell.task, "base_model": cfg.model.hub_id or cfg.model.name},
+            cache_dir=cache_dir,
+        )
         duration = time.time() - started
         return {
             "exit_class": agent_exit.exit_class,
@@ -173,6 +191,7 @@ class Workspace:
             "duration_s": duration,
             "working_time_s": max(0.0, agent_exit.duration_s - service.queue_wait_s()),
             "baseline": baseline,
+            **integrity,
             **self.driver_usage,  # gateway-side tokens_in, tokens_out, cost_usd (agents with a driver)
         }
 

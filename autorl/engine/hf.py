@@ -7,8 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from agent_kit.protocol import ChatMessage, cut_at_stop
+from autorl.errors import AutorlError
 
 logger = logging.getLogger(__name__)
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+class AdapterBaseMissing(AutorlError):
+    """A LoRA adapter reached the engine without the cell's base model: the grader's error, not the agent's."""
 
 
 class HFEngine:
@@ -18,8 +26,19 @@ class HFEngine:
     whole evaluation set. Batched output equals one-by-one output (stack-notes.md §5).
     """
 
-    def __init__(self, model_dir: Path, *, batch_size: int = 64, device: str | None = None) -> None:
-        """Load the model and tokenizer from ``model_dir`` (raises what transformers raises)."""
+    def __init__(
+        self, model_dir: Path, *, batch_size: int = 64, device: str | None = None, base_dir: Path | None = None
+    ) -> None:
+        """Load the model and tokenizer from ``model_dir`` (raises what transformers raises).
+
+        A folder with an ``adapter_config.json`` is a LoRA adapter: it is applied to ``base_dir`` and
+        merged, whatever base its config names (:func:`load_adapter_on_base`); a full model ignores
+        ``base_dir``. (The submission checks refuse a folder holding both a full model and an adapter,
+        which transformers would load as the full model with the adapter on top.)
+
+        Raises:
+            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a folder.
+        """
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -31,8 +50,17 @@ class HFEngine:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
-        # The ignore: transformers' decorator on PreTrainedModel.to hides its signature from mypy.
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self.device)  # type: ignore[arg-type]
+        model: Any  # a PreTrainedModel; Any, as transformers' decorator on .to() hides its signature from mypy
+        if (model_dir / ADAPTER_CONFIG).is_file():
+            if base_dir is None or not base_dir.is_dir():
+                raise AdapterBaseMissing(
+                    f"{model_dir} is a LoRA adapter, but the grader was given no base model folder to apply it "
+                    f"to (base_dir={base_dir}): pass the cell's base model as base_dir"
+                )
+            model = load_adapter_on_base(model_dir, base_dir, dtype=dtype, vocab_size=len(self.tokenizer))
+        else:
+            model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+        self.model = model.to(self.device)
         self.model.eval()
 
     def generate_chat(
@@ -71,3 +99,35 @@ class HFEngine:
             texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
             outputs.extend(cut_at_stop(text, stop) for text in texts)
         return outputs
+
+
+def load_adapter_on_base(adapter_dir: Path, base_dir: Path, *, dtype: Any, vocab_size: int) -> Any:
+    """Loads ``base_dir`` and applies the LoRA adapter in ``adapter_dir`` to it, merged for generation.
+
+    ``base_model_name_or_path`` is replaced by ``base_dir`` and ``init_lora_weights`` forced to the
+    plain initialisation before PEFT sees the config: initialisations such as PiSSA rewrite base
+    weights while the adapter is built, which would score weights the distance check never saw.
+
+    Args:
+        adapter_dir: The grader's copy of the adapter submission.
+        base_dir: The grader's copy of the cell's base model.
+        dtype: The torch dtype to load the base in.
+        vocab_size: The submission tokenizer's size; the base's embeddings are resized up to it
+            (an agent that added tokens trained the adapter on resized embeddings).
+
+    Returns:
+        The merged ``PreTrainedModel``.
+    """
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM
+
+    config = LoraConfig.from_pretrained(str(adapter_dir))
+    config.base_model_name_or_path = str(base_dir)
+    config.init_lora_weights = True
+    config.inference_mode = True
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=dtype)
+    rows = int(base.get_input_embeddings().weight.shape[0])  # type: ignore[index]  # an Embedding's weight
+    if vocab_size > rows:
+        base.resize_token_embeddings(vocab_size)
+    peft_model = PeftModel.from_pretrained(base, str(adapter_dir), config=config, is_trainable=False)
+    return peft_model.merge_and_unload()

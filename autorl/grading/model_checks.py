@@ -9,6 +9,8 @@ Pure functions on the file system: no Ray, no HTTP. The grading API calls them i
 3. :func:`check_loadable_model` and :func:`weights_hash` run on the private copy, so the weights that
    are hashed are the weights that get scored even if the agent rewrites ``output/`` meanwhile.
 
+Reading and hashing tensors lives in :mod:`autorl.grading.weights` (re-exported here).
+
 Every rejection is a :class:`SubmissionRejected` whose message says what is wrong and how to fix it.
 torch, safetensors and transformers are imported inside the functions that need them, so importing
 this module stays cheap.
@@ -16,29 +18,36 @@ this module stays cheap.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autorl.errors import AutorlError
-
-if TYPE_CHECKING:
-    import torch
+from autorl.grading.weights import (
+    SAVE_HINT,
+    CorruptWeightsError,
+    ModelFiles,
+    TensorReaders,
+    tensor_locations,
+    weights_hash,
+)
 
 __all__ = [
     "CorruptWeightsError",
     "ModelFiles",
     "SubmissionRejected",
+    "TensorReaders",
     "check_loadable_model",
     "normalize_tokenizer_config",
     "resolve_submission_path",
+    "tensor_locations",
     "weights_hash",
 ]
 
+# Largest config/tokenizer JSON read (real tokenizer.json files of large vocabularies are ~10-30 MB).
+MAX_JSON_BYTES = 256 << 20
 SAFE_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -53,9 +62,6 @@ VOCAB_FILES = (
     "tiktoken.model",
     "qwen.tiktoken",
 )
-SAVE_HINT = "save the model with model.save_pretrained(path) and tokenizer.save_pretrained(path)"
-# Bumped whenever the byte stream fed to the hash changes, so old and new hashes never collide.
-_HASH_DOMAIN = b"autorl-weights-v1\0"
 
 
 class SubmissionRejected(AutorlError):
@@ -71,23 +77,6 @@ class SubmissionRejected(AutorlError):
         super().__init__(message)
         self.status_code = status_code
         self.message = message
-
-
-class CorruptWeightsError(AutorlError):
-    """A weight file cannot be read; the submission is recorded as ``invalid`` with this message."""
-
-
-@dataclass(frozen=True)
-class ModelFiles:
-    """The weight files of a model directory that passed :func:`check_loadable_model`.
-
-    Attributes:
-        weight_files: The files that hold the tensors, in a stable (sorted) order.
-        is_adapter: True for a LoRA adapter directory, which is scored on its base model.
-    """
-
-    weight_files: tuple[Path, ...]
-    is_adapter: bool
 
 
 def resolve_submission_path(workspace: Path, model_path: object) -> Path:
@@ -143,7 +132,15 @@ def resolve_submission_path(workspace: Path, model_path: object) -> Path:
             f"model_path {model_path!r} resolves outside output/: save the model under output/ "
             "(e.g. output/v1) and submit that path",
         )
-    if not resolved.exists():
+    try:
+        exists = resolved.exists()
+    except OSError as exc:  # ENAMETOOLONG (a name over 255 bytes) and the like: no such path can exist
+        raise SubmissionRejected(
+            400,
+            f"model_path {model_path!r} cannot exist here ({exc.strerror}): save the model under a "
+            "short path such as output/v1 and submit that",
+        ) from exc
+    if not exists:
         raise SubmissionRejected(
             400,
             f"model_path {model_path!r} does not exist: save the model there first "
@@ -186,9 +183,18 @@ def check_loadable_model(model_dir: Path) -> ModelFiles:
     full_weights = _full_model_weights(root)
 
     if config is not None and full_weights:
+        if adapter_config is not None:
+            # transformers would load the full model and then apply the adapter on top of it, so the
+            # weights scored would not be the weights hashed.
+            raise SubmissionRejected(
+                422,
+                f"the folder holds both a full model (config.json and weights) and a LoRA adapter "
+                f"({ADAPTER_CONFIG}): save either into an empty folder (to submit a merged model, "
+                f"delete {ADAPTER_CONFIG} and the adapter_model files)",
+            )
         files, is_adapter = full_weights, False
     elif adapter_config is not None:
-        _load_json_object(adapter_config, ADAPTER_CONFIG)
+        _check_adapter_config(_load_json_object(adapter_config, ADAPTER_CONFIG))
         adapter_weights = [p for n in ADAPTER_WEIGHTS if (p := _present(root, n)) is not None]
         if not adapter_weights:
             raise SubmissionRejected(
@@ -217,43 +223,22 @@ def check_loadable_model(model_dir: Path) -> ModelFiles:
     return ModelFiles(weight_files=tuple(files), is_adapter=is_adapter)
 
 
-def weights_hash(files: ModelFiles) -> str:
-    """Hashes the tensors of a model, independent of file names, sharding and file metadata.
-
-    The hash covers, for every tensor in name order, its name, dtype, shape and raw bytes, so two
-    saves of the same weights (sharded or not, safetensors or ``.bin``) hash the same and any
-    changed weight changes the hash. Tensors are read one at a time to keep memory bounded.
-
-    Args:
-        files: The weight files from :func:`check_loadable_model`.
-
-    Returns:
-        The sha256 hex digest.
+def _check_adapter_config(config: dict[str, Any]) -> None:
+    """Refuses an adapter the grader cannot score as ``base + scale * B @ A`` (see :mod:`autorl.grading.lora`).
 
     Raises:
-        CorruptWeightsError: A weight file cannot be read (the message names the file and carries
-            the library's error), two files hold a tensor of the same name, or there are no tensors.
+        SubmissionRejected: 422 naming the unsupported settings.
     """
-    where: dict[str, Path] = {}
-    for path in files.weight_files:
-        for name in _tensor_names(path):
-            if name in where:
-                raise CorruptWeightsError(
-                    f"tensor {name!r} is stored in both {where[name].name} and {path.name}: "
-                    "save the model again into an empty folder"
-                )
-            where[name] = path
-    if not where:
-        names = ", ".join(p.name for p in files.weight_files)
-        raise CorruptWeightsError(f"the weight files ({names}) hold no tensors")
+    from autorl.grading.lora import unsupported_adapter_features
 
-    digest = hashlib.sha256(_HASH_DOMAIN)
-    with _TensorReaders() as readers:
-        for name in sorted(where):
-            tensor = readers.get(where[name], name)
-            _update_with_tensor(digest, name, tensor)
-            del tensor
-    return digest.hexdigest()
+    problems = unsupported_adapter_features(config)
+    if problems:
+        raise SubmissionRejected(
+            422,
+            f"{ADAPTER_CONFIG} uses what the grader does not support: {', '.join(problems)}: only plain "
+            "LoRA adapters are scored; merge the adapter into the model (peft_model.merge_and_unload()), "
+            f"then {SAVE_HINT}",
+        )
 
 
 def normalize_tokenizer_config(model_dir: Path, dest: Path) -> Path:
@@ -356,11 +341,20 @@ def _load_json_object(path: Path, name: str) -> dict[str, Any]:
     """Parses a JSON file that must hold an object.
 
     Raises:
-        SubmissionRejected: 422 if it cannot be read, is not valid JSON, or is not an object.
+        SubmissionRejected: 422 if it cannot be read, is larger than :data:`MAX_JSON_BYTES` (a sparse
+            file of many GB would otherwise be read into the grader's memory), is not valid JSON,
+            or is not an object.
     """
     try:
+        size = path.stat().st_size
+        if size > MAX_JSON_BYTES:
+            raise SubmissionRejected(
+                422, f"{name} is {size} bytes, over the {MAX_JSON_BYTES >> 20} MiB a model's JSON file may have: "
+                f"{SAVE_HINT} instead of writing it by hand",
+            )
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    # ValueError: also JSONDecodeError, UnicodeDecodeError, and ints of over 4,300 digits; RecursionError: deep nesting
+    except (OSError, ValueError, RecursionError) as exc:
         raise SubmissionRejected(
             422, f"{name} is not valid JSON ({exc}): {SAVE_HINT} instead of writing it by hand"
         ) from exc
@@ -469,115 +463,3 @@ def _check_tokenizer(root: Path) -> None:
         )
 
 
-def _tensor_names(path: Path) -> list[str]:
-    """Lists the tensor names in one weight file.
-
-    Raises:
-        CorruptWeightsError: The file cannot be opened or parsed.
-    """
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), framework="pt") as handle:
-                return list(handle.keys())
-        except MemoryError:
-            raise
-        except Exception as exc:  # any failure of the reader means the file is unusable
-            raise _corrupt(path, exc) from exc
-    return list(_load_bin(path))
-
-
-def _load_bin(path: Path) -> dict[str, torch.Tensor]:
-    """Loads a ``.bin`` state dict safely (no pickle code), memory-mapped where the format allows.
-
-    Raises:
-        CorruptWeightsError: The file cannot be loaded or does not hold a state dict.
-    """
-    import torch
-
-    try:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:
-            # Files in torch's legacy (pre-zip) format cannot be memory-mapped.
-            if "mmap" not in str(exc):
-                raise
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except MemoryError:
-        raise
-    except Exception as exc:  # any failure of the reader means the file is unusable
-        raise _corrupt(path, exc) from exc
-    if not isinstance(state, dict):
-        raise CorruptWeightsError(
-            f"weight file {path.name} holds a {type(state).__name__}, not a state dict of tensors: "
-            f"{SAVE_HINT}"
-        )
-    return {k: v for k, v in state.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
-
-
-def _corrupt(path: Path, exc: BaseException) -> CorruptWeightsError:
-    return CorruptWeightsError(
-        f"weight file {path.name} cannot be read ({type(exc).__name__}: {exc}): save the model "
-        "again with model.save_pretrained(path) and submit it again"
-    )
-
-
-class _TensorReaders:
-    """Reads tensors by name from several weight files, keeping each file open once."""
-
-    def __init__(self) -> None:
-        self._handles: dict[Path, Any] = {}
-
-    def __enter__(self) -> _TensorReaders:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for handle in self._handles.values():
-            close = getattr(handle, "__exit__", None)
-            if close is not None:
-                close(None, None, None)
-        self._handles.clear()
-
-    def get(self, path: Path, name: str) -> torch.Tensor:
-        """Returns tensor ``name`` of ``path``.
-
-        Raises:
-            CorruptWeightsError: The tensor's data cannot be read.
-        """
-        try:
-            handle = self._handles.get(path)
-            if handle is None:
-                handle = self._open(path)
-                self._handles[path] = handle
-            # A handle is a safetensors reader or a loaded state dict (see _open): either gives a tensor.
-            tensor: torch.Tensor = handle[name] if isinstance(handle, dict) else handle.get_tensor(name)
-            return tensor
-        except CorruptWeightsError:
-            raise
-        except MemoryError:
-            raise
-        except Exception as exc:  # any failure of the reader means the file is unusable
-            raise _corrupt(path, exc) from exc
-
-    @staticmethod
-    def _open(path: Path) -> Any:
-        if path.suffix == ".safetensors":
-            from safetensors import safe_open
-
-            return safe_open(str(path), framework="pt").__enter__()
-        return _load_bin(path)
-
-
-def _update_with_tensor(digest: Any, name: str, tensor: torch.Tensor) -> None:
-    """Feeds one tensor into the hash: length-prefixed name, dtype and shape, then its bytes."""
-    import torch
-
-    header = json.dumps([name, str(tensor.dtype), list(tensor.shape)]).encode("utf-8")
-    flat = tensor.detach().cpu().contiguous().reshape(-1)
-    # The array's buffer (ndarray.data), as numpy types ndarray as a buffer only on Python 3.12+.
-    data: memoryview | bytes = flat.view(torch.uint8).numpy().data if flat.numel() else b""
-    digest.update(len(header).to_bytes(8, "little"))
-    digest.update(header)
-    digest.update(int(flat.numel() * flat.element_size()).to_bytes(8, "little"))
-    digest.update(memoryview(data))

@@ -96,15 +96,29 @@ def eval_context(spec: TaskSpec, target: EvalTarget, private_dir: Path, cache_ro
     return replace(ctx, envs=EpisodeClient(client, source))
 
 
-def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_size: int, envs: Any = None) -> ScoreOutcome:
+def score_model(
+    target: EvalTarget,
+    model_dir: Path,
+    cache_root: Path,
+    *,
+    batch_size: int,
+    envs: Any = None,
+    base_dir: Path | None = None,
+) -> ScoreOutcome:
     """Load ``model_dir`` (the grader's copy of a submission) and evaluate it on ``target``'s private split.
 
     A model that cannot be loaded or generated with is an agent outcome: it comes back as an
     outcome with ``error`` set, never as an exception. Errors of the task itself (its data cannot
     be built, its environments fail) are infrastructure failures and raise. ``envs`` is the env
     client (an EnvPool) that interactive tasks play their episodes in; ``None``: in-process.
+    ``base_dir`` is the grader's copy of the cell's base model: a LoRA adapter is always applied to
+    it, whatever base the adapter's config names.
+
+    Raises:
+        AdapterBaseMissing: ``model_dir`` is an adapter and no (existing) ``base_dir`` was given.
     """
     from autorl.engine import ENGINES
+    from autorl.engine.hf import AdapterBaseMissing
     from autorl.envs.base import EnvError
 
     spec = get_task(target.task_id)
@@ -113,7 +127,9 @@ def score_model(target: EvalTarget, model_dir: Path, cache_root: Path, *, batch_
     ctx = eval_context(spec, target, data.private_dir, cache_root, envs)  # a bad option is the sweep's error, not the model's
     started = time.monotonic()
     try:
-        engine = ENGINES.get("hf")(model_dir, batch_size=batch_size)
+        engine = ENGINES.get("hf")(model_dir, batch_size=batch_size, base_dir=base_dir)
+    except AdapterBaseMissing:
+        raise  # the grader was not wired with the cell's base: not the agent's failure
     except Exception as error:  # noqa: BLE001 - any load failure makes the submission invalid
         logger.info("model %s failed to load: %s", model_dir, error)
         return ScoreOutcome(None, 0, {}, f"model failed to load: {type(error).__name__}: {error}", 0.0)

@@ -18,8 +18,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from autorl.grading.identity import BaseModel, IdentityReport
+from autorl.grading.lora import adapter_digest
 from autorl.grading.model_checks import (
+    ADAPTER_CONFIG,
     CorruptWeightsError,
+    ModelFiles,
     SubmissionRejected,
     check_loadable_model,
     normalize_tokenizer_config,
@@ -45,6 +49,11 @@ class RecordSink(Protocol):
         ...
 
 
+# String details an agent may see: written by the service (never by an evaluator, which could copy eval
+# data into them; the service overwrites these keys after merging an evaluator's details).
+_PUBLIC_STRINGS = ("flag", "flag_reason")
+
+
 def public_details(details: dict[str, Any]) -> dict[str, Any]:
     """The part of a grader's details an agent may see: numbers, flags and tables of numbers.
 
@@ -55,13 +64,18 @@ def public_details(details: dict[str, Any]) -> dict[str, Any]:
     {'correct': 3, 'flag': 'duplicate'}
     >>> public_details({"per_type": {"pick": 50.0, "note": "x"}})
     {'per_type': {'pick': 50.0}}
+
+    The integrity fields the service itself writes pass too, so an agent learns why it is flagged:
+
+    >>> public_details({"flag": "model_mismatch", "flag_reason": "hidden_size 8 (base: 16)", "weight_distance": 1.2})
+    {'flag': 'model_mismatch', 'flag_reason': 'hidden_size 8 (base: 16)', 'weight_distance': 1.2}
     """
     def number(value: Any) -> bool:
         return isinstance(value, int | float)  # bools included: they are ints
 
     public: dict[str, Any] = {}
     for key, value in details.items():
-        if number(value) or (key == "flag" and isinstance(value, str)):
+        if number(value) or (key in _PUBLIC_STRINGS and isinstance(value, str)):
             public[key] = value
         elif isinstance(value, dict):
             numbers = {k: v for k, v in value.items() if number(v)}
@@ -76,13 +90,26 @@ class QueueFull(Exception):
 
 @dataclass(frozen=True)
 class CellGradingContext:
-    """What the submission queue knows about its cell."""
+    """What the submission queue knows about its cell.
+
+    Attributes:
+        cell_id: The cell.
+        workspace: The cell's workspace root (submissions are resolved inside its ``output/``).
+        base_weights_hash: The base model's weights hash (a submission with it is ``copy_of_base``).
+        baseline: The base model's score.
+        max_queued: Submissions that may wait to be scored at once.
+        base_model_dir: The grader's copy of the base model; every submission is compared with it
+            (:mod:`autorl.grading.identity`). None: no identity checks (flags and distances stay None).
+        allow_substitution: ``integrity.allow_substitution``: flagged submissions may be the best.
+    """
 
     cell_id: str
     workspace: Path
     base_weights_hash: str
     baseline: float
     max_queued: int
+    base_model_dir: Path | None = None
+    allow_substitution: bool = False
 
 
 @dataclass
@@ -117,6 +144,7 @@ class SubmissionService:
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self._queued = 0
         self._scored_hashes: dict[str, SubmissionRecord] = {}
+        self._base: BaseModel | None = None
         self._worker = threading.Thread(target=self._work, name=f"grading-{ctx.cell_id}", daemon=True)
         self._worker.start()
 
@@ -166,7 +194,9 @@ class SubmissionService:
             record = self._records.get(submission_id)
             if record is None:
                 return None
-            summary = summarize_submissions(list(self._records.values()), self.ctx.baseline)
+            summary = summarize_submissions(
+                list(self._records.values()), self.ctx.baseline, allow_flagged=self.ctx.allow_substitution
+            )
             total = len(self._records)
         body: dict[str, Any] = {
             "submission_id": record.submission_id,
@@ -234,27 +264,54 @@ class SubmissionService:
         shutil.rmtree(snapshot, ignore_errors=True)
         try:
             normalize_tokenizer_config(pending.model_dir, snapshot)
-            digest = weights_hash(check_loadable_model(snapshot))
-            return self._score_snapshot(record, snapshot, digest)
+            files = check_loadable_model(snapshot)
+            digest = weights_hash(files)
+            if files.is_adapter:
+                # Scored on this cell's base, so its key covers the base (and the config that scales it).
+                config = json.loads((snapshot / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+                digest = adapter_digest(digest, config, self.ctx.base_weights_hash)
+            identity = self._identity(snapshot, files)
+            return self._score_snapshot(record, snapshot, digest, identity)
         except (CorruptWeightsError, SubmissionRejected, OSError) as error:
             return replace(record, status="invalid", error=str(error), finished_at=time.time())
         finally:
             shutil.rmtree(snapshot, ignore_errors=True)
 
-    def _score_snapshot(self, record: SubmissionRecord, snapshot: Path, digest: str) -> SubmissionRecord:
-        record = replace(record, weights_hash=digest)
+    def _identity(self, snapshot: Path, files: ModelFiles) -> IdentityReport | None:
+        """The snapshot's identity checks against the cell's base; None when the cell has no base dir."""
+        if self.ctx.base_model_dir is None:
+            return None
+        if self._base is None:
+            self._base = BaseModel(self.ctx.base_model_dir)  # indexed once, on the first submission
+        return self._base.check(snapshot, files)
+
+    def _score_snapshot(
+        self, record: SubmissionRecord, snapshot: Path, digest: str, identity: IdentityReport | None = None
+    ) -> SubmissionRecord:
+        # A flagged model is still scored (the report shows what it would have scored); it counts
+        # towards the best only with integrity.allow_substitution (summarize_submissions).
+        integrity: dict[str, Any] = identity.details() if identity is not None else {}
+        record = replace(
+            record,
+            weights_hash=digest,
+            flags=identity.flag if identity is not None else None,
+            weight_distance=identity.weight_distance if identity is not None else None,
+        )
         if digest == self.ctx.base_weights_hash:
-            return self._scored(record, self.ctx.baseline, "copy_of_base", {"flag": "copy_of_base"})
+            return self._scored(record, self.ctx.baseline, "copy_of_base", {**integrity, "flag": "copy_of_base"})
         earlier = self._scored_hashes.get(digest)
         if earlier is not None and earlier.score is not None:
-            flags = {"flag": "duplicate", "duplicate_of": earlier.submission_id}
+            flags = {**integrity, "flag": integrity.get("flag", "duplicate"), "duplicate_of": earlier.submission_id}
             return self._scored(record, earlier.score, "duplicate", flags)
         outcome, cached = self.scorer(snapshot, digest)
         if outcome.error is not None or outcome.score is None:
             return replace(record, status="invalid", error=outcome.error, finished_at=time.time())
         details = {"num_examples": outcome.num_examples, **outcome.details}
+        for key in _PUBLIC_STRINGS:
+            details.pop(key, None)  # only the service writes these (see public_details)
         if cached:
             details["flag"] = "duplicate"
+        details.update(integrity)  # model_mismatch outranks duplicate: it is what decides whether it counts
         return self._scored(record, outcome.score, "duplicate" if cached else "scored", details)
 
     def _scored(self, record: SubmissionRecord, score: float, status: str, details: dict[str, Any]) -> SubmissionRecord:

@@ -206,11 +206,29 @@ def _cell_sandbox(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE cells ADD COLUMN resumes INTEGER NOT NULL DEFAULT 0")
 
 
+def _integrity(conn: sqlite3.Connection) -> None:
+    """Version 5: integrity checks (SPEC §2).
+
+    ``submissions.flags`` (``model_mismatch``) and ``submissions.weight_distance`` (relative
+    distance to the base weights); ``cells.flagged_submissions``, ``cells.weight_distance`` (the
+    best submission's), ``cells.contamination`` (fraction of eval items seen in the
+    agent's files), ``cells.integrity_flags`` and ``cells.integrity_json`` (the checks' details).
+    """
+    conn.execute("ALTER TABLE submissions ADD COLUMN flags TEXT")
+    conn.execute("ALTER TABLE submissions ADD COLUMN weight_distance REAL")
+    conn.execute("ALTER TABLE cells ADD COLUMN flagged_submissions INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE cells ADD COLUMN weight_distance REAL")
+    conn.execute("ALTER TABLE cells ADD COLUMN contamination REAL")
+    conn.execute("ALTER TABLE cells ADD COLUMN integrity_flags TEXT")
+    conn.execute("ALTER TABLE cells ADD COLUMN integrity_json TEXT NOT NULL DEFAULT '{}'")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial", _initial),
     Migration(2, "v1_late_tables", _v1_late_tables),
     Migration(3, "cell_autorl_version", _cell_autorl_version),
     Migration(4, "cell_sandbox", _cell_sandbox),
+    Migration(5, "integrity", _integrity),
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autorl.records.types import RESULTS_COLUMNS, VALID_SUBMISSION_STATUSES, SubmissionRecord
+from autorl.records.types import RESULTS_COLUMNS, VALID_SUBMISSION_STATUSES, CellRecord, SubmissionRecord
 
 if TYPE_CHECKING:
     from autorl.records.store import RecordStore
@@ -55,26 +56,49 @@ def write_results_csv(store: RecordStore, sweep_id: str, path: Path) -> int:
     return len(cells)
 
 
-def summarize_submissions(subs: list[SubmissionRecord], baseline: float | None) -> dict[str, Any]:
-    """Summarise a cell's submissions.
+def allows_substitution(cell: CellRecord) -> bool:
+    """Whether the cell ran with ``integrity.allow_substitution=true`` (flagged submissions count).
+
+    Cells from before the integrity checks have no such key: there nothing was flagged anyway.
+    """
+    integrity = json.loads(cell.config_json or "{}").get("integrity") or {}
+    return bool(integrity.get("allow_substitution", False))
+
+
+def summarize_cell(cell: CellRecord, subs: list[SubmissionRecord]) -> dict[str, Any]:
+    """:func:`summarize_submissions` with the cell's own baseline and ``allow_substitution``."""
+    return summarize_submissions(subs, cell.baseline, allow_flagged=allows_substitution(cell))
+
+
+def summarize_submissions(
+    subs: list[SubmissionRecord], baseline: float | None, *, allow_flagged: bool = False
+) -> dict[str, Any]:
+    """Summarise a cell's submissions by SPEC §2's rule.
 
     A submission is valid when its status is one of :data:`VALID_SUBMISSION_STATUSES` and it has
-    a score. The best is the highest valid score (the first one on ties).
+    a score. It counts towards the best when it is valid and unflagged (a flagged one, e.g.
+    ``model_mismatch``, counts only with ``allow_flagged``, i.e. ``integrity.allow_substitution``).
+    The best is the highest counting score (the first one on ties).
 
     Args:
         subs: The cell's submissions, in submission order.
         baseline: The cell's baseline score, if known.
+        allow_flagged: Let flagged submissions count.
 
     Returns:
         ``{"best_score", "improvement", "submissions", "valid_submissions",
-        "best_submission_id"}``; ``best_score``, ``improvement`` and ``best_submission_id`` are
-        None when there is no valid submission, and ``improvement`` also when there is no
-        baseline. ``improvement`` is rounded to 6 decimals.
+        "flagged_submissions", "weight_distance", "best_submission_id"}`` (``weight_distance``:
+        the best's); ``best_score``, ``improvement`` and
+        ``best_submission_id`` are None when no submission counts, and ``improvement`` also when
+        there is no baseline. ``improvement`` is rounded to 6 decimals.
     """
     valid = [s for s in subs if s.status in VALID_SUBMISSION_STATUSES and s.score is not None]
+    flagged = [s for s in subs if s.flags]
     best: SubmissionRecord | None = None
     best_score: float | None = None
     for sub in valid:
+        if sub.flags and not allow_flagged:
+            continue
         # Strictly greater, so the earliest of equal scores stays best.
         if sub.score is not None and (best_score is None or sub.score > best_score):
             best, best_score = sub, sub.score
@@ -86,5 +110,7 @@ def summarize_submissions(subs: list[SubmissionRecord], baseline: float | None) 
         "improvement": improvement,
         "submissions": len(subs),
         "valid_submissions": len(valid),
+        "flagged_submissions": len(flagged),
+        "weight_distance": best.weight_distance if best is not None else None,
         "best_submission_id": best.submission_id if best is not None else None,
     }

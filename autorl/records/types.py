@@ -43,6 +43,10 @@ RESULTS_COLUMNS: tuple[str, ...] = (
     "sandbox",
     "limit_hit",
     "resumes",
+    "flagged_submissions",
+    "weight_distance",
+    "contamination",
+    "integrity_flags",
     "working_time_s",
     "error",
 )
@@ -128,6 +132,14 @@ class CellRecord:
             (:meth:`autorl.seal.launch.CellSeal.mode_label`); None for cells from before version 4.
         limit_hit: ``memory`` or ``pids`` when the cell's cgroup hit that limit, else None.
         resumes: How often the agent was resumed with a continuation prompt (``agent.reprompt``).
+        flagged_submissions: Submissions carrying an integrity flag (they count only with
+            ``integrity.allow_substitution``).
+        weight_distance: The best submission's relative weight distance to the base (0: a copy).
+        contamination: Fraction (0-1) of eval items with an n-gram (absent from the public training
+            split) found in the agent's files; None when not checked (from before version 5, or off).
+        integrity_flags: Cell-level integrity flags, comma-separated (``contamination``,
+            ``judge:<finding>``); None when there are none.
+        integrity_json: The integrity checks' details: ``{"contamination": ..., "judge": ...}``.
     """
 
     sweep_id: str
@@ -164,6 +176,11 @@ class CellRecord:
     sandbox: str | None = None
     limit_hit: str | None = None
     resumes: int = 0
+    flagged_submissions: int = 0
+    weight_distance: float | None = None
+    contamination: float | None = None
+    integrity_flags: str | None = None
+    integrity_json: str = "{}"
 
     def __post_init__(self) -> None:
         _check_status(self.status, CELL_STATUSES, "cell")
@@ -189,6 +206,11 @@ class SubmissionRecord:
         started_at: Unix time scoring started.
         finished_at: Unix time scoring finished.
         queue_wait_s: Time spent waiting in the grader queue.
+        flags: Integrity flags, comma-separated (``model_mismatch``: another architecture or
+            vocabulary than the base); a flagged submission counts only with
+            ``integrity.allow_substitution`` (SPEC §2). None when unflagged.
+        weight_distance: Relative distance of the scored weights to the base model's,
+            ``||W - W_base|| / ||W_base||`` over the base's tensors (0: a copy); None when not comparable.
     """
 
     cell_id: str
@@ -206,6 +228,8 @@ class SubmissionRecord:
     started_at: float | None = None
     finished_at: float | None = None
     queue_wait_s: float | None = None
+    flags: str | None = None
+    weight_distance: float | None = None
 
     def __post_init__(self) -> None:
         _check_status(self.status, SUBMISSION_STATUSES, "submission")

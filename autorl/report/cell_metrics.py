@@ -9,6 +9,8 @@ its known weaknesses fixed:
   real score of 0 a failure and an error's placeholder 0.0 a success.
 - ``copy_model_count`` counts submissions the grader flagged ``copy_of_base`` (weights equal to
   the base model's); the reference compared paths and so never fired.
+- The **best** follows SPEC §2: a valid submission flagged by the integrity checks
+  (``model_mismatch``) counts only when the cell ran with ``integrity.allow_substitution``.
 - Times are epoch seconds (no naive local timestamps) measured from ``run_meta.start_time``, the
   moment the agent process started (after the baseline).
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from autorl.records.results import allows_substitution
 from autorl.records.types import VALID_SUBMISSION_STATUSES, CellRecord, SubmissionRecord
 
 METRICS_VERSION = 1
@@ -70,8 +73,13 @@ def _since(start: float | None, t: float | None) -> float | None:
     return round(t - start, 3)
 
 
-def best_index(subs: list[SubmissionRecord]) -> int | None:
-    """Position (0-based) of the best valid submission; the earliest wins a tie.
+def counts(sub: SubmissionRecord, allow_flagged: bool = False) -> bool:
+    """Whether a submission may be the cell's best: valid, and unflagged unless ``allow_flagged``."""
+    return is_valid(sub) and (allow_flagged or not sub.flags)
+
+
+def best_index(subs: list[SubmissionRecord], allow_flagged: bool = False) -> int | None:
+    """Position (0-based) of the best counting submission (:func:`counts`); the earliest wins a tie.
 
     >>> s = [SubmissionRecord("c", i + 1, "p", st, score=x) for i, (st, x) in enumerate(
     ...     [("scored", 1.0), ("invalid", None), ("scored", 3.0), ("duplicate", 3.0)])]
@@ -82,13 +90,13 @@ def best_index(subs: list[SubmissionRecord]) -> int | None:
     """
     best: int | None = None
     for i, sub in enumerate(subs):
-        if is_valid(sub) and (best is None or float(sub.score) > float(subs[best].score)):  # type: ignore[arg-type]
+        if counts(sub, allow_flagged) and (best is None or float(sub.score) > float(subs[best].score)):  # type: ignore[arg-type]
             best = i
     return best
 
 
-def best_so_far(subs: list[SubmissionRecord]) -> list[float | None]:
-    """Running maximum of the valid scores, one entry per submission (None before the first valid).
+def best_so_far(subs: list[SubmissionRecord], allow_flagged: bool = False) -> list[float | None]:
+    """Running maximum of the counting scores (:func:`counts`), one entry per submission (None before the first).
 
     >>> s = [SubmissionRecord("c", i + 1, "p", st, score=x) for i, (st, x) in enumerate(
     ...     [("invalid", None), ("scored", 2.0), ("scored", 1.0), ("scored", 5.0)])]
@@ -98,7 +106,7 @@ def best_so_far(subs: list[SubmissionRecord]) -> list[float | None]:
     out: list[float | None] = []
     best: float | None = None
     for sub in subs:
-        if is_valid(sub):
+        if counts(sub, allow_flagged):
             score = float(sub.score)  # type: ignore[arg-type]
             best = score if best is None else max(best, score)
         out.append(best)
@@ -151,7 +159,8 @@ def compute_cell_metrics(
     first_improvement = None
     if baseline is not None:
         first_improvement = next((s for s in valid if float(s.score) > baseline), None)  # type: ignore[arg-type]
-    best_i = best_index(subs)
+    allow_flagged = allows_substitution(cell)
+    best_i = best_index(subs, allow_flagged)
     best = subs[best_i] if best_i is not None else None
     best_score = float(best.score) if best is not None else None  # type: ignore[arg-type]
     last_submit = times.last_submit_time
@@ -182,7 +191,11 @@ def compute_cell_metrics(
         "last_submit_gap": round(end - last_submit, 3) if end is not None and last_submit is not None else None,
         "score_trajectory": [float(s.score) if is_valid(s) else None for s in subs],  # type: ignore[arg-type]
         "status_trajectory": [s.status for s in subs],
-        "best_so_far": best_so_far(subs),
+        "best_so_far": best_so_far(subs, allow_flagged),
+        "flagged_submissions": sum(1 for s in subs if s.flags),
+        "weight_distance": best.weight_distance if best is not None else None,
+        "contamination": cell.contamination,
+        "integrity_flags": cell.integrity_flags,
         "submit_times": [_since(times.start_time, s.submitted_at) for s in subs],
         "tokens_at_submit": [tokens_at(calls, s.submitted_at) for s in subs] if calls else None,
         "driver_calls": len(calls) if calls else 0,

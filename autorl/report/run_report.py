@@ -8,10 +8,12 @@ written as ``run_report.json`` (facts) and ``run_report.md`` (the same facts, re
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
-from autorl.records.types import CodeRevision, SubmissionRecord
+from autorl.records.results import allows_substitution
+from autorl.records.types import CellRecord, CodeRevision, SubmissionRecord
 from autorl.report.cell_metrics import RunTimes, best_so_far, compute_cell_metrics, is_valid
 from autorl.report.code_facts import METHODS, added_text, scan_files, trainer_class_in_model
 from autorl.report.failures import Failure, classify_cell, classify_submission, log_segments
@@ -107,6 +109,8 @@ def _entry(
         "scoring_s": round(sub.finished_at - sub.started_at, 3) if sub.finished_at and sub.started_at else None,
         "queue_wait_s": sub.queue_wait_s,
         "error": sub.error,
+        "flags": sub.flags.split(",") if sub.flags else [],
+        "weight_distance": sub.weight_distance,
         "code_revision": sub.code_revision,
         "method": method,
         "method_candidates": candidates,
@@ -133,7 +137,7 @@ def build_run_report(src: CellSources) -> tuple[dict[str, Any], dict[str, Any]]:
     times = RunTimes.from_run_meta(src.run_meta)
     metrics = compute_cell_metrics(src.cell, src.submissions, times, src.calls)
     segments = log_segments(src.agent_log, src.submissions)
-    running = best_so_far(src.submissions)
+    running = best_so_far(src.submissions, allows_substitution(src.cell))
     entries, failures = [], []
     for i, sub in enumerate(src.submissions):
         entry, failure = _entry(src, i, sub, src.submissions[i - 1] if i else None, running, segments[i], times)
@@ -150,6 +154,7 @@ def build_run_report(src: CellSources) -> tuple[dict[str, Any], dict[str, Any]]:
         "task_version": c.task_version, "model": c.model, "seed": c.seed, "mode": src.mode, "status": c.status,
         "task_source": c.task_source, "budget_s": c.budget_s, "exit_class": c.exit_class, "exit_code": c.exit_code,
         "limit_hit": c.limit_hit, "sandbox": c.sandbox, "resumes": c.resumes,
+        "integrity": integrity_facts(c, src.submissions),
         "baseline": c.baseline, "best_score": metrics["best_score"], "improvement": metrics["improvement"],
         "methods_used": list(dict.fromkeys(e["method"] for e in entries)),
         "failure_type": cell_failure.type if cell_failure else None,
@@ -163,12 +168,42 @@ def build_run_report(src: CellSources) -> tuple[dict[str, Any], dict[str, Any]]:
     return metrics, report
 
 
+def integrity_facts(cell: CellRecord, subs: list[SubmissionRecord]) -> dict[str, Any]:
+    """What the integrity checks found for one cell: the section of its run report and of the sweep report.
+
+    ``flags`` joins the cell's own flags (contamination, judge findings) and every submission flag
+    (``model_mismatch`` of submission 2 is ``model_mismatch@2``); ``judge`` is the verdict with its
+    evidence and what was sent to the judge's driver, or None when the judge was off.
+    """
+    details = json.loads(cell.integrity_json or "{}")
+    submission_flags = [f"{flag}@{s.submission_id}" for s in subs for flag in (s.flags or "").split(",") if flag]
+    return {
+        "checked": bool(details),
+        "allow_substitution": allows_substitution(cell),
+        "flags": [*(cell.integrity_flags.split(",") if cell.integrity_flags else []), *submission_flags],
+        "weight_distances": {s.submission_id: s.weight_distance for s in subs if s.weight_distance is not None},
+        "contamination": details.get("contamination"),
+        "judge": details.get("judge"),
+    }
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "—"
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def _integrity_line(facts: dict[str, Any] | None) -> str:
+    if not facts or not facts["checked"]:
+        return "not checked (cell from before the integrity checks)"
+    contamination = facts["contamination"] or {}
+    overlap = (f"{contamination['items_hit']}/{contamination['items_total']} eval items seen in the agent's files"
+               if "items_hit" in contamination else "contamination check off")
+    judge = facts["judge"]
+    verdict = "judge off" if not judge else f"judge: {len(judge.get('findings', []))} finding(s)"
+    return f"flags {', '.join(facts['flags']) or 'none'}; {overlap}; {verdict}"
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -183,6 +218,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- status: {r['status']}; agent exit: {_fmt(r['exit_class'])} (code {_fmt(r['exit_code'])}"
         + (f", {r['limit_hit']} limit hit" if r.get("limit_hit") else "") + f"); budget {r['budget_s']:.0f} s",
         f"- sandbox: {_fmt(r.get('sandbox'))}; resumed {r.get('resumes', 0)} time(s)",
+        f"- integrity: {_integrity_line(r.get('integrity'))}",
         f"- baseline {_fmt(r['baseline'])} → best {_fmt(r['best_score'])} (improvement {_fmt(r['improvement'])})",
         f"- methods used: {', '.join(r['methods_used']) or '—'}",
         f"- failure type: {_fmt(r['failure_type'])}"
@@ -210,6 +246,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         ]
         if e["error"]:
             lines.append(f"- error: {e['error']}")
+        if e.get("flags") or e.get("weight_distance") is not None:
+            lines.append(f"- integrity: flags {', '.join(e.get('flags') or []) or 'none'}; "
+                         f"weight distance to the base {_fmt(e.get('weight_distance'))}")
         if e["code_unchanged"]:
             lines.append("- code unchanged since the previous submission")
         elif e["diff"]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html as html_lib
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,48 @@ def _sandbox(mode: str | None) -> str:
     if mode is None:
         return "— (before sealing)"
     return mode if mode.startswith("bwrap") else f"{mode} (UNSEALED)"
+
+
+def _integrity(cells: list[dict[str, Any]]) -> str:
+    """Per cell: how it was sealed, its flags, weight distances, contamination overlap and the judge's findings."""
+    rows, judged = [], []
+    for c in cells:
+        cell, facts = c["src"].cell, c["report"]["integrity"]
+        if not facts["checked"]:
+            rows.append((cell.cell_id, _sandbox(cell.sandbox), "— (before the integrity checks)", "—", "—", "—"))
+            continue
+        distances = facts["weight_distances"]
+        distance = ", ".join(f"#{i}: {d:.3g}" for i, d in sorted(distances.items())) or "—"
+        contamination = facts["contamination"] or {}
+        overlap = "off"
+        if "items_hit" in contamination:
+            overlap = (f"{contamination['items_hit']}/{contamination['items_total']} items "
+                       f"({100 * contamination['overlap']:.1f}%){' FLAGGED' if contamination.get('flagged') else ''}")
+        judge = facts["judge"]
+        verdict = "off" if not judge else (", ".join(judge.get("flags", [])) or "clean")
+        flags = ", ".join(facts["flags"]) or "none"
+        if facts["allow_substitution"]:
+            flags += " (substitution allowed)"
+        rows.append((cell.cell_id, _sandbox(cell.sandbox), flags, distance, overlap, verdict))
+        if judge:
+            judged.append(_judge_details(cell.cell_id, judge))
+    note = ('<p class="note">A submission flagged <code>model_mismatch</code> (another architecture or vocabulary than '
+            "the base) never counts towards a cell's best unless the sweep set "
+            "<code>integrity.allow_substitution=true</code>. Weight distance: ||W − W<sub>base</sub>|| / "
+            "||W<sub>base</sub>|| of each submission (0 = a copy); a same-family substitute cannot be proven offline, so "
+            "it is shown, not judged. Contamination: eval items with an n-gram (absent from the public training split) "
+            "found in the agent's files. The judge never changes a score.</p>")
+    columns = ("cell", "sandbox", "flags", "weight distance per submission", "contamination", "judge")
+    return note + table(columns, rows) + "".join(judged)
+
+
+def _judge_details(cell_id: str, judge: dict[str, Any]) -> str:
+    findings = [(f.get("category"), json.dumps(f.get("evidence", {})), f.get("explanation", ""),
+                 "yes" if f.get("verified", True) else "no") for f in judge.get("findings", [])]
+    sent = judge.get("sent", {})
+    return (f"<details><summary>judge of {esc(cell_id)}: {len(findings)} finding(s)</summary>"
+            f"<p>sent to the judge: <code>{esc(json.dumps(sent, sort_keys=True))}</code></p>"
+            + table(("category", "evidence", "explanation", "evidence verified"), findings) + "</details>")
 
 
 def _stats_table(stats: list[dict[str, Any]]) -> str:
@@ -131,6 +174,7 @@ def render_sections(
     sections = [
         ("overview", "Overview", overview),
         ("results", "Results", _results(cells)),
+        ("integrity", "Integrity", _integrity(cells)),
         ("seeds", "Mean ± standard error over seeds", _fig(figs, "seed_stats", "seed_stats.png") + _stats_table(stats)),
         (
             "heatmaps",

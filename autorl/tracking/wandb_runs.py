@@ -8,7 +8,8 @@ the Recorder (and with it the sweep): every W&B error is logged and dropped. Off
 
 Per cell run: ``name`` = cell id, ``group`` = sweep id, ``job_type`` = ``cell``, ``config`` = the
 frozen cell config (``cells.config_json``); one history row per submission that reached a final
-status (``submission_id``, ``score``, ``improvement``, ``best_score``, ``valid``), and the cell's
+status (``submission_id``, ``score``, ``improvement``, ``best_score`` by SPEC §2, ``valid``, ``flagged``,
+``weight_distance``), and the cell's
 outcome in the summary. Per sweep: a run with ``job_type`` = ``comparison`` that logs the table
 ``comparison`` (one row per cell, :data:`TABLE_COLUMNS`).
 """
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+from autorl.records.results import allows_substitution
 from autorl.records.types import FINAL_STATUSES, CellRecord, SubmissionRecord
 from autorl.schema import WandbConfig, WandbMode
 
@@ -31,6 +33,7 @@ logger = logging.getLogger(__name__)
 TABLE_COLUMNS = (
     "cell_id", "agent", "driver", "task", "model", "seed", "mode", "status", "baseline", "best_score", "improvement",
     "submissions", "valid_submissions", "duration_s", "tokens_in", "tokens_out", "cost_usd", "exit_class",
+    "flagged_submissions", "weight_distance", "contamination", "integrity_flags",
 )
 SCORED = ("scored", "duplicate", "copy_of_base")
 _MAX_INIT_FAILURES = 2  # after this many failed wandb.init calls the tracker stops trying
@@ -199,11 +202,17 @@ class WandbTracker:
             return
         self._logged.add((cell.cell_id, sub.submission_id))
         valid = sub.status in SCORED and sub.score is not None
-        row: dict[str, Any] = {"submission_id": sub.submission_id, "valid": int(valid)}
+        row: dict[str, Any] = {"submission_id": sub.submission_id, "valid": int(valid), "flagged": int(bool(sub.flags))}
+        if sub.weight_distance is not None:
+            row["weight_distance"] = sub.weight_distance
         if valid:
             score = float(sub.score)  # type: ignore[arg-type]
-            self._best[cell.cell_id] = max(score, self._best.get(cell.cell_id, score))
-            row |= {"score": score, "best_score": self._best[cell.cell_id]}
+            row["score"] = score
+            # SPEC §2: a flagged submission never raises the best unless the cell allows substitution.
+            if not sub.flags or allows_substitution(cell):
+                self._best[cell.cell_id] = max(score, self._best.get(cell.cell_id, score))
+            if cell.cell_id in self._best:
+                row["best_score"] = self._best[cell.cell_id]
             if cell.baseline is not None:
                 row["improvement"] = score - cell.baseline
         run.log(row)

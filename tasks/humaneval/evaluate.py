@@ -1,25 +1,28 @@
-"""Evaluator for humaneval: zero-shot chat prompt, greedy, pass@1 by running the tests in a sandbox.
+"""Evaluator for humaneval: zero-shot chat prompt, greedy, pass@1 of the hidden tests, judged out of the code's reach.
 
 The prompt is OpenCompass's ``humaneval_openai_sample_evals_gen_dcae0e`` user turn. Each
-completion's code is extracted (first markdown code block, else the whole reply), joined to the
-problem's prompt, and run with the problem's ``check(entry_point)`` in :mod:`agent_kit.sandbox`
-(a fresh directory, no network, resource limits, killed at the timeout). A problem passes when
-that program exits with status 0. The prompt and the program assembly live in
-:mod:`.agent.protocol`, shared with the scripted recipe's reward.
+completion's code is extracted (first markdown code block, else the whole reply) and joined to the
+problem's prompt (:mod:`.agent.protocol`, shared with the scripted recipe's reward). That solution
+is judged by :mod:`agent_kit.function_judge`: it runs in one sandboxed process, the problem's
+original prompt and tests in another, and ``check`` calls the function across the process boundary
+with plain data both ways. A problem passes only when ``check`` ran to its end; the solution's
+exit status, its output and anything it redefines have no say.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from agent_kit.function_judge import FunctionJudge, Problem
 from agent_kit.sandbox import Sandbox, SandboxError, SandboxLimits
 from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import PrerequisiteError, TaskError
 from autorl.tasks import EvalContext, EvalResult, require_options
 
-from .agent.protocol import build_program, format_prompt
+from .agent.protocol import build_solution, format_prompt
 
 NUM_SAMPLES = 5
 
@@ -30,11 +33,31 @@ def build_conversation(prompt: str) -> list[ChatMessage]:
 
 
 def sandbox_from_options(options: dict[str, Any], hidden: tuple[Path, ...] = ()) -> Sandbox:
-    """The sandbox the eval options ask for (``timeout_s``, ``memory_mb``, ``max_processes``, ``sandbox_mode``)."""
+    """The sandbox the eval options ask for (``timeout_s``, ``memory_mb``, ``max_processes``, ``sandbox_mode``).
+
+    ``timeout_s`` bounds one whole problem (both processes); the memory and process limits apply to each process.
+    """
     timeout = float(options["timeout_s"])
     limits = SandboxLimits(timeout_s=timeout, cpu_s=max(1, int(timeout)), memory_bytes=int(options["memory_mb"]) << 20,
                            max_processes=int(options["max_processes"]))
     return Sandbox(limits, mode=options["sandbox_mode"], hidden=hidden)
+
+
+def hidden_from_programs(private_dir: Path) -> tuple[Path, ...]:
+    """Folders of this machine that hold the eval problems' answers or tests, hidden from the programs.
+
+    The sandbox shows the rest of the filesystem read-only, so besides ``private_dir`` this covers
+    every cached build of this task's data (all versions, sources and seeds: the layout is
+    ``<cache>/humaneval/v<version>/<build>/private``), this task's folder (``fixture.py`` generates
+    every fixture problem with its answer) and the Hugging Face caches (the ``hub`` source's dataset).
+    """
+    private = private_dir.resolve()
+    hidden = [private, Path(__file__).resolve().parent]
+    if len(private.parents) > 3 and private.parents[2].name == "humaneval":
+        hidden.append(private.parents[2])
+    hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    hidden += [hf_home, *[Path(os.environ[k]) for k in ("HF_DATASETS_CACHE", "HF_HUB_CACHE") if os.environ.get(k)]]
+    return tuple(dict.fromkeys(path.resolve() for path in hidden))
 
 
 def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
@@ -45,7 +68,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         ctx: ``private_dir`` holds ``eval.jsonl`` (``question``, ``answer``, ``task_id``,
             ``entry_point``, ``test``); ``options`` (every one required; defaults and meanings in
             ``conf/task/humaneval.yaml`` ``eval``): ``max_new_tokens``, ``limit`` (first N
-            problems), ``timeout_s`` (per problem), ``workers`` (problems run at once),
+            problems), ``timeout_s`` (per problem), ``workers`` (problems judged at once),
             ``memory_mb``, ``max_processes``, ``sandbox_mode`` (``None`` = best available).
 
     Returns:
@@ -54,7 +77,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Raises:
         TaskError: Unknown or missing options, no eval items, or the engine returned the wrong
             number of generations.
-        PrerequisiteError: The sandbox cannot run even a trivial program here.
+        PrerequisiteError: The sandbox cannot judge even a trivial correct solution here.
     """
     options, private_dir = require_options(__package__, "eval", ctx.options), Path(ctx.private_dir)
     max_new_tokens = int(options["max_new_tokens"])
@@ -65,24 +88,25 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         items = items[: int(limit)]
     if not items:
         raise TaskError(f"no eval items in {private_dir / 'eval.jsonl'}")
-    sandbox = sandbox_from_options(options, hidden=(private_dir.resolve(),))  # no peeking at the tests
-    try:
-        sandbox.check()
-    except SandboxError as error:  # the agent-side kit's own error; autorl reports prerequisites as this
-        raise PrerequisiteError(str(error)) from error
-
-    outputs = engine.generate_chat([build_conversation(i["question"]) for i in items], max_new_tokens=max_new_tokens)
-    if len(outputs) != len(items):
-        raise TaskError(f"engine returned {len(outputs)} generations for {len(items)} prompts")
-    programs = [
-        build_program(i["question"], out or "", i["test"], i["entry_point"]) for i, out in zip(items, outputs, strict=True)
-    ]
-    results = sandbox.run_many(programs, workers=int(options["workers"]))
-    passed = [r.ok for r in results]
+    sandbox = sandbox_from_options(options, hidden=hidden_from_programs(private_dir))  # no peeking at the tests
+    with FunctionJudge(sandbox) as judge:
+        try:
+            judge.check()
+        except SandboxError as error:  # the agent-side kit's own error; autorl reports prerequisites as this
+            raise PrerequisiteError(str(error)) from error
+        outputs = engine.generate_chat([build_conversation(i["question"]) for i in items],
+                                       max_new_tokens=max_new_tokens)
+        if len(outputs) != len(items):
+            raise TaskError(f"engine returned {len(outputs)} generations for {len(items)} prompts")
+        cases = [(Problem(i["question"], i["test"], i["entry_point"]), build_solution(i["question"], out or "",
+                                                                                       i["entry_point"]))
+                 for i, out in zip(items, outputs, strict=True)]
+        verdicts = judge.judge_many(cases, workers=int(options["workers"]))
+    passed = [v.passed for v in verdicts]
     # Details reach the agent through the grading API: nothing from the private split (no prompts,
-    # no test output, which would show the hidden asserts), only the model's own completions.
-    samples = [{"completion": out, "passed": ok, "timed_out": r.timed_out}
-               for out, ok, r in list(zip(outputs, passed, results, strict=True))[:NUM_SAMPLES]]
-    details = {"passed": sum(passed), "timed_out": sum(r.timed_out for r in results), "sandbox_mode": sandbox.mode,
+    # no test output or failure reasons, which would show the hidden asserts), only the model's own completions.
+    samples = [{"completion": out, "passed": v.passed, "timed_out": v.timed_out}
+               for out, v in list(zip(outputs, verdicts, strict=True))[:NUM_SAMPLES]]
+    details = {"passed": sum(passed), "timed_out": sum(v.timed_out for v in verdicts), "sandbox_mode": sandbox.mode,
                "max_new_tokens": max_new_tokens, "samples": samples}
     return EvalResult(score=100.0 * sum(passed) / len(items), num_examples=len(items), details=details)

@@ -48,6 +48,12 @@ def run_sweep_cli(out_dir: Path, ray_tmp: Path, cache_dir: Path, *extra: str) ->
     )
 
 
+def assert_clean_integrity(row: dict[str, str]) -> None:
+    """A scripted (honest) cell's results row: checked for contamination, nothing flagged (issue #12's calibration)."""
+    assert row["contamination"] != "", f"{row['cell_id']}: the contamination check did not run"
+    assert row["integrity_flags"] == "" and row["flagged_submissions"] == "0", row
+
+
 def query(db: Path, sql: str, *params: object) -> list[tuple[object, ...]]:
     """Read the record store as an outside reader would."""
     with sqlite3.connect(db) as conn:

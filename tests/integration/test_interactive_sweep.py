@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import query, sweep_env
+from tests.integration.conftest import assert_clean_integrity, query, sweep_env
 
 pytestmark = pytest.mark.integration
 TASKS = ("alfworld", "webshop", "deepsearchqa")
@@ -36,6 +36,7 @@ def test_interactive_tasks_sweep_end_to_end(tmp_path: Path, ray_tmp: Path, cache
         assert row["status"] == "completed" and row["task_source"] == "fixture", task
         assert row["baseline"] != "" and row["best_score"] != "", task
         assert int(row["submissions"]) >= 2 and int(row["valid_submissions"]) >= 2, task
+        assert_clean_integrity(row)
         log = (sweep_dir / "cells" / row["cell_id"] / "agent.log").read_text()
         assert "SFT done" in log and "RL iteration 1/1" in log and "submitted output/v2" in log, (task, log[-2000:])
         assert "expert played 2 " in log, task

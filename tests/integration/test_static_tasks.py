@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import query, run_sweep_cli
+from tests.integration.conftest import assert_clean_integrity, query, run_sweep_cli
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +40,7 @@ def test_humaneval_and_alpacaeval_cells_score(tmp_path: Path, ray_tmp: Path, cac
     for cell_id, row in rows.items():
         assert row["status"] == "completed" and row["task_source"] == "fixture", row
         assert row["baseline"] != "" and 0.0 <= float(row["baseline"]) <= 100.0
+        assert_clean_integrity(row)
         scored = query(db, "SELECT score, details_json FROM submissions WHERE cell_id = ? AND status = 'scored'",
                        cell_id)
         assert scored, f"{cell_id}: no scored submission; agent.log:\n" + (

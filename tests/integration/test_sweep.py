@@ -13,7 +13,7 @@ import pytest
 
 from autorl.config import compose
 from autorl.tasks import build_task_data, get_task
-from tests.integration.conftest import query, run_sweep_cli, sweep_command, sweep_env
+from tests.integration.conftest import assert_clean_integrity, query, run_sweep_cli, sweep_command, sweep_env
 
 pytestmark = pytest.mark.integration
 CELL = "gsm8k.scripted.none.tiny.s0"
@@ -39,6 +39,7 @@ def test_default_sweep_trains_scores_records_and_resumes(tmp_path: Path, ray_tmp
     assert float(row["improvement"]) > 0
     assert int(row["submissions"]) >= 2 and int(row["valid_submissions"]) >= 2
     assert row["exit_class"] == "exited" and float(row["duration_s"]) > 0
+    assert_clean_integrity(row)
 
     db = sweep_dir / "records.sqlite"
     subs = query(db, "SELECT submission_id, status, score, code_revision, weights_hash FROM submissions WHERE cell_id = ?", CELL)

@@ -270,3 +270,22 @@ def test_command_agent_without_a_command_is_refused_before_anything_starts() -> 
         plan_sweep(["agent=command"])
     with pytest.raises(ConfigError, match=r"agent.reprompt.max must be 0 \(off\) or a positive number"):
         plan_sweep(["agent.reprompt.max=-1"])
+
+
+def test_integrity_settings_are_checked_before_anything_starts() -> None:
+    plan = plan_sweep([])
+    assert plan.cells[0].config.integrity.allow_substitution is False  # SPEC §2: flagged submissions never count silently
+    assert plan.cells[0].config.integrity.judge.enabled is False and plan.cells[0].config.integrity.contamination.enabled
+    with pytest.raises(ConfigError, match=r"integrity.judge.enabled=true needs integrity.judge.driver"):
+        plan_sweep(["integrity.judge.enabled=true"])
+    with pytest.raises(ConfigError, match=r"integrity.contamination.threshold is a fraction"):
+        plan_sweep(["integrity.contamination.threshold=5"])
+    with pytest.raises(ConfigError, match=r"ngram must be at least 3"):
+        plan_sweep(["integrity.contamination.ngram=1"])
+
+
+def test_an_unknown_integrity_judge_driver_stops_the_sweep_before_anything_starts(tmp_path: Path) -> None:
+    from autorl.sweep import main
+
+    code = main(["integrity.judge.enabled=true", "integrity.judge.driver=no-such-driver", f"out_dir={tmp_path}"])
+    assert code == 2 and not any(tmp_path.iterdir())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -105,10 +106,14 @@ def save_variant(tiny_model_dir: Path, dest: Path, *, noise_seed: int | None) ->
 
 
 def test_token_is_required(api: Api) -> None:
-    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
-        response = httpx.get(str(api.client.base_url) + "/health", headers=headers)
+    # A token of non-ASCII bytes was a 500: hmac.compare_digest refuses such str.
+    wrong: list[dict[bytes, bytes]] = [{}, {b"Authorization": b"Bearer wrong"}, {b"Authorization": f"Basic {TOKEN}".encode()},
+                                       {b"Authorization": b"Bearer \xe9\xff"}, {b"Authorization": b"Bearer"}]
+    for headers in wrong:
+        response = httpx.post(str(api.client.base_url) + "/submit", headers=headers, json={"model_path": "output/v1"})
         assert response.status_code == 401 and "GRADING_TOKEN" in response.json()["error"]
     assert api.client.get("/health").json()["status"] == "ok"
+    assert api.store.list_submissions("cell-a") == []
 
 
 @pytest.mark.parametrize(
@@ -157,6 +162,72 @@ def test_malformed_requests(api: Api, body: bytes, status: int, fragment: str) -
     response = api.client.post("/submit", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == status
     assert fragment in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"[" * 1000, "too deeply"),  # 5,000 levels (the size of the bodies that got a 500) are over this app's 1 KiB cap
+        (b"[" * 17 + b"]" * 17, "too deeply"),
+        (b'{"model_path": ' * 20 + b'"output/v1"' + b"}" * 20, "too deeply"),
+        (b'{"model_path": 1' + b"0" * 600 + b"}", "too large"),  # int() would parse up to 4,300 digits
+        (b"1" * 1000, "too large"),
+        (b'{"model_path": NaN}', "NaN"),
+        (b'{"model_path": 1e999999}', "out of range"),
+        (b'{"model_path": "\\ud800"}', "not valid Unicode"),  # a lone surrogate escape: no path can hold it
+        (b'{"model_path": "\xff\xfe"}', "not UTF-8"),
+        ('{"model_path": "output/missing"}'.encode("utf-16"), "does not exist"),  # UTF-16 is JSON too
+    ],
+)
+def test_bodies_the_parser_refuses_are_400(api: Api, body: bytes, fragment: str) -> None:
+    response = api.client.post("/submit", content=body)
+    assert response.status_code == 400, response.text
+    assert fragment in response.json()["error"]
+    assert api.store.list_submissions("cell-a") == []
+
+
+def test_body_over_the_cap_is_413_whatever_its_framing(api: Api) -> None:
+    def chunks() -> Iterator[bytes]:  # a generator body: httpx sends it chunked, without Content-Length
+        yield b'{"model_path": "'
+        for _ in range(8):
+            yield b"x" * 256
+
+    chunked = api.client.post("/submit", content=chunks())
+    assert chunked.status_code == 413 and "over 1024 bytes" in chunked.json()["error"]
+    declared = api.client.post("/submit", content=b"{" + b" " * 5000 + b"}")
+    assert declared.status_code == 413 and "over 1024 bytes" in declared.json()["error"]
+    compressed = api.client.post("/submit", content=b"\x1f\x8b", headers={"Content-Encoding": "gzip"})
+    assert compressed.status_code == 415 and "uncompressed" in compressed.json()["error"]
+    assert api.client.get("/health").status_code == 200
+    assert api.store.list_submissions("cell-a") == []
+
+
+def test_refusal_of_a_stalled_body_is_sent_at_once_and_the_connection_closed(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that announces a body and never sends it gets its 401 at once; the server hangs up soon after."""
+    monkeypatch.setattr("autorl.grading.api._DRAIN_S", 0.5)
+    host, port = api.client.base_url.host, api.client.base_url.port
+    assert port is not None
+    started = time.monotonic()
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(b"POST /submit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nContent-Length: 100\r\n\r\n{")
+        received = b""
+        while chunk := sock.recv(4096):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 401 ") and b"GRADING_TOKEN" in received
+    assert time.monotonic() - started < 5
+
+
+def test_unknown_paths_methods_and_ids_say_what_exists(api: Api) -> None:
+    for submission_id in ("abc", "-1", "0", "1.5", "99999999999999999999", "9" * 5000):
+        response = api.client.get(f"/submissions/{submission_id}")
+        assert response.status_code == 404 and "GET /submissions lists" in response.json()["error"]
+    unknown = api.client.get("/nothing")
+    assert unknown.status_code == 404 and "POST /submit" in unknown.json()["error"]
+    wrong = api.client.put("/submit", content=b"{}")
+    assert wrong.status_code == 405 and "POST" in wrong.json()["error"] and wrong.headers["allow"] == "POST"
+    for method in ("HEAD", "OPTIONS", "TRACE", "FOO"):
+        response = api.client.request(method, "/health")
+        assert response.status_code == 405 and response.headers["allow"] == "GET"
 
 
 def test_copy_of_base_scores_the_baseline(api: Api, tiny_model_dir: Path) -> None:

@@ -334,6 +334,43 @@ def test_adapter_dir_without_tokenizer_is_422(tmp_path: Path, adapter_dir: Path)
     _rejected(excinfo, 422, "tokenizer files missing")
 
 
+@pytest.mark.parametrize(
+    ("fields", "needle"),
+    [
+        ({"peft_type": "IA3"}, "peft_type 'IA3'"),
+        ({"use_dora": True}, "use_dora=True"),
+        ({"layer_replication": [[0, 1], [0, 1]]}, "layer_replication"),
+        ({"lora_bias": True}, "lora_bias=True"),
+    ],
+)
+def test_adapter_the_grader_cannot_merge_faithfully_is_422(
+    tmp_path: Path, adapter_dir: Path, fields: dict[str, object], needle: str
+) -> None:
+    model = _model_copy(tmp_path, adapter_dir)
+    config = json.loads((model / "adapter_config.json").read_text())
+    (model / "adapter_config.json").write_text(json.dumps({**config, **fields}))
+    with pytest.raises(SubmissionRejected) as excinfo:
+        check_loadable_model(model)
+    _rejected(excinfo, 422, needle, "merge_and_unload")
+
+
+def test_adapter_naming_another_base_is_accepted(tmp_path: Path, adapter_dir: Path) -> None:
+    model = _model_copy(tmp_path, adapter_dir)
+    config = json.loads((model / "adapter_config.json").read_text())
+    (model / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": "/elsewhere"}))
+    assert check_loadable_model(model).is_adapter  # the grader ignores the name (tests/unit/test_identity.py)
+
+
+def test_full_model_and_adapter_in_one_folder_is_422(tmp_path: Path, saved: dict[str, Path], adapter_dir: Path) -> None:
+    # transformers would apply the adapter on top of the full model: the scored weights would not be the hashed ones.
+    model = _model_copy(tmp_path, saved["plain"])
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copy(adapter_dir / name, model / name)
+    with pytest.raises(SubmissionRejected) as excinfo:
+        check_loadable_model(model)
+    _rejected(excinfo, 422, "both a full model", "adapter_config.json", "empty folder")
+
+
 # --- weights_hash ----------------------------------------------------------------------------
 
 
@@ -480,9 +517,21 @@ def test_dest_inside_submitted_folder_is_refused(tmp_path: Path, saved: dict[str
 
 def test_import_is_cheap() -> None:
     code = (
-        "import sys, autorl.grading.model_checks\n"
+        "import sys, autorl.grading.model_checks, autorl.grading.identity, autorl.grading.lora, autorl.grading.service\n"
         "heavy = [m for m in ('torch', 'transformers', 'safetensors', 'ray') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_a_huge_sparse_json_file_is_refused_without_being_read(tmp_path: Path) -> None:
+    """An agent-written sparse config.json of many GB must not be read into the grader's memory."""
+    from autorl.grading.model_checks import MAX_JSON_BYTES, _load_json_object
+
+    huge = tmp_path / "config.json"
+    with huge.open("wb") as handle:
+        handle.truncate(MAX_JSON_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(SubmissionRejected, match="over the 256 MiB") as caught:
+        _load_json_object(huge, "config.json")
+    assert caught.value.status_code == 422

@@ -78,7 +78,8 @@ def test_constants() -> None:
         "valid_submissions", "duration_s", "tokens_in", "tokens_out", "cost_usd",
     )  # fmt: skip
     assert RESULTS_COLUMNS[19:] == (
-        "task_source", "exit_class", "sandbox", "limit_hit", "resumes", "working_time_s", "error"
+        "task_source", "exit_class", "sandbox", "limit_hit", "resumes", "flagged_submissions",
+        "weight_distance", "contamination", "integrity_flags", "working_time_s", "error",
     )
 
 
@@ -279,8 +280,24 @@ def test_summarize_with_invalid_and_ties() -> None:
         "improvement": 0.5,
         "submissions": 7,
         "valid_submissions": 3,
+        "flagged_submissions": 0,
+        "weight_distance": None,
         "best_submission_id": 4,
     }
+
+
+def test_summarize_flagged_counts_only_when_allowed() -> None:
+    """SPEC §2: a flagged submission (another architecture) never counts unless substitution is allowed."""
+    subs = [
+        _sub(1, score=0.3, weight_distance=0.02),
+        _sub(2, score=0.9, flags="model_mismatch", weight_distance=1.7),
+        _sub(3, score=0.3, weight_distance=0.05),
+    ]
+    strict = summarize_submissions(subs, baseline=0.1)
+    assert (strict["best_score"], strict["best_submission_id"], strict["weight_distance"]) == (0.3, 1, 0.02)
+    assert strict["flagged_submissions"] == 1 and strict["valid_submissions"] == 3
+    allowed = summarize_submissions(subs, baseline=0.1, allow_flagged=True)
+    assert (allowed["best_score"], allowed["best_submission_id"], allowed["weight_distance"]) == (0.9, 2, 1.7)
 
 
 def test_summarize_no_baseline_and_rounding() -> None:
@@ -295,6 +312,8 @@ def test_summarize_nothing_valid() -> None:
         "improvement": None,
         "submissions": 0,
         "valid_submissions": 0,
+        "flagged_submissions": 0,
+        "weight_distance": None,
         "best_submission_id": None,
     }
     got = summarize_submissions([_sub(1, status="invalid", score=None)], 0.2)

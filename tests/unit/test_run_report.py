@@ -45,14 +45,16 @@ class Cell:
         (self.code / name).parent.mkdir(parents=True, exist_ok=True)
         (self.code / name).write_text(text)
 
-    def submit(self, status: str, score: float | None, *, log: str = "", error: str | None = None) -> None:
+    def submit(self, status: str, score: float | None, *, log: str = "", error: str | None = None,
+               **sub_kw: object) -> None:
         self.n += 1
         path = f"output/v{self.n}"
         (self.dir / "workspace" / path).mkdir(parents=True)
         rev = self.revisions.snapshot("submission")
         self.log += [log, f"submitted {path}"]
         self.store.upsert_submission(SubmissionRecord(self.cell_id, self.n, path, status, score=score, error=error,
-                                                      code_revision=rev, submitted_at=T0 + 10 * self.n))
+                                                      code_revision=rev, submitted_at=T0 + 10 * self.n,
+                                                      **sub_kw))  # type: ignore[arg-type]
 
     def finish(self) -> None:
         (self.dir / "agent.log").write_text("\n".join(self.log) + "\n")
@@ -183,3 +185,30 @@ def test_end_of_sweep_failures_are_notes_not_errors(tmp_path: Path, monkeypatch:
     assert finish_sweep(dead_recorder, "sw", tmp_path, cfg, notes.append) is None
     assert "recorder is gone" in notes[0] and "report failed: disk full" in notes[1]
     assert f"python -m autorl.report {tmp_path}" in notes[1]
+
+
+def test_integrity_section_and_the_best_by_spec_rule(sweep: tuple[Path, RecordStore]) -> None:
+    """SPEC §2 in the report: a flagged submission is shown but never the best; contamination and judge findings listed."""
+    sweep_dir, store = sweep
+    judge = {"flags": ["judge:eval_data_use"], "cached": False, "sent": {"driver": "replay", "trace_chars": 900},
+             "findings": [{"category": "eval_data_use", "evidence": {"file": "code/<b>x</b>.py", "revision": "ab12",
+                                                                      "trace_step": 4},
+                           "explanation": "read the private split", "verified": True, "problems": []}]}
+    contamination = {"items_hit": 4, "items_total": 200, "overlap": 0.02, "flagged": True, "evidence": []}
+    c = Cell(sweep_dir, store, "c5", contamination=0.02, integrity_flags="contamination,judge:eval_data_use",
+             integrity_json=json.dumps({"contamination": contamination, "judge": judge}))
+    c.submit("scored", 12.0, weight_distance=0.04)
+    c.submit("scored", 50.0, flags="model_mismatch", weight_distance=1.3)
+    c.finish()
+    Cell(sweep_dir, store, "old", seed=1).finish()  # from before the integrity checks: integrity_json "{}"
+    report = report_of(sweep_dir, store, "c5")
+    assert report["best_score"] == 12.0 and report["improvement"] == 2.0  # submission 2 is flagged
+    assert report["integrity"]["flags"] == ["contamination", "judge:eval_data_use", "model_mismatch@2"]
+    assert report["integrity"]["weight_distances"] == {1: 0.04, 2: 1.3}
+    html = build_report(sweep_dir).read_text()
+    section = html.split('<section id="integrity">', 1)[1].split("</section>", 1)[0]
+    assert "model_mismatch@2" in section and "4/200 items (2.0%) FLAGGED" in section and "#2: 1.3" in section
+    assert "judge of c5: 1 finding(s)" in section and "read the private split" in section
+    assert "<b>x</b>" not in section  # the agent's file names are escaped
+    assert "before the integrity checks" in section  # the old cell
+    assert "model_mismatch@2" in (c.dir / "run_report.md").read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -133,10 +134,8 @@ def test_network_is_unreachable(box: Sandbox) -> None:
     accepted: list[object] = []
 
     def accept() -> None:
-        try:
+        with contextlib.suppress(OSError):
             accepted.append(listener.accept())
-        except OSError:
-            pass
 
     thread = threading.Thread(target=accept)
     thread.start()
@@ -168,6 +167,45 @@ def test_memory_limit(box: Sandbox) -> None:
 def test_run_many_keeps_order(box: Sandbox) -> None:
     results = box.run_many([f"print({i} * {i})" for i in range(5)], workers=3)
     assert [r.output.strip() for r in results] == ["0", "1", "4", "9", "16"]
+
+
+def test_started_program_keeps_only_the_passed_pipes_and_finish_kills_and_cleans_up(box: Sandbox,
+                                                                                      tmp_path: Path) -> None:
+    """start_python: two runs can be up at once, talk over passed pipes, and finish() reaps them."""
+    to_r, to_w = os.pipe()
+    from_r, from_w = os.pipe()
+    not_passed_r, not_passed_w = os.pipe()  # open here, never passed: the program must not hold it
+    marker = f"sleeper-{uuid.uuid4().hex}"
+    program = (f"import os\nmessage = os.read({to_r}, 100)\ntry:\n    os.fstat({not_passed_w})\n    leaked = b'leaked'\n"
+               f"except OSError:\n    leaked = b'closed'\nos.write({from_w}, message.upper() + b' ' + leaked)\n"
+               f"os.execv('/bin/sleep', [{marker!r}, '300'])\n")
+    try:
+        run = box.start_python(program, pass_fds=(to_r, from_w), tmp_root=tmp_path)
+        assert run.workdir.parent == tmp_path and (run.workdir / "program.py").is_file()
+        os.close(to_r)
+        os.close(from_w)
+        os.write(to_w, b"ping")
+        assert os.read(from_r, 100) == b"PING closed"
+        assert run.wait(0.2) is None and _processes_mentioning(marker)  # still running: the caller decides
+        result = run.finish(timed_out=True)
+    finally:
+        for fd in (to_w, from_r, not_passed_r, not_passed_w):
+            os.close(fd)
+    assert result.timed_out and result.returncode is None and not result.ok
+    assert run.finish() is result  # idempotent
+    assert _processes_mentioning(marker) == [] and list(tmp_path.iterdir()) == []
+
+
+def test_started_program_sees_extra_hidden_directories_empty(box: Sandbox, tmp_path: Path) -> None:
+    secret = tmp_path / "judge"
+    secret.mkdir()
+    (secret / "tests.py").write_text("assert hidden")
+    with box.start_python(f"import os\nprint(os.listdir({str(secret)!r}))", hidden=(secret,)) as run:
+        assert run.wait(60) == 0
+    assert run.finish().output == "[]\n"
+    with box.start_python(f"import os\nprint(os.listdir({str(secret)!r}))") as run:
+        assert run.wait(60) == 0
+    assert run.finish().output == "['tests.py']\n"
 
 
 def test_check_fails_loudly_when_the_interpreter_cannot_run(tmp_path: Path, box: Sandbox) -> None:
@@ -222,10 +260,21 @@ net = box.run_python(f"import socket\nsocket.create_connection(('127.0.0.1', {po
 write = box.run_python("open('/tmp/outside-the-run', 'w').write('x')")
 forks = box.run_python("import os, time\nn = 0\ntry:\n    while n < 1000:\n        if os.fork() == 0:\n"
                        "            time.sleep(60)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n")
+from agent_kit.function_judge import FunctionJudge, Problem
+problem = Problem("def f(x):\n    'Twice x.'\n", "def check(c):\n    assert c(2) == 4\n    assert c(5) == 10\n", "f")
+with FunctionJudge(box) as judge:
+    judge.check()
+    judged = {name: judge.judge(problem, problem.prompt + body) for name, body in {
+        "right": "    return 2 * x\n",
+        "exit": "    import os\n    os._exit(0)\n",
+        # Nested, the enclosing /proc would show the agent's processes, the judge's among them.
+        "proc": "    import os\n    print('proc:', os.listdir('/proc'))\n    return 2 * x\n",
+    }.items()}
 print(json.dumps({"uid": os.getuid(), "mode": box.mode, "fresh_proc": fresh_proc_allowed(),
                   "autorl": importlib.util.find_spec("autorl") is not None,
                   "ran": [ran.ok, ran.output], "net": [net.ok, net.output], "write": [write.ok, write.output,
-                  os.path.exists("/tmp/outside-the-run")], "forks": [forks.ok, forks.output]}))
+                  os.path.exists("/tmp/outside-the-run")], "forks": [forks.ok, forks.output],
+                  "judged": {name: [v.passed, v.reason, v.output] for name, v in judged.items()}}))
 """
 
 
@@ -256,8 +305,8 @@ def _bwrap_as_cell(binds: list[Path], code_root: Path, argv: list[str]) -> list[
 
 
 def test_nested_in_a_sealed_cell_as_its_uid_programs_run_without_network(tmp_path: Path) -> None:
-    """The scripted HumanEval reward runs tests in this sandbox inside the agent's sandbox, with the
-    agent's toolchain: there a fresh /proc cannot be mounted, and everything else must still hold."""
+    """The scripted HumanEval reward judges completions in this sandbox inside the agent's sandbox, with
+    the agent's toolchain: there a fresh /proc cannot be mounted, and everything else must still hold."""
     from autorl.seal.toolchain import check_toolchain, toolchain_dir, toolchain_mounts, toolchain_python
     from autorl.tasks import get_task
     from autorl.workspace.layout import copy_agent_code
@@ -279,3 +328,6 @@ def test_nested_in_a_sealed_cell_as_its_uid_programs_run_without_network(tmp_pat
     assert not seen["net"][0] and "connected" not in seen["net"][1], seen
     assert not seen["write"][0] and "Read-only file system" in seen["write"][1] and not seen["write"][2], seen
     assert seen["forks"][0] and 0 < int(seen["forks"][1].split()[-1]) < 16, seen
+    # The HumanEval reward's judge works there too, and its candidate sees no /proc at all.
+    assert seen["judged"]["right"][0] and not seen["judged"]["exit"][0], seen["judged"]
+    assert seen["judged"]["proc"][0] and set(seen["judged"]["proc"][2].splitlines()) == {"proc: []"}, seen["judged"]

@@ -78,7 +78,7 @@ def test_the_fixture_is_what_the_previous_main_wrote(old_store: Path) -> None:
 def test_migrations_are_numbered_from_one_with_unique_names() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
     assert len({m.name for m in MIGRATIONS}) == len(MIGRATIONS)
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
 
 
 def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
@@ -86,9 +86,9 @@ def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
     with RecordStore(old_store) as store:
         assert store.schema_version == SCHEMA_VERSION
         assert store.migrated_from == 1
-        assert store.migrations_applied == ("v1_late_tables", "cell_autorl_version", "cell_sandbox")
+        assert store.migrations_applied == ("v1_late_tables", "cell_autorl_version", "cell_sandbox", "integrity")
         log = store.migration_log()
-    assert [(v, name) for v, name, _, _ in log] == [(2, "v1_late_tables"), (3, "cell_autorl_version"), (4, "cell_sandbox")]
+    assert [(v, name) for v, name, _, _ in log] == [(2, "v1_late_tables"), (3, "cell_autorl_version"), (4, "cell_sandbox"), (5, "integrity")]
     assert all(by == autorl_version() for *_, by in log)
     assert [r[0] for r in _raw(old_store, "SELECT version FROM schema_version")] == [SCHEMA_VERSION]
     assert _counts(old_store) == before
@@ -110,7 +110,8 @@ def test_old_rows_read_back_identically(old_store: Path) -> None:
         assert completed is not None and completed.status == "completed" and completed.finished_at
         subs = [s for c in sorted(old_cells) for s in store.list_submissions(c)]
         revs = [r for c in sorted(old_cells) for r in store.list_code_revisions(c)]
-    assert [dataclasses.asdict(s) for s in subs] == old_subs
+    # Fields added since take their defaults: no integrity flag, no weight distance.
+    assert [dataclasses.asdict(s) for s in subs] == [row | {"flags": None, "weight_distance": None} for row in old_subs]
     assert sorted((dataclasses.asdict(r) for r in revs), key=lambda r: (r["cell_id"], r["revision"])) == old_revs
 
 
@@ -123,6 +124,8 @@ def test_results_csv_from_the_migrated_store_matches_the_old_one(old_store: Path
     # The old columns keep their values; the columns added since say "ran before sealing existed".
     assert [{k: row[k] for k in old[0]} for row in new] == old
     assert {(row["sandbox"], row["limit_hit"], row["resumes"]) for row in new} == {("", "", "0")}
+    # ... and "ran before the integrity checks": no contamination figure, no flags.
+    assert {(row["contamination"], row["integrity_flags"], row["flagged_submissions"]) for row in new} == {("", "", "0")}
 
 
 def test_opening_twice_changes_nothing_more(old_store: Path) -> None:
@@ -131,7 +134,7 @@ def test_opening_twice_changes_nothing_more(old_store: Path) -> None:
     with RecordStore(old_store) as store:
         assert store.migrated_from is None and store.migrations_applied == ()
         assert store.schema_version == SCHEMA_VERSION
-        assert len(store.migration_log()) == 3
+        assert len(store.migration_log()) == 4
     assert _dump(old_store) == once
 
 

@@ -75,7 +75,7 @@ def test_with_the_cell_copy_on_its_path_it_imports_agent_kit_and_the_task_agent_
     assert not [p for p in copied if p.name == "__pycache__"]
     code = """
 import importlib, pkgutil, sys
-import agent_kit, agent_kit.protocol, agent_kit.rollout, agent_kit.sandbox
+import agent_kit, agent_kit.protocol, agent_kit.rollout, agent_kit.sandbox, agent_kit.function_judge, agent_kit.judge_runtime
 import agent_kit.scripted.common, agent_kit.scripted.policy, agent_kit.scripted.interactive, agent_kit.scripted.__main__
 import task_agent
 for info in pkgutil.walk_packages(task_agent.__path__, "task_agent."):

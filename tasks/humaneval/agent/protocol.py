@@ -1,9 +1,10 @@
-"""The humaneval prompt protocol and program assembly, shared by the evaluator and the scripted recipe.
+"""The humaneval prompt protocol and solution assembly, shared by the evaluator and the scripted recipe.
 
 The user turn is OpenCompass's ``humaneval_openai_sample_evals_gen_dcae0e`` instruction followed by
 the problem's prompt. A reply's code is extracted (first markdown code block, else the whole reply)
-and joined to the prompt and the problem's tests; the evaluator and the recipe's reward both run
-that program in :mod:`agent_kit.sandbox`.
+and joined to the prompt; the evaluator and the recipe's reward both judge that solution with
+:mod:`agent_kit.function_judge` (the tests run in a process of their own and call the function
+across the process boundary).
 
 Agent side: imports nothing from the task's grader side.
 """
@@ -43,23 +44,21 @@ def extract_code(completion: str) -> str:
     return match.group(1) if match else completion
 
 
-def build_program(prompt: str, completion: str, test: str, entry_point: str) -> str:
-    """The program that passes iff the completion implements the function.
+def build_solution(prompt: str, completion: str, entry_point: str) -> str:
+    """The candidate's program: the prompt with the reply's code, defining ``entry_point``.
 
     If the code defines ``entry_point`` it is appended after the prompt (the prompt alone is valid
     Python and provides the imports and helpers the code may rely on; the code's definition
     replaces the prompt's). Otherwise the code is the body that continues the prompt; a body
     written without indentation is indented by four spaces.
 
-    >>> print(build_program("def f(x):\\n    'Doc.'\\n", "return x", "def check(c):\\n    assert c(1) == 1", "f"))
+    >>> print(build_solution("def f(x):\\n    'Doc.'\\n", "return x", "f"))
     def f(x):
         'Doc.'
         return x
-    def check(c):
-        assert c(1) == 1
     <BLANKLINE>
-    check(f)
-    <BLANKLINE>
+    >>> build_solution("def f(x):\\n    'Doc.'\\n", "```python\\ndef f(x):\\n    return 1\\n```", "f")
+    "def f(x):\\n    'Doc.'\\n\\ndef f(x):\\n    return 1\\n"
     """
     code = extract_code(completion)
     if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
@@ -70,4 +69,4 @@ def build_program(prompt: str, completion: str, test: str, entry_point: str) -> 
         if first and not first[0].isspace():
             code = "\n".join(f"    {line}" if line.strip() else line for line in lines)
         solution = prompt + code
-    return f"{solution.rstrip()}\n{test.rstrip()}\n\ncheck({entry_point})\n"
+    return f"{solution.rstrip()}\n"

@@ -1,8 +1,10 @@
 """Scripted recipe for humaneval: SFT on the canonical solutions, then GRPO with a tests-pass reward.
 
-The prompt and the program assembly are the evaluator's (:mod:`.protocol`, the protocol
-``description.md`` documents); the reward runs each completion against the training problem's own
-tests in :mod:`agent_kit.sandbox` (no network, resource limits, timeout).
+The prompt and the solution assembly are the evaluator's (:mod:`.protocol`, the protocol
+``description.md`` documents); the reward judges each completion by the training problem's own
+tests with the evaluator's judge, :mod:`agent_kit.function_judge` (the tests run in a sandboxed
+process of their own and call the function in another), so a completion earns nothing for exiting
+early or for answering with an object that only pretends to be equal.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agent_kit.function_judge import FunctionJudge, Problem
 from agent_kit.sandbox import Sandbox, SandboxLimits
 from agent_kit.scripted.common import (
     completion_texts,
@@ -25,7 +28,7 @@ from agent_kit.scripted.common import (
     with_overrides,
 )
 
-from .protocol import build_program, format_prompt
+from .protocol import build_solution, format_prompt
 
 MAX_SEQUENCE = 1024  # the longest SFT sequence this recipe asks for (the tiny model's context)
 
@@ -41,21 +44,22 @@ def load_rows(data_dir: Path) -> list[dict[str, str]]:
 
 
 class PassesTests:
-    """GRPO reward: 1 when the completion passes the training problem's tests in the sandbox."""
+    """GRPO reward: 1 when the completion passes the training problem's tests (judged as the evaluator does)."""
 
     __name__ = "tests_pass"
 
     def __init__(self) -> None:
-        """One sandbox for every reward call (short timeout: fixture bodies are one line)."""
-        self.sandbox = Sandbox(SandboxLimits(timeout_s=5, cpu_s=5))
-        self.sandbox.check()
+        """One judge for every reward call (short timeout: fixture bodies are one line)."""
+        self.judge = FunctionJudge(Sandbox(SandboxLimits(timeout_s=5, cpu_s=5)))
+        self.judge.check()
 
     def __call__(self, completions: list[Any], question: list[str], test: list[str], entry_point: list[str],
                  **_: Any) -> list[float]:
-        """Run every completion's program, two at a time."""
+        """Judge every completion, two at a time."""
         texts = completion_texts(completions)
-        programs = [build_program(q, c, t, e) for c, q, t, e in zip(texts, question, test, entry_point, strict=True)]
-        return [1.0 if r.ok else 0.0 for r in self.sandbox.run_many(programs, workers=2)]
+        cases = [(Problem(q, t, e), build_solution(q, c, e))
+                 for c, q, t, e in zip(texts, question, test, entry_point, strict=True)]
+        return [1.0 if v.passed else 0.0 for v in self.judge.judge_many(cases, workers=2)]
 
 
 def run(args: argparse.Namespace) -> int:
