@@ -7,8 +7,10 @@ functions that need them, so importing this module stays cheap.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -159,6 +161,17 @@ def _corrupt(path: Path, exc: BaseException) -> CorruptWeightsError:
     )
 
 
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Turns any failure of a tensor reader on ``path`` into :class:`CorruptWeightsError` (the file is unusable)."""
+    try:
+        yield
+    except (CorruptWeightsError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - any failure of the reader means the file is unusable
+        raise _corrupt(path, exc) from exc
+
+
 class TensorReaders:
     """Reads tensors by name from several weight files, keeping each file open once.
 
@@ -186,17 +199,11 @@ class TensorReaders:
         Raises:
             CorruptWeightsError: The tensor's data cannot be read.
         """
-        try:
+        with _reading(path):
             handle = self._handle(path)
             # A handle is a safetensors reader or a loaded state dict (see _open): either gives a tensor.
             tensor: torch.Tensor = handle[name] if isinstance(handle, dict) else handle.get_tensor(name)
             return tensor
-        except CorruptWeightsError:
-            raise
-        except MemoryError:
-            raise
-        except Exception as exc:  # any failure of the reader means the file is unusable
-            raise _corrupt(path, exc) from exc
 
     def shape(self, path: Path, name: str) -> tuple[int, ...]:
         """Returns the shape of tensor ``name`` of ``path`` without reading its data.
@@ -204,15 +211,11 @@ class TensorReaders:
         Raises:
             CorruptWeightsError: The file cannot be read.
         """
-        try:
+        with _reading(path):
             handle = self._handle(path)
             if isinstance(handle, dict):
                 return tuple(handle[name].shape)
             return tuple(handle.get_slice(name).get_shape())
-        except MemoryError:
-            raise
-        except Exception as exc:  # any failure of the reader means the file is unusable
-            raise _corrupt(path, exc) from exc
 
     def rows(self, path: Path, name: str, start: int, stop: int) -> torch.Tensor:
         """Returns rows ``start:stop`` (first dimension) of tensor ``name``; a 0-d tensor whole.
@@ -220,7 +223,7 @@ class TensorReaders:
         Raises:
             CorruptWeightsError: The tensor's data cannot be read.
         """
-        try:
+        with _reading(path):
             handle = self._handle(path)
             if isinstance(handle, dict):
                 tensor: torch.Tensor = handle[name]
@@ -230,12 +233,6 @@ class TensorReaders:
                 return self.get(path, name)
             sliced: torch.Tensor = part[start:stop]
             return sliced
-        except CorruptWeightsError:
-            raise
-        except MemoryError:
-            raise
-        except Exception as exc:  # any failure of the reader means the file is unusable
-            raise _corrupt(path, exc) from exc
 
     def _handle(self, path: Path) -> Any:
         handle = self._handles.get(path)

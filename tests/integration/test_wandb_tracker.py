@@ -104,6 +104,9 @@ def test_offline_runs_per_cell_and_comparison_table(tmp_path: Path, monkeypatch:
     for status, score in (("queued", None), ("scored", 5.0), ("scored", 5.0)):  # the replay is not logged twice
         tracker.submission(cell("a"), SubmissionRecord("a", 1, "output/v1", status, score=score))
     tracker.submission(cell("a"), SubmissionRecord("a", 2, "output/v2", "invalid", error="corrupt"))
+    # SPEC §2: a flagged submission is logged with its score but never raises the best.
+    tracker.submission(cell("a"), SubmissionRecord("a", 3, "output/v3", "scored", score=9.0, flags="model_mismatch",
+                                                   weight_distance=1.25))
     tracker.cell_status(cell("a", "completed", best_score=5.0, improvement=3.0))
     assert tracker.finish_sweep("sw", [cell("a", "completed", best_score=5.0, improvement=3.0), cell("b", "failed")])
     tracker.close()
@@ -113,8 +116,10 @@ def test_offline_runs_per_cell_and_comparison_table(tmp_path: Path, monkeypatch:
     a = runs["a"]
     assert (a["group"], a["job_type"], a["config"]["agent"]) == ("sw", "cell", {"name": "scripted", "mode": "sft_only"})
     rows = [{k: v for k, v in h.items() if not k.startswith("_")} for h in a["history"]]
-    assert rows == [{"submission_id": 1, "valid": 1, "score": 5.0, "best_score": 5.0, "improvement": 3.0},
-                    {"submission_id": 2, "valid": 0}]
+    assert rows == [{"submission_id": 1, "valid": 1, "flagged": 0, "score": 5.0, "best_score": 5.0, "improvement": 3.0},
+                    {"submission_id": 2, "valid": 0, "flagged": 0},
+                    {"submission_id": 3, "valid": 1, "flagged": 1, "weight_distance": 1.25, "score": 9.0,
+                     "best_score": 5.0, "improvement": 7.0}]
     (table_file,) = runs["sw-comparison"]["tables"]
     table = json.loads(table_file.read_text())
     assert table["columns"] == list(TABLE_COLUMNS)

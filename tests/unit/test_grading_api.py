@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,41 +14,13 @@ import pytest
 
 from autorl.grading.api import GradingServer, create_app
 from autorl.grading.model_checks import check_loadable_model, weights_hash
-from autorl.grading.scoring import EvalTarget, ScoreOutcome, score_model
+from autorl.grading.scoring import score_model
 from autorl.grading.service import CellGradingContext, SubmissionService
 from autorl.records.store import RecordStore
-from autorl.records.types import SubmissionRecord
 from autorl.workspace.run_meta import RunMeta
+from tests.helpers.grading_cell import TARGET, GatedScorer, StoreSink
 
 TOKEN = "test-token"
-TARGET = EvalTarget("gsm8k", 1, "fixture", 0, {"train_size": 20, "eval_size": 16}, {"num_shots": 0, "max_new_tokens": 8})
-
-
-@dataclass
-class StoreSink:
-    """Records submissions in a real record store, as the Recorder actor does."""
-
-    store: RecordStore
-
-    def record_submission(self, record: SubmissionRecord) -> None:
-        self.store.upsert_submission(record)
-
-
-class GatedScorer:
-    """The real in-process grader, optionally held at a gate so tests can fill the queue."""
-
-    def __init__(self, cache_dir: Path) -> None:
-        self.cache_dir = cache_dir
-        self.gate = threading.Event()
-        self.gate.set()
-        self.calls = 0
-
-    def __call__(self, model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
-        self.gate.wait(60)
-        self.calls += 1
-        return score_model(TARGET, model_dir, self.cache_dir, batch_size=16), False
-
-
 @dataclass
 class Api:
     client: httpx.Client

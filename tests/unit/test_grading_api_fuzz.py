@@ -45,18 +45,18 @@ from autorl.envs.host import LocalEnvClient, cache_resolver
 from autorl.envs.training import TrainingEnvs
 from autorl.grading.api import GradingServer, create_app
 from autorl.grading.model_checks import check_loadable_model, weights_hash
-from autorl.grading.scoring import EvalTarget, ScoreOutcome, score_model
+from autorl.grading.scoring import score_model
 from autorl.grading.service import CellGradingContext, SubmissionService
 from autorl.records.store import RecordStore
-from autorl.records.types import SUBMISSION_STATUSES, SubmissionRecord
+from autorl.records.types import SUBMISSION_STATUSES
 from autorl.tasks import build_task_data, eval_options, get_task
 from autorl.workspace.run_meta import RunMeta
+from tests.helpers.grading_cell import TARGET, GatedScorer, StoreSink
 
 TOKEN = "fuzz-token"
 CELL = "cell-fuzz"
 MAX_BODY = 65536  # conf/config.yaml's grading_api.max_body_bytes: the issue's 5,000 nested [ fit under it
 MAX_QUEUED = 3
-TARGET = EvalTarget("gsm8k", 1, "fixture", 0, {"train_size": 20, "eval_size": 16}, {"num_shots": 0, "max_new_tokens": 8})
 ENV_BUILD = {"catalogue_size": 24, "train_size": 6, "eval_size": 4}
 FINAL = set(SUBMISSION_STATUSES) - {"queued", "scoring"}
 # Every phase runs these settings: the same examples on every run (derandomize), no example database
@@ -66,29 +66,6 @@ PHASE = settings(deadline=None, derandomize=True, database=None, print_blob=Fals
 HTTPX_EXAMPLES = 760
 RAW_EXAMPLES = 240
 THREADS = 12
-
-
-class StoreSink:
-    """Records submissions in a real record store, as the Recorder actor does."""
-
-    def __init__(self, store: RecordStore) -> None:
-        self.store = store
-
-    def record_submission(self, record: SubmissionRecord) -> None:
-        self.store.upsert_submission(record)
-
-
-class GatedScorer:
-    """The real in-process grader, held at a gate while the concurrent phase fills the queue."""
-
-    def __init__(self, cache_dir: Path) -> None:
-        self.cache_dir = cache_dir
-        self.gate = threading.Event()
-        self.gate.set()
-
-    def __call__(self, model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
-        self.gate.wait(60)
-        return score_model(TARGET, model_dir, self.cache_dir, batch_size=16), False
 
 
 @dataclass

@@ -28,6 +28,7 @@ from autorl.tasks import (
     load_task_module,
     task_options,
 )
+from tests.helpers.procs import processes_mentioning
 
 SPEC = get_task("humaneval")
 EVAL: ModuleType = load_task_module(SPEC, "evaluate.py")
@@ -50,17 +51,7 @@ configs:
 """
 
 
-def _processes_mentioning(marker: str) -> list[int]:
-    """Live processes whose command line contains ``marker``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if marker.encode() in (proc / "cmdline").read_bytes():
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    return found
+
 
 
 def _exec_passes(program: str) -> bool:
@@ -313,7 +304,7 @@ def test_both_processes_are_gone_after_the_verdict(judge: FunctionJudge) -> None
             "    return x + y\n")
     verdict = judge.judge(ADD, PROTOCOL.build_solution(ADD.prompt, body, "add"))
     assert verdict.passed, verdict
-    assert _processes_mentioning(marker) == []
+    assert processes_mentioning(marker) == []
     assert list(judge.root.iterdir()) == []  # the judge's program (the tests) and output are removed
 
 

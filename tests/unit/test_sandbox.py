@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent_kit.sandbox import Sandbox, SandboxError, SandboxLimits, detect_mode
+from tests.helpers.procs import processes_mentioning
 
 
 @pytest.fixture(scope="module")
@@ -31,17 +32,7 @@ def kill() -> Sandbox:
     return Sandbox(SandboxLimits(timeout_s=2, cpu_s=2, max_processes=16, max_file_bytes=1 << 20, max_output_bytes=4096))
 
 
-def _processes_mentioning(marker: str) -> list[int]:
-    """Live processes whose command line contains ``marker``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if marker.encode() in (proc / "cmdline").read_bytes():
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    return found
+
 
 
 @pytest.fixture()
@@ -81,7 +72,7 @@ def test_fork_bomb_is_capped_and_leaves_no_process(box: Sandbox, kill: Sandbox) 
                            f"            os.execv('/bin/sleep', [{marker!r}, '300'])\n"
                            "    except OSError:\n        pass\n")
     assert not bomb.ok and bomb.timed_out
-    assert _processes_mentioning(marker) == []
+    assert processes_mentioning(marker) == []
 
 
 def test_setsid_child_dies_with_the_run(kill: Sandbox) -> None:
@@ -89,7 +80,7 @@ def test_setsid_child_dies_with_the_run(kill: Sandbox) -> None:
     result = kill.run_python(f"import os, time\nif os.fork() == 0:\n    os.setsid()\n"
                              f"    os.execv('/bin/sleep', [{marker!r}, '300'])\ntime.sleep(300)\n")
     assert result.timed_out
-    assert _processes_mentioning(marker) == []
+    assert processes_mentioning(marker) == []
 
 
 def test_rm_rf_home_harms_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, real_home_canary: Path,
@@ -186,14 +177,14 @@ def test_started_program_keeps_only_the_passed_pipes_and_finish_kills_and_cleans
         os.close(from_w)
         os.write(to_w, b"ping")
         assert os.read(from_r, 100) == b"PING closed"
-        assert run.wait(0.2) is None and _processes_mentioning(marker)  # still running: the caller decides
+        assert run.wait(0.2) is None and processes_mentioning(marker)  # still running: the caller decides
         result = run.finish(timed_out=True)
     finally:
         for fd in (to_w, from_r, not_passed_r, not_passed_w):
             os.close(fd)
     assert result.timed_out and result.returncode is None and not result.ok
     assert run.finish() is result  # idempotent
-    assert _processes_mentioning(marker) == [] and list(tmp_path.iterdir()) == []
+    assert processes_mentioning(marker) == [] and list(tmp_path.iterdir()) == []
 
 
 def test_started_program_sees_extra_hidden_directories_empty(box: Sandbox, tmp_path: Path) -> None:
