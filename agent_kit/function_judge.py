@@ -88,10 +88,11 @@ class FunctionJudge:
     Use it as a context manager (or call :meth:`close`) to remove its private directory.
 
     Example:
-        >>> with FunctionJudge(Sandbox()) as judge:  # doctest: +SKIP
-        ...     judge.judge(Problem("def f(x):\\n", "def check(c):\\n    assert c(2) == 4\\n", "f"),
-        ...                 "def f(x):\\n    return 2 * x\\n").passed
-        True
+        >>> problem = Problem("def f(x):\\n    'Twice x.'\\n", "def check(c):\\n    assert c(2) == 4\\n", "f")
+        >>> with FunctionJudge(Sandbox()) as judge:
+        ...     [judge.judge(problem, problem.prompt + body).passed  # the solution: the prompt with the code
+        ...      for body in ("    return 2 * x\\n", "    import os\\n    os._exit(0)\\n")]
+        [True, False]
     """
 
     def __init__(self, sandbox: Sandbox, *, max_message_bytes: int = 8 << 20) -> None:
