@@ -12,13 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autorl.grading.api import GradingServer, create_app
-from autorl.grading.model_checks import check_loadable_model, weights_hash
-from autorl.grading.scoring import score_model
-from autorl.grading.service import CellGradingContext, SubmissionService
+from autorl.grading.service import SubmissionService
 from autorl.records.store import RecordStore
-from autorl.workspace.run_meta import RunMeta
-from tests.helpers.grading_cell import TARGET, GatedScorer, StoreSink
+from tests.helpers.grading_cell import GatedScorer, save_variant, start_grading_cell
 
 TOKEN = "test-token"
 @dataclass
@@ -33,47 +29,14 @@ class Api:
 
 @pytest.fixture()
 def api(tmp_path: Path, tiny_model_dir: Path, cache_dir: Path) -> Iterator[Api]:
-    workspace = tmp_path / "workspace"
-    (workspace / "output").mkdir(parents=True)
-    (workspace / "models").mkdir()
-    (workspace / "models" / "tiny").symlink_to(tiny_model_dir)
-    base_hash = weights_hash(check_loadable_model(tiny_model_dir))
-    baseline = score_model(TARGET, tiny_model_dir, cache_dir, batch_size=16).score
-    assert baseline is not None
-    store = RecordStore(tmp_path / "records.sqlite")
-    scorer = GatedScorer(cache_dir)
-    run_meta = RunMeta(workspace / "run_meta.json", 600, tmp_path)
-    run_meta.update(start_time=time.time())
-    ctx = CellGradingContext("cell-a", workspace, base_hash, baseline, max_queued=2)
-    service = SubmissionService(ctx, scorer, StoreSink(store), run_meta, tmp_path / "grader_copies")
-    app = create_app(service, run_meta, token=TOKEN, task_id="gsm8k", max_body_bytes=1024, submit_timeout_s=lambda: 120.0)
-    server = GradingServer(app)
-    server.start()
-    client = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+    cell = start_grading_cell(tmp_path, tiny_model_dir, cache_dir, token=TOKEN, cell_id="cell-a", max_queued=2,
+                              max_body_bytes=1024, submit_timeout_s=120.0, budget_s=600)
+    client = httpx.Client(base_url=cell.server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
     try:
-        yield Api(client, workspace, service, scorer, store, baseline)
+        yield Api(client, cell.workspace, cell.service, cell.scorer, cell.store, cell.baseline)
     finally:
-        scorer.gate.set()
         client.close()
-        server.stop()
-        service.close()
-        store.close()
-
-
-def save_variant(tiny_model_dir: Path, dest: Path, *, noise_seed: int | None) -> Path:
-    """A copy of the base model, with its weights perturbed when ``noise_seed`` is given."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    if noise_seed is not None:
-        generator = torch.Generator().manual_seed(noise_seed)
-        with torch.no_grad():
-            for parameter in model.parameters():
-                parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.02)
-    model.save_pretrained(dest)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(dest)
-    return dest
+        cell.close()
 
 
 def test_token_is_required(api: Api) -> None:

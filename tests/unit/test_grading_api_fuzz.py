@@ -22,11 +22,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import re
 import shutil
 import socket
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -43,15 +41,13 @@ from hypothesis import strategies as st
 from autorl.envs.base import EnvSource
 from autorl.envs.host import LocalEnvClient, cache_resolver
 from autorl.envs.training import TrainingEnvs
-from autorl.grading.api import GradingServer, create_app
-from autorl.grading.model_checks import check_loadable_model, weights_hash
-from autorl.grading.scoring import score_model
-from autorl.grading.service import CellGradingContext, SubmissionService
+from autorl.grading.api import GradingServer
+from autorl.grading.service import SubmissionService
 from autorl.records.store import RecordStore
 from autorl.records.types import SUBMISSION_STATUSES
 from autorl.tasks import build_task_data, eval_options, get_task
-from autorl.workspace.run_meta import RunMeta
-from tests.helpers.grading_cell import TARGET, GatedScorer, StoreSink
+from tests.helpers.grading_cell import GatedScorer, save_variant, start_grading_cell
+from tests.helpers.raw_http import RawRequest, answers_in, chunked, frame, owed_all, send_raw
 
 TOKEN = "fuzz-token"
 CELL = "cell-fuzz"
@@ -85,71 +81,38 @@ class Cell:
         return host, port
 
 
-def save_variant(tiny_model_dir: Path, dest: Path) -> None:
-    """A copy of the base model with perturbed weights, so it gets scored (not flagged copy_of_base)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    generator = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.02)
-    model.save_pretrained(dest)
-    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(dest)
-
-
 @pytest.fixture(scope="module")
 def cell(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, cache_dir: Path) -> Iterator[Cell]:
     root = tmp_path_factory.mktemp("fuzz-cell")
-    workspace = root / "workspace"
-    output = workspace / "output"
-    output.mkdir(parents=True)
-    (workspace / "models").mkdir()
-    (workspace / "models" / "tiny").symlink_to(tiny_model_dir)
-    # What the generated submissions name: a copy of the base, a variant to score, corrupt weights
-    # (recorded invalid), folders without or with a hostile config.json (422), a file and a link out of
-    # output/ (400).
-    shutil.copytree(tiny_model_dir, output / "copy")
-    save_variant(tiny_model_dir, output / "v1")
-    shutil.copytree(output / "v1", output / "broken")
-    weights = output / "broken" / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:100])
-    shutil.copytree(tiny_model_dir, output / "no_config")
-    (output / "no_config" / "config.json").unlink()
-    (output / "file").write_text("not a model")
-    # config.json as an agent could write it to crash the checks: nested past the parser's recursion
-    # limit, and an integer past int()'s 4,300 digits (422, not a 500).
-    for name, config in (("deep_config", "[" * 100_000), ("huge_int_config", '{"vocab_size": ' + "9" * 5000 + "}")):
-        shutil.copytree(tiny_model_dir, output / name)
-        (output / name / "config.json").write_text(config)
-    (output / "link").symlink_to(workspace / "models" / "tiny")
-
     spec = get_task("webshop")
     data = build_task_data(spec, "fixture", cache_dir / "tasks", seed=0, options=ENV_BUILD)
     source = EnvSource("webshop", "fixture", 0, ENV_BUILD, eval_options(spec, "fixture"))
     envs = TrainingEnvs("webshop", source, data.public_dir, lambda: LocalEnvClient("webshop", cache_resolver(cache_dir)),
                         max_sessions=4)
-
-    baseline = score_model(TARGET, tiny_model_dir, cache_dir, batch_size=16).score
-    assert baseline is not None
-    store = RecordStore(root / "records.sqlite")
-    scorer = GatedScorer(cache_dir)
-    run_meta = RunMeta(workspace / "run_meta.json", 3600, root)
-    run_meta.update(start_time=time.time())
-    ctx = CellGradingContext(CELL, workspace, weights_hash(check_loadable_model(tiny_model_dir)), baseline, MAX_QUEUED)
-    service = SubmissionService(ctx, scorer, StoreSink(store), run_meta, root / "grader_copies")
-    app = create_app(service, run_meta, token=TOKEN, task_id="gsm8k", max_body_bytes=MAX_BODY,
-                     submit_timeout_s=lambda: 60.0, envs=envs)
-    server = GradingServer(app)
-    server.start()
+    live = start_grading_cell(root, tiny_model_dir, cache_dir, token=TOKEN, cell_id=CELL, max_queued=MAX_QUEUED,
+                              max_body_bytes=MAX_BODY, submit_timeout_s=60.0, budget_s=3600, envs=envs)
+    workspace, output = live.workspace, live.workspace / "output"
     try:
-        yield Cell(server, service, store, scorer)
+        # What the generated submissions name: a copy of the base, a variant to score, corrupt weights
+        # (recorded invalid), folders without or with a hostile config.json (422), a file and a link out of
+        # output/ (400).
+        shutil.copytree(tiny_model_dir, output / "copy")
+        save_variant(tiny_model_dir, output / "v1", noise_seed=7)
+        shutil.copytree(output / "v1", output / "broken")
+        weights = output / "broken" / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:100])
+        shutil.copytree(tiny_model_dir, output / "no_config")
+        (output / "no_config" / "config.json").unlink()
+        (output / "file").write_text("not a model")
+        # config.json as an agent could write it to crash the checks: nested past the parser's recursion
+        # limit, and an integer past int()'s 4,300 digits (422, not a 500).
+        for name, config in (("deep_config", "[" * 100_000), ("huge_int_config", '{"vocab_size": ' + "9" * 5000 + "}")):
+            shutil.copytree(tiny_model_dir, output / name)
+            (output / name / "config.json").write_text(config)
+        (output / "link").symlink_to(workspace / "models" / "tiny")
+        yield Cell(live.server, live.service, live.store, live.scorer)
     finally:
-        scorer.gate.set()
-        server.stop()
-        service.close()
-        store.close()
+        live.close()
 
 
 # ---- what the requests are made of ------------------------------------------------------------
@@ -319,32 +282,6 @@ def httpx_requests(draw: st.DrawFn) -> HttpxRequest:
     return HttpxRequest(method, path, headers, body)
 
 
-@dataclass(frozen=True)
-class RawRequest:
-    """Bytes sent as they are on a fresh connection."""
-
-    data: bytes
-    answers: int  # how many final answers the server owes: 0 when the request is incomplete or not HTTP
-    half_close: bool = False  # end the sending side, so that the server stops waiting for the rest
-
-
-def frame(method: str, target: str, headers: list[tuple[bytes, bytes]], body: bytes = b"", version: bytes = b"HTTP/1.1") -> bytes:
-    """An HTTP/1.x request: request line, Host, ``headers``, then ``body`` as it is (no framing added)."""
-    lines = [method.encode() + b" " + target.encode() + b" " + version, b"Host: 127.0.0.1"]
-    lines += [name + b": " + value for name, value in headers]
-    return b"\r\n".join(lines) + b"\r\n\r\n" + body
-
-
-def chunked(body: bytes, cuts: list[int], extension: bytes = b"", trailer: bytes = b"") -> bytes:
-    """``body`` in chunked transfer coding, cut at ``cuts``, each chunk size followed by ``extension``."""
-    pieces, start = [], 0
-    for cut in sorted({min(c, len(body)) for c in cuts} | {len(body)}):
-        if cut > start:
-            pieces.append(b"%x%s\r\n%s\r\n" % (cut - start, extension, body[start:cut]))
-            start = cut
-    return b"".join(pieces) + b"0\r\n" + trailer + b"\r\n"
-
-
 AUTH = (b"Authorization", f"Bearer {TOKEN}".encode())
 CLOSE = (b"Connection", b"close")
 CHUNKED = (b"Transfer-Encoding", b"chunked")
@@ -403,83 +340,6 @@ def raw_requests(draw: st.DrawFn) -> RawRequest:
     if framing == "garbage":
         return RawRequest(draw(st.sampled_from(GARBAGE)), 1)
     return RawRequest(draw(st.binary(min_size=1, max_size=200)), 0, half_close=True)
-
-
-# ---- sending them -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Answer:
-    """One HTTP response read off a raw connection."""
-
-    status: int
-    closes: bool  # the server ends the connection after it (Connection: close)
-
-
-def answers_in(data: bytes) -> list[Answer]:
-    """The complete HTTP responses at the start of ``data``, in order."""
-    statuses: list[Answer] = []
-    while data:
-        head, separator, rest = data.partition(b"\r\n\r\n")
-        if not separator:
-            break
-        status_line, *header_lines = head.split(b"\r\n")
-        match = re.match(rb"HTTP/1\.[01] (\d{3}) ", status_line)
-        assert match, f"not an HTTP response: {data[:200]!r}"
-        headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(b":") for line in header_lines)}
-        status = int(match.group(1))
-        if status < 200:
-            data = rest
-        elif b"content-length" in headers:
-            length = int(headers[b"content-length"])
-            if len(rest) < length:
-                break
-            data = rest[length:]
-        elif headers.get(b"transfer-encoding") == b"chunked":
-            while True:
-                size_line, found, rest = rest.partition(b"\r\n")
-                if not found:
-                    return statuses
-                size = int(size_line.split(b";")[0], 16)
-                if size == 0:
-                    _, found, rest = rest.partition(b"\r\n")  # the end of the (empty) trailer
-                    if not found:
-                        return statuses
-                    break
-                rest = rest[size + 2:]
-            data = rest
-        else:  # the body runs to the end of the connection
-            data = b""
-        statuses.append(Answer(status, headers.get(b"connection", b"").lower() == b"close"))
-    return statuses
-
-
-def send_raw(address: tuple[str, int], request: RawRequest, timeout: float = 10.0) -> list[Answer]:
-    """Send ``request`` on a fresh connection; the statuses of the answers, read until all came or the server closed."""
-    received = b""
-    with socket.create_connection(address, timeout=timeout) as sock:
-        try:
-            sock.sendall(request.data)
-            if request.half_close:
-                sock.shutdown(socket.SHUT_WR)
-        except (BrokenPipeError, ConnectionResetError):  # the server answered and closed before all was sent
-            pass
-        try:
-            while not owed_all(answers_in(received), max(request.answers, 1)):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                received += chunk
-        except ConnectionResetError:  # closed with our unread bytes pending: what came before is still read
-            pass
-        except TimeoutError as error:
-            raise AssertionError(f"no answer in {timeout} s to {request.data[:300]!r}; got {received[:300]!r}") from error
-    return answers_in(received)
-
-
-def owed_all(answers: list[Answer], owed: int) -> bool:
-    """Whether ``answers`` hold the ``owed`` final answers, or end with one that closes the connection."""
-    finals = [a for a in answers if a.status >= 200]
-    return len(finals) >= owed or (bool(finals) and finals[-1].closes)
 
 
 def check_answer(request: HttpxRequest, response: httpx.Response) -> None:
