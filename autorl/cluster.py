@@ -8,7 +8,9 @@ before anything imports ``ray``; for that reason this module imports ``ray`` onl
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +23,44 @@ def configure_client_auth(cluster_cfg: ClusterConfig) -> None:
 
     Ray 2.60 enables token authentication for clusters started with ``ray start``, and a client
     sends its token only when ``RAY_AUTH_MODE=token`` is set before ``import ray`` (ray-notes.md
-    §1). An explicit environment setting wins over the config. Starting a local Ray needs nothing.
+    §1); so does a Jobs client (``cluster.jobs_address``, :mod:`autorl.jobs.client`). An explicit
+    environment setting wins over the config. Starting a local Ray needs nothing.
     """
-    if not cluster_cfg.address:
+    if not (cluster_cfg.address or cluster_cfg.jobs_address):
         return
     os.environ.setdefault("RAY_AUTH_MODE", str(cluster_cfg.auth_mode))
     if cluster_cfg.auth_token_path:
         os.environ.setdefault("RAY_AUTH_TOKEN_PATH", str(Path(cluster_cfg.auth_token_path).expanduser()))
+
+
+def jobs_client(cluster_cfg: ClusterConfig) -> Any:
+    """A ``ray.job_submission.JobSubmissionClient`` for ``cluster.jobs_address``, with the cluster's auth.
+
+    Raises:
+        PrerequisiteError: the dashboard cannot be reached or refuses the token.
+    """
+    configure_client_auth(cluster_cfg)  # RAY_AUTH_MODE and the token path, before ray is imported
+    from ray.exceptions import RayError
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(cluster_cfg.jobs_address)
+    except (ConnectionError, RuntimeError, RayError) as error:
+        raise PrerequisiteError(
+            f"cannot reach the Ray Jobs API at {cluster_cfg.jobs_address} (cluster {cluster_cfg.name}): "
+            f"{str(error).splitlines()[0]}. Start the head with its dashboard there (conf/cluster/jobs-local.yaml shows "
+            "how), and check cluster.auth_mode / cluster.auth_token_path (Ray 2.60 requires a token by default)."
+        ) from error
+
+
+def http_auth_headers() -> dict[str, str]:
+    """The headers Ray's own HTTP clients send (the bearer token as Ray finds it; ``{}`` without token auth).
+
+    Ray's helper that ``ray.util.state.get_log`` uses; call :func:`configure_client_auth` first.
+    """
+    from ray._private.authentication.http_token_authentication import get_auth_headers_if_auth_enabled
+
+    return dict(get_auth_headers_if_auth_enabled({}))
 
 
 def _free_port(preferred: int, host: str = "127.0.0.1") -> int:
@@ -45,9 +78,24 @@ def _free_port(preferred: int, host: str = "127.0.0.1") -> int:
 def connect(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
     """Start an embedded Ray (``address: null``) or join the configured cluster.
 
+    Keeps this process's SIGTERM handler: ``ray.init`` replaces it with one that calls
+    ``sys.exit`` (Ray 2.60, ``ray/_private/worker.py``), which would end a stopped Ray Job's
+    sweep without cancelling its cells (:mod:`autorl.sweep` makes SIGTERM a Ctrl-C).
+
     Returns:
         The dashboard URL when this call started the dashboard, else None.
     """
+    main_thread = threading.current_thread() is threading.main_thread()
+    on_sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
+    try:
+        return _init(cluster_cfg, namespace)
+    finally:
+        if callable(on_sigterm):  # a handler of this process's own (not SIG_DFL/SIG_IGN): Ray's stays otherwise
+            signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _init(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
+    """``ray.init`` for :func:`connect`."""
     import ray
 
     from autorl.plugins import runtime_env_vars
@@ -56,8 +104,8 @@ def connect(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
     # Plugin folders (autorl.plugins): every worker of this driver, on this node or another, gets
     # AUTORL_PLUGIN_PATH (autorl.task_code reads it when a worker imports it, so plugin tasks resolve
     # after unpickling) and the folders on its PYTHONPATH (the plugins' agent adapters and modules).
-    # A sweep submitted as a Ray Job would put the same env_vars in the job's runtime_env
-    # (JobSubmissionClient.submit_job(runtime_env={"env_vars": runtime_env_vars()})).
+    # In a sweep submitted as a Ray Job (autorl.jobs) the plugin folders travel as the job's py_modules
+    # and the job's entry point activates the unpacked copies, so these name folders on the cluster.
     if env_vars := runtime_env_vars():
         common["runtime_env"] = {"env_vars": env_vars}
     if cluster_cfg.address:

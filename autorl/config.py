@@ -305,6 +305,7 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
             )
         agent.reprompt.check()
         cell.config.integrity.check()
+        cell.config.grader.check()
         if isinstance(agent, CommandAgentConfig) and not agent.command:
             raise ConfigError(
                 f"agent {agent.name!r} runs agent.command, which is empty (cell {cell.cell_id}): give the command "

@@ -1,4 +1,4 @@
-"""``python -m autorl.ls tasks|agents|drivers|models|clusters``: list what is registered.
+"""``python -m autorl.ls tasks|agents|drivers|models|clusters|engines``: list what is registered.
 
 Lists autorl's own options and those of the plugin folders (:mod:`autorl.plugins`) named by
 ``AUTORL_PLUGIN_PATH`` or ``--plugins``; a plugin's option says which folder it comes from.
@@ -19,14 +19,15 @@ from autorl.errors import ConfigError
 from autorl.plugins import PLUGIN_PATH_ENV, activate, plugin_dirs
 from autorl.registry import list_options
 
-_KINDS = {"tasks": "task", "agents": "agent", "drivers": "driver", "models": "model", "clusters": "cluster"}
+_KINDS = {"tasks": "task", "agents": "agent", "drivers": "driver", "models": "model", "clusters": "cluster",
+          "engines": "engine"}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print one line per registered option of the requested kind; return the exit code."""
     parser = argparse.ArgumentParser(
         prog="python -m autorl.ls",
-        description="List the registered tasks, agents, drivers, models or clusters, autorl's and the plugins'.",
+        description="List the registered tasks, agents, drivers, models, clusters or engines, autorl's and the plugins'.",
         epilog="examples:\n  python -m autorl.ls tasks\n  python -m autorl.ls drivers\n"
                "  python -m autorl.ls tasks --plugins ~/my_plugin",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -25,7 +25,10 @@ from autorl.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 AXES = ("agent", "driver", "task", "model", "seed")
-GROUPS = ("agent", "driver", "task", "model", "cluster")
+GROUPS = ("agent", "driver", "task", "model", "cluster")  # chosen by `group=name` (cfg.<group>.name)
+# Every config group folder: the chosen ones and ``engine``, each of whose options is composed into
+# ``grader.engines.<name>`` (``grader.engine`` picks the one that scores).
+OPTION_GROUPS = (*GROUPS, "engine")
 
 T = TypeVar("T")
 
@@ -159,10 +162,10 @@ def conf_dirs() -> list[tuple[Path, Path | None]]:
         conf = plugin / "conf"
         if not conf.is_dir():
             continue
-        strays = sorted(p.name for p in conf.iterdir() if p.name not in GROUPS and not p.name.startswith("."))
+        strays = sorted(p.name for p in conf.iterdir() if p.name not in OPTION_GROUPS and not p.name.startswith("."))
         if strays:
             raise ConfigError(
-                f"plugin {plugin}: conf/ may hold only the config group folders {', '.join(GROUPS)}, "
+                f"plugin {plugin}: conf/ may hold only the config group folders {', '.join(OPTION_GROUPS)}, "
                 f"found {', '.join(strays)}; move each option to conf/<group>/<name>.yaml"
             )
         found.append((conf, plugin))
@@ -180,8 +183,8 @@ def list_options(group: str) -> list[Option]:
         ConfigError: ``group`` is not a config group, or two files give one option name (the message
             names both files).
     """
-    if group not in GROUPS:
-        raise ConfigError(f"unknown config group {group!r}; valid groups: {', '.join(GROUPS)}")
+    if group not in OPTION_GROUPS:
+        raise ConfigError(f"unknown config group {group!r}; valid groups: {', '.join(OPTION_GROUPS)}")
     options: dict[str, Option] = {}
     for conf, plugin in conf_dirs():
         for path in sorted((conf / group).glob("*.yaml")):

@@ -3,6 +3,15 @@
 Cells are scheduled by resources: each asks for a ``{CPU, GPU}`` bundle through its own placement
 group, and at most ``scheduler.max_concurrent_cells`` are placed or running at once. The record
 store makes re-running the same command a resume: completed cells are skipped, the rest run.
+
+Every placement of a cell is a new attempt (numbered across invocations of the sweep): an attempt
+that ends in an infrastructure failure (its node died, its actor crashed) is retried up to
+``scheduler.max_retries`` times in this invocation, and a resumed sweep starts its unfinished cells
+again. Each attempt's records stay in the store under its number; only the last one counts.
+
+The shared services that hold the sweep's state (the Recorder and the GraderPool) are pinned to the
+driver's node: the record store lives in the sweep folder there, and a supervisor on a node that
+dies would take the sweep with it.
 """
 
 from __future__ import annotations
@@ -18,8 +27,13 @@ from typing import Any, cast
 
 import ray
 from ray.exceptions import GetTimeoutError, RayError
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.placement_group import (
+    PlacementGroup,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from autorl.actors.env_pool import start_env_pools
 from autorl.actors.grader_pool import GraderPool
@@ -36,12 +50,16 @@ from autorl.tracking.sweep_end import finish_sweep
 
 logger = logging.getLogger(__name__)
 _CANCEL_WAIT_S = 60.0
+_STATS_EVERY_S = 15.0  # how often the grader pool's busy fractions are saved while the sweep runs
+# A killed sweep process's named actors go away once Ray notices its driver died.
+_OLD_SERVICES_WAIT_S = 60.0
 
 
 @dataclass
 class _Attempt:
     cell: CellSpec
-    attempt: int
+    attempt: int  # the attempt's number in the record store (counted across invocations)
+    tries: int  # placements of the cell in this invocation (retries are limited per invocation)
     pg: PlacementGroup
     placed_at: float
     actor: Any = None
@@ -64,21 +82,27 @@ class SweepRunner:
         self.plan = plan
         self.cfg = plan.base_config
         db_path = plan.sweep_dir / "records.sqlite"
+        # This invocation of the sweep, for sweep-level measurements (a resumed sweep is a second run).
+        self.run_id = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        _wait_for_old_services(("recorder", "grader_pool"))
+        # Hard affinity: a restarted Recorder comes back here, next to the sweep folder it writes.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         # Handles cast to Any: Ray types a handle's methods as the plain methods, without their .remote
         # (only methods decorated with @ray.method get typed remote calls).
         self.recorder: Any = cast(
             Any,
             ray.remote(Recorder)
-            .options(name="recorder", num_cpus=0, max_restarts=-1, max_task_retries=-1)
+            .options(name="recorder", num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=here)
             # Plain data across the actor boundary: the Recorder hands tracking["wandb"] to its WandbTracker.
             .remote(str(db_path), dataclasses.asdict(self.cfg.tracking)),
         )
         self.pool: Any = cast(
             Any,
             ray.remote(GraderPool)
-            .options(name="grader_pool", num_cpus=0)
+            .options(name="grader_pool", num_cpus=0, scheduling_strategy=here)
             .remote(self.cfg.grader, str(resolve_cache_dir(self.cfg.cache_dir)), self.recorder),
         )
+        self._stats_saved = 0.0
         # envpool:<kind> for each interactive task of the sweep (found by name by graders and cells).
         self.env_pools = start_env_pools(plan.cells, str(resolve_cache_dir(self.cfg.cache_dir)))
         self.board = CellBoard(plan.sweep_id, enabled=self.cfg.progress)
@@ -103,7 +127,10 @@ class SweepRunner:
                 skipped.append(cell.cell_id)
                 continue
             todo.append((cell, 1))
-            ray.get(self.recorder.start_attempt.remote(self._record(cell, "pending", 0)))
+            if existing is None:
+                ray.get(self.recorder.upsert_cell.remote(self._record(cell, "pending", 0)))
+            else:  # its last attempt keeps its records and summary until the next one starts
+                ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "pending", {}))
         if skipped:
             self.board.note(f"{len(skipped)} cell(s) already completed, skipped: {', '.join(skipped)}")
         active: list[_Attempt] = []
@@ -112,22 +139,36 @@ class SweepRunner:
             try:
                 while todo or active:
                     while todo and len(active) < limit:
-                        cell, attempt = todo.popleft()
-                        active.append(self._place(cell, attempt))
+                        cell, tries = todo.popleft()
+                        active.append(self._place(cell, tries))
                     for finished in self._step(active):
                         active.remove(finished)
                         retry = self._finish(finished)
                         if retry:
-                            todo.append((finished.cell, finished.attempt + 1))
+                            todo.append((finished.cell, finished.tries + 1))
                     self.board.refresh(ray.get(self.recorder.list_cells.remote(self.plan.sweep_id)))
+                    if time.monotonic() - self._stats_saved > _STATS_EVERY_S:
+                        self.save_grader_stats()
             except KeyboardInterrupt:
                 self.board.note("interrupted: cancelling running cells (run the same command again to resume)")
                 self._cancel(active, list(todo))
                 raise
             finally:
+                self.save_grader_stats()
                 self.write_results()
         cells = ray.get(self.recorder.list_cells.remote(self.plan.sweep_id))
         return {c.cell_id: c.status for c in cells if c.cell_id in {p.cell_id for p in self.plan.cells}}
+
+    def save_grader_stats(self) -> None:
+        """Save the grader pool's busy fractions of this run as a sweep-level stat (for the report).
+
+        Never raises: a measurement must not fail the sweep."""
+        self._stats_saved = time.monotonic()
+        try:
+            summary = ray.get(self.pool.busy_summary.remote(), timeout=30)
+            ray.get(self.recorder.put_sweep_stat.remote(self.plan.sweep_id, self.run_id, "grader_pool", summary))
+        except (RayError, GetTimeoutError) as error:
+            logger.warning("grader pool busy fractions not saved: %s", error)
 
     def write_results(self) -> None:
         """(Re)write ``results.csv`` from the record store."""
@@ -146,10 +187,13 @@ class SweepRunner:
             task_source=config["task"]["source"], autorl_version=autorl_version(),
         )
 
-    def _place(self, cell: CellSpec, attempt: int) -> _Attempt:
-        pg = placement_group([_bundle(cell)], name=f"{cell.sweep_id}/{cell.cell_id}/{attempt}")
-        ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "pending", {"attempts": attempt}))
-        return _Attempt(cell, attempt, pg, time.time(), ready_ref=pg.ready())
+    def _place(self, cell: CellSpec, tries: int) -> _Attempt:
+        existing = ray.get(self.recorder.get_cell.remote(cell.cell_id))
+        # Numbered across invocations; the store keeps every earlier attempt's records under its number.
+        number = (existing.attempts if existing is not None else 0) + 1
+        number = ray.get(self.recorder.start_attempt.remote(self._record(cell, "pending", number)))
+        pg = placement_group([_bundle(cell)], name=f"{cell.sweep_id}/{cell.cell_id}/{number}")
+        return _Attempt(cell, number, tries, pg, time.time(), ready_ref=pg.ready())
 
     def _step(self, active: list[_Attempt]) -> list[_Attempt]:
         """Wait up to a second for progress; returns the attempts whose run ended."""
@@ -187,6 +231,7 @@ class SweepRunner:
         attempt.actor = ray.remote(Workspace).options(**options).remote(cell, str(cell_dir), self.recorder, self.pool)
         attempt.run_ref = attempt.actor.run.remote()
         ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "running", {"started_at": time.time()}))
+        ray.get(self.recorder.set_attempt.remote(cell.cell_id, attempt.attempt, "running", {"node_id": _node_of(attempt.pg)}))
 
     def _finish(self, attempt: _Attempt) -> bool:
         """Record how an attempt ended; returns True when it should be retried."""
@@ -199,18 +244,19 @@ class SweepRunner:
                     "cannot hold this bundle next to the grader and env pools; lower cell.cpus/cell.gpus or add nodes"
                 )
             fields = ray.get(attempt.run_ref)
-            ray.get(
-                self.recorder.set_cell_status.remote(
-                    cell.cell_id, "completed", fields | {"finished_at": time.time(), "error": None}
-                )
-            )
+            now = time.time()
+            ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "completed", fields | {"finished_at": now, "error": None}))
+            ray.get(self.recorder.set_attempt.remote(cell.cell_id, attempt.attempt, "completed", {"finished_at": now}))
             return False
         except (RayError, TimeoutError) as error:
             retries = self.cfg.scheduler.max_retries
             logger.warning("cell %s attempt %d failed: %s", cell.cell_id, attempt.attempt, error)
             message = str(error).strip().splitlines()[-1][:500] if str(error).strip() else type(error).__name__
-            status = "pending" if attempt.attempt <= retries else "failed"
-            ray.get(self.recorder.set_cell_status.remote(cell.cell_id, status, {"error": message, "finished_at": time.time()}))
+            status = "pending" if attempt.tries <= retries else "failed"
+            now = time.time()
+            ended = {"error": message, "finished_at": now}
+            ray.get(self.recorder.set_attempt.remote(cell.cell_id, attempt.attempt, "failed", ended))
+            ray.get(self.recorder.set_cell_status.remote(cell.cell_id, status, ended))
             return status == "pending"
         finally:
             if attempt.actor is not None:
@@ -228,9 +274,47 @@ class SweepRunner:
                     ray.get(attempt.run_ref, timeout=_CANCEL_WAIT_S)
                 ray.kill(attempt.actor)
             remove_placement_group(attempt.pg)
-            ray.get(self.recorder.set_cell_status.remote(attempt.cell.cell_id, status, {"finished_at": time.time()}))
+            now = time.time()
+            ray.get(self.recorder.set_attempt.remote(attempt.cell.cell_id, attempt.attempt, status, {"finished_at": now}))
+            ray.get(self.recorder.set_cell_status.remote(attempt.cell.cell_id, status, {"finished_at": now}))
         for cell, _ in queued:
             ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "cancelled", {}))
+
+
+def _node_of(pg: PlacementGroup) -> str | None:
+    """The node that holds the placement group's (single) bundle, once placed."""
+    try:
+        node: str | None = placement_group_table(pg).get("bundles_to_node_id", {}).get(0)
+    except (RayError, KeyError, AttributeError) as error:
+        logger.info("node of placement group %s unknown: %s", pg.id, error)
+        return None
+    return node
+
+
+def _wait_for_old_services(names: tuple[str, ...]) -> None:
+    """Wait until the named actors of an earlier process of this sweep are gone.
+
+    A sweep process killed with SIGKILL leaves its Recorder and GraderPool to Ray, which removes
+    them once it notices the driver died; a rerun must not start its own next to them (two writers
+    of one record store). A live sweep process with the same sweep id on this cluster never lets
+    them go: then this raises.
+
+    Raises:
+        PrerequisiteError: they are still there after a minute.
+    """
+    deadline = time.monotonic() + _OLD_SERVICES_WAIT_S
+    for name in names:
+        while True:
+            try:
+                ray.get_actor(name)
+            except ValueError:
+                break  # no such actor (any more)
+            if time.monotonic() > deadline:
+                raise PrerequisiteError(
+                    f"the actor {name!r} of this sweep's namespace is still alive after {_OLD_SERVICES_WAIT_S:.0f} s: "
+                    "another process runs this sweep on this cluster. Wait for it (or stop it), or pick another sweep_id."
+                )
+            time.sleep(0.5)
 
 
 def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:

@@ -21,7 +21,8 @@ Group schemas (``group/name`` in the ConfigStore; names starting with ``_`` are 
 - ``agent/_scripted`` (:class:`ScriptedAgentConfig`), ``agent/_cli`` (:class:`CliAgentConfig`),
   ``agent/_claude_code`` (:class:`ClaudeCodeAgentConfig`), ``agent/_command`` (:class:`CommandAgentConfig`)
 - ``driver/_schema`` (:class:`DriverConfig`; ``conf/driver/_base.yaml`` builds on it)
-- ``model/_schema``, ``task/_schema``, ``cluster/_schema``
+- ``model/_schema``, ``task/_schema``, ``cluster/_schema``, ``engine/_schema`` (each engine's file is composed
+  into ``grader.engines.<name>``, not chosen by a group override)
 """
 
 from __future__ import annotations
@@ -316,6 +317,14 @@ class ClusterConfig:
     namespace_prefix: str = setting("the sweep's Ray namespace is <prefix>-<sweep_id>")
     auth_mode: AuthMode = setting("when joining: token (Ray 2.60's default) or disabled")
     auth_token_path: str | None = setting("null: $RAY_AUTH_TOKEN, else Ray's default token file")
+    # Ray Jobs (autorl/jobs/): defaults, so that cluster files without a Jobs address need not name them.
+    jobs_address: str | None = setting(
+        "the cluster's dashboard URL (http://host:8265): the sweep is submitted there as one Ray Job; null: no job", None
+    )
+    python: str | None = setting("the job's interpreter on the cluster (absolute path); null: this interpreter's path", None)
+    job_out_dir: str = setting("the in-job sweep's out_dir on the cluster; kept there so that a resubmitted sweep resumes",
+                               "~/autorl-jobs")
+    job_stop_wait_s: float = setting("a stopped job's sweep gets this long to cancel its cells before SIGKILL", 120.0)
 
 
 # ---- run-level blocks ---------------------------------------------------------------------------
@@ -374,14 +383,58 @@ class SchedulerConfig:
 
 
 @dataclass
+class EngineConfig:
+    """An inference engine's options (``conf/engine/<name>.yaml``), composed into ``grader.engines.<name>``."""
+
+    name: str = setting("the engine's name in autorl.engine.ENGINES; equals the file name")
+    description: str = setting("one line for `python -m autorl.ls engines`")
+    options: dict[str, Any] = setting("keyword arguments of the engine's constructor (the engine's own keys)")
+
+
+@dataclass
 class GraderConfig:
     """The sweep's grader pool."""
 
+    # Defaults (like ``resources`` below) so that code building a GraderConfig by hand need not name them.
+    engine: str = setting("auto: vllm where it is installed and a GPU is present, else hf; or an engine name", "auto")
+    engines: dict[str, EngineConfig] = field(
+        default_factory=dict,
+        metadata={"help": "engine name -> its options (conf/engine/<name>.yaml); an engine not named here gets its defaults"},
+    )
     replicas: int = setting("grader actors")
     cpus: float = setting("CPUs per grader actor")
     gpus: float = setting("GPUs per grader actor")
     batch_size: int = setting("prompts per generate() call")
     max_queued_per_cell: int = setting("more waiting submissions from one cell get 429")
+    # A default so that code building a GraderConfig by hand (tests) need not name it.
+    resources: dict[str, float] = field(
+        default_factory=dict,
+        metadata={"help": "custom Ray resources per grader actor, e.g. {grader_node: 1} to place graders on the "
+                          "nodes started with --resources='{\"grader_node\": N}'"},
+    )
+
+    def check(self) -> None:
+        """Refuse an engine name that is neither ``auto`` nor a registered engine (when a sweep is planned).
+
+        Whether the engine's package is installed is checked where it runs, on the grader's node
+        (:func:`autorl.engine.resolve_engine`).
+
+        Raises:
+            ConfigError: unknown ``engine`` ("did you mean" and the valid names).
+        """
+        from autorl.engine import ENGINES
+
+        if self.engine != "auto":
+            ENGINES.check(self.engine)
+
+@dataclass
+class StorageConfig:
+    """How submissions and base models reach graders on other nodes (autorl/grading/transfer.py)."""
+
+    root: str | None = setting(
+        "a folder every node mounts at the same path: submissions are copied under <root>/submissions/<digest>/ "
+        "and graders read them there; null: graders on other nodes stream them through Ray's object store"
+    )
 
 
 @dataclass
@@ -497,6 +550,7 @@ class RunConfig:
     sandbox: SandboxConfig = setting("how each cell's agent is sealed")
     scheduler: SchedulerConfig = setting("cell scheduling")
     grader: GraderConfig = setting("the grader pool")
+    storage: StorageConfig = setting("how submissions travel to graders on other nodes")
     grading_api: GradingApiConfig = setting("each cell's grading API")
     tracking: TrackingConfig = setting("W&B and the HTML report")
     integrity: IntegrityConfig = setting("model identity, contamination and the integrity judge")
@@ -513,6 +567,7 @@ SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
     ("model", "_schema", ModelConfig),
     ("task", "_schema", TaskConfig),
     ("cluster", "_schema", ClusterConfig),
+    ("engine", "_schema", EngineConfig),
 )
 
 

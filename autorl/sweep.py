@@ -9,10 +9,18 @@ CLI is installed and this node can seal cells (bubblewrap, cgroups, the agent to
 ``sandbox.mode=none`` is the explicit opt-out), and exits 2 naming what is missing; a dry run prints its cells anyway and lists
 what a real run would lack as notes. An agent that needs a driver with ``driver=none`` is refused.
 
+A cluster file with a Jobs address (``cluster.jobs_address``, e.g. ``cluster=jobs-local``) submits
+the sweep as one Ray Job instead (:mod:`autorl.jobs`): the log and cell table follow here, Ctrl-C
+stops the job (cells cancelled, resumable), and the sweep folder comes back to
+``<out_dir>/<sweep_id>/`` when the job ends. ``detach=true`` returns after submitting;
+``attach=<job_id>`` follows a job submitted earlier.
+
 Examples:
     python -m autorl.sweep                                   # the embedded default
     python -m autorl.sweep task=gsm8k seed=0,1 dry_run=true  # print the two cells, run nothing
     python -m autorl.sweep agent=opencode driver=gpt-5 task=all budget.seconds=43200
+    python -m autorl.sweep cluster=jobs-local task=gsm8k     # one Ray Job on a running head
+    python -m autorl.sweep cluster=jobs-local attach=autorl-default-20260101-120000
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from autorl.agents.preflight import missing_requirements
 from autorl.cluster import configure_client_auth
 from autorl.config import SweepPlan, plan_sweep
 from autorl.errors import AutorlError
+from autorl.jobs.spec import take_job_options
 from autorl.seal.preflight import sandbox_problems
 
 FINAL_OK = ("completed",)
@@ -58,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(__doc__)
         return 0
     try:
+        job_options, argv = take_job_options(argv)
         plan = plan_sweep(argv)
         if plan.base_config.integrity.judge.enabled:  # an unknown or unusable judge driver stops the sweep now
             from autorl.integrity.judge import judge_spec
@@ -68,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # Driver keys and agent CLIs: a real run stops here before any cell starts; a dry run
     # still prints its cells and names what a real run would lack.
-    local = not plan.base_config.cluster.address  # a remote cluster's nodes hold their own CLIs
+    cluster = plan.base_config.cluster
+    local = not (cluster.address or cluster.jobs_address)  # a remote cluster's nodes hold their own CLIs
     missing = missing_requirements(plan.cells, check_binaries=local)
     if local:  # this node runs the cells; a cluster's nodes each check before their cell's agent starts
         missing += sandbox_problems(plan.base_config)
@@ -81,7 +92,19 @@ def main(argv: list[str] | None = None) -> int:
         for problem in missing:
             errors.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True, highlight=False)
         return 2
-    configure_client_auth(plan.base_config.cluster)  # before the scheduler imports ray
+    if cluster.jobs_address:  # the sweep runs as one Ray Job on that cluster; this process follows it
+        from autorl.jobs.client import run_as_job
+
+        try:
+            return run_as_job(plan, argv, job_options)
+        except AutorlError as error:
+            errors.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True, highlight=False)
+            return 2
+    if job_options != type(job_options)():
+        errors.print(f"[red]error:[/] detach= and attach= need a cluster with a Jobs address (cluster.jobs_address); "
+                     f"cluster {cluster.name!r} has none", soft_wrap=True, highlight=False)
+        return 2
+    configure_client_auth(cluster)  # before the scheduler imports ray
     from autorl.progress import cells_table
     from autorl.scheduler import run_sweep
 

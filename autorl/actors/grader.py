@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
+from autorl.actors.model_source import RaySource, this_node
+from autorl.engine.warm import WarmEngines
 from autorl.grading.scoring import EvalTarget, ScoreOutcome, score_model
+from autorl.grading.transfer import DigestCache, ModelFetcher, ModelRef
 
 logger = logging.getLogger(__name__)
 
@@ -18,19 +23,38 @@ class Grader:
     after Ray has set ``CUDA_VISIBLE_DEVICES`` for it.
     """
 
-    def __init__(self, cache_dir: str, batch_size: int, num_threads: int) -> None:
-        """Remember where task data lives and how big a generate batch may be."""
+    def __init__(
+        self, cache_dir: str, batch_size: int, num_threads: int, engine: str = "auto",
+        engine_options: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Remember where task data lives, how big a generate batch may be and which engine scores.
+
+        ``engine`` is ``grader.engine`` (``auto``, ``hf``, ``vllm``); ``engine_options`` maps an engine
+        name to its options (``grader.engines.<name>.options``). The engine stays loaded between
+        submissions (:class:`WarmEngines`).
+        """
         self.cache_dir = Path(cache_dir)
         self.batch_size = batch_size
         # torch defaults to every core of the node; a grader must stay within what it reserved.
         os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
         self.num_threads = num_threads
+        self.engine = engine
+        self.engines = WarmEngines(engine_options)
+        # Submissions and bases from other nodes land here (autorl.grading.transfer).
+        self.models = ModelFetcher(DigestCache(self.cache_dir / "transfer"), this_node(), RaySource())
 
-    def score(self, target: EvalTarget, model_dir: str, base_dir: str | None = None) -> ScoreOutcome:
+    def score(
+        self, target: EvalTarget, model_dir: ModelRef | str, base_dir: ModelRef | str | None = None
+    ) -> ScoreOutcome:
         """Score ``model_dir`` on ``target``; load failures come back as an outcome with an error.
 
         ``base_dir`` is the cell's base model: a LoRA adapter in ``model_dir`` is applied to it (and
-        scoring one without it raises), whatever base the adapter's config names.
+        scoring one without it raises), whatever base the adapter's config names. Either may be a
+        :class:`ModelRef` on another node: it is brought here first, and a submission's copy is
+        deleted again after scoring.
+
+        Raises:
+            TransferError: a model on another node could not be brought here intact.
         """
         import torch
 
@@ -41,10 +65,24 @@ class Grader:
         spec = get_task(target.task_id)
         # Interactive tasks play their episodes in the sweep's envpool:<kind> (in-process without one).
         envs = find_pool_client(spec.env) if spec.kind == "interactive" else None
-        return score_model(
-            target, Path(model_dir), self.cache_dir, batch_size=self.batch_size, envs=envs,
-            base_dir=Path(base_dir) if base_dir is not None else None,
-        )
+        with self.models.local(model_dir) as model_path, self.models.local(base_dir) as base_path, self.engines.lock:
+            assert model_path is not None
+            return score_model(
+                target, model_path, self.cache_dir, batch_size=self.batch_size, envs=envs, base_dir=base_path,
+                engine=self.engine, warm=self.engines,
+            )
+
+    def engine_stats(self) -> dict[str, int]:
+        """How this grader got its engines: ``builds`` (loaded anew) and ``swaps`` (weights swapped in)."""
+        return {"builds": self.engines.builds, "swaps": self.engines.swaps}
+
+    def close(self) -> None:
+        """Free the warm engine (before the actor is killed)."""
+        self.engines.close()
+
+    def transfer_stats(self) -> dict[str, int]:
+        """What this grader's fetcher did: models used in place, downloaded, or reused from its cache."""
+        return dataclasses.asdict(self.models.stats)
 
     def ping(self) -> bool:
         """Liveness check."""

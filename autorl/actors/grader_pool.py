@@ -15,13 +15,15 @@ from dataclasses import asdict
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError
+from ray.exceptions import RayActorError
 
 from autorl.actors.grader import Grader
 from autorl.errors import AutorlError
 from autorl.grading.scoring import EvalTarget, ScoreOutcome
+from autorl.grading.transfer import ModelRef
 from autorl.schema import GraderConfig
 from autorl.tracking import metrics as dashboard
+from autorl.tracking.busy import BusyClock
 
 logger = logging.getLogger(__name__)
 _MAX_ATTEMPTS = 3
@@ -41,32 +43,48 @@ class GraderPool:
         self.recorder = recorder
         self.workers = [self._start_grader() for _ in range(grader_cfg.replicas)]
         self.in_flight = [0] * len(self.workers)
+        # Each grader's busy time over the time the queue was non-empty (dashboard and report).
+        self.busy = BusyClock(len(self.workers))
         self.key_locks: dict[str, asyncio.Lock] = {}
 
     def _start_grader(self) -> Any:
         options: dict[str, Any] = {"num_cpus": self.cfg.cpus, "max_restarts": 2}
         if self.cfg.gpus:
             options["num_gpus"] = self.cfg.gpus
+        if self.cfg.resources:  # e.g. {grader_node: 1}: only nodes started with that resource host graders
+            options["resources"] = dict(self.cfg.resources)
         threads = max(1, int(self.cfg.cpus))
-        return ray.remote(Grader).options(**options).remote(self.cache_dir, self.cfg.batch_size, threads)
+        engine_options = {name: dict(engine.options) for name, engine in self.cfg.engines.items()}
+        return ray.remote(Grader).options(**options).remote(
+            self.cache_dir, self.cfg.batch_size, threads, self.cfg.engine, engine_options
+        )
 
-    async def _run_on_grader(self, target: EvalTarget, model_dir: str, base_dir: str | None = None) -> ScoreOutcome:
+    async def _run_on_grader(
+        self, target: EvalTarget, model_dir: ModelRef | str, base_dir: ModelRef | str | None = None
+    ) -> ScoreOutcome:
         for attempt in range(1, _MAX_ATTEMPTS + 1):
             index = min(range(len(self.workers)), key=self.in_flight.__getitem__)
             self.in_flight[index] += 1
+            self.busy.begin(index)
             dashboard.set_queue_depth(self.queue_depth())
             started = time.monotonic()
             try:
                 return await self.workers[index].score.remote(target, model_dir, base_dir)  # type: ignore[no-any-return]
-            except (ActorDiedError, ActorUnavailableError) as error:
+            except RayActorError as error:  # died, or unavailable while it restarts
                 logger.warning("grader %d died (attempt %d): %s; replacing it", index, attempt, error)
+                # A crashed grader restarts by itself (max_restarts): stop that, or it would hold its
+                # CPUs/GPUs next to its replacement for the rest of the sweep.
+                ray.kill(self.workers[index], no_restart=True)
                 self.workers[index] = self._start_grader()
+                self.busy.replaced(index)
             finally:
                 self.in_flight[index] -= 1
+                self.busy.end(index)
                 dashboard.grading_done(target.task_id, time.monotonic() - started, self.queue_depth())
+                dashboard.set_grader_busy(self.busy.fractions())
         raise AutorlError(f"grading failed {_MAX_ATTEMPTS} times because graders kept dying")
 
-    async def baseline(self, target: EvalTarget, model_dir: str, weights_hash: str) -> float:
+    async def baseline(self, target: EvalTarget, model_dir: ModelRef | str, weights_hash: str) -> float:
         """The base model's score on ``target``, computed once per key and cached in the store.
 
         Raises:
@@ -84,13 +102,14 @@ class GraderPool:
             return outcome.score
 
     async def score(
-        self, target: EvalTarget, model_dir: str, weights_hash: str, base_dir: str | None = None
+        self, target: EvalTarget, model_dir: ModelRef | str, weights_hash: str, base_dir: ModelRef | str | None = None
     ) -> tuple[ScoreOutcome, bool]:
         """Score a submission; identical weights (from any cell) return the cached score.
 
         Args:
             target: What the submission is scored on.
-            model_dir: The grader's copy of the submission.
+            model_dir: The cell's copy of the submission: a :class:`ModelRef` (a grader on another node
+                fetches it, :mod:`autorl.grading.transfer`) or a path every grader can read.
             weights_hash: Its dedupe key; for a LoRA adapter it covers the adapter and the base
                 (:func:`autorl.grading.lora.adapter_digest`), so one adapter on two bases never
                 shares a cached score.
@@ -115,6 +134,11 @@ class GraderPool:
     def graders(self) -> list[Any]:
         """Handles of the current graders (for operators and fault-injection tests)."""
         return list(self.workers)
+
+    def busy_summary(self) -> dict[str, Any]:
+        """Each grader's busy time and busy fraction while the queue was non-empty, so far
+        (:meth:`autorl.tracking.busy.BusyClock.summary`, plus ``replicas``)."""
+        return {"replicas": len(self.workers), **self.busy.summary()}
 
     def queue_depth(self) -> int:
         """Requests being scored or waiting for a grader right now."""

@@ -4,6 +4,8 @@ Every record of every cell travels here through Ray (never through a shared file
 sweep directory on the driver's node receives all of them even when cells run on other nodes.
 Every method is an idempotent upsert keyed by natural ids, which makes it safe to run with
 ``max_task_retries=-1`` (at-least-once delivery); a restarted recorder reopens the same database.
+Records are filed under their cell's current attempt (the store stamps it), so a retried cell keeps
+its earlier attempts' records and the cell's summary counts only the current one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from typing import Any
 from autorl.records.migrations import autorl_version
 from autorl.records.results import summarize_cell, write_results_csv
 from autorl.records.store import RecordStore
-from autorl.records.types import CellRecord, CodeRevision, DriverCall, SubmissionRecord, TraceSummary
+from autorl.records.types import (
+    CellAttempt,
+    CellRecord,
+    CodeRevision,
+    DriverCall,
+    SubmissionRecord,
+    SweepStat,
+    TraceSummary,
+)
 from autorl.tracking import metrics as dashboard
 from autorl.tracking.wandb_runs import WandbTracker
 
@@ -49,11 +59,31 @@ class Recorder:
         self.store.upsert_cell(record)
         dashboard.set_cell_counts(self.store.list_cells())
 
-    def start_attempt(self, record: CellRecord) -> None:
-        """Register a new attempt of a cell, dropping an earlier attempt's submissions."""
-        self.store.start_attempt(record)
-        self.tracker.new_attempt(record.cell_id)
+    def start_attempt(self, record: CellRecord) -> int:
+        """Start attempt ``record.attempts`` of a cell (earlier attempts' records are kept under
+        their numbers; a replay changes nothing); returns the cell's attempt number."""
+        before = self.store.get_cell(record.cell_id)
+        attempt = self.store.start_attempt(record)
+        if before is None or before.attempts < attempt:
+            self.tracker.new_attempt(record.cell_id)
         dashboard.set_cell_counts(self.store.list_cells())
+        return attempt
+
+    def set_attempt(self, cell_id: str, attempt: int, status: str, fields: dict[str, Any] | None = None) -> None:
+        """Record how one attempt of a cell went (status, error, node, times)."""
+        self.store.set_attempt(cell_id, attempt, status, **(fields or {}))
+
+    def list_attempts(self, cell_id: str) -> list[CellAttempt]:
+        """Every attempt of a cell, first first."""
+        return self.store.list_attempts(cell_id)
+
+    def put_sweep_stat(self, sweep_id: str, run: str, name: str, value: dict[str, Any]) -> None:
+        """Store a sweep-level measurement (e.g. the grader pool's busy fractions) of one run."""
+        self.store.put_sweep_stat(sweep_id, run, name, value)
+
+    def list_sweep_stats(self, name: str | None = None) -> list[SweepStat]:
+        """Every stored sweep-level measurement (of ``name`` only, when given)."""
+        return self.store.list_sweep_stats(name)
 
     def set_cell_status(self, cell_id: str, status: str, fields: dict[str, Any] | None = None) -> None:
         """Update a cell's status and any of its fields."""
@@ -89,17 +119,18 @@ class Recorder:
         """The next free submission id of a cell (1-based)."""
         return self.store.next_submission_id(cell_id)
 
-    def list_submissions(self, cell_id: str) -> list[SubmissionRecord]:
-        """A cell's submissions in order."""
-        return self.store.list_submissions(cell_id)
+    def list_submissions(self, cell_id: str, attempt: int | None = None) -> list[SubmissionRecord]:
+        """One attempt's submissions in order (the cell's current attempt by default)."""
+        return self.store.list_submissions(cell_id, attempt)
 
     def add_code_revision(self, revision: CodeRevision) -> None:
         """Store one code revision of a cell's ``code/``."""
         self.store.add_code_revision(revision)
 
-    def list_code_revisions(self, cell_id: str) -> list[CodeRevision]:
-        """A cell's code revisions, oldest first (the integrity judge reads them)."""
-        return self.store.list_code_revisions(cell_id)
+    def list_code_revisions(self, cell_id: str, attempt: int | None = None) -> list[CodeRevision]:
+        """One attempt's code revisions, oldest first (the current attempt by default; the
+        integrity judge reads them)."""
+        return self.store.list_code_revisions(cell_id, attempt)
 
     def record_driver_calls(self, calls: list[DriverCall]) -> None:
         """Store driver calls (from a cell's gateway) and refresh the cells' token and cost sums."""

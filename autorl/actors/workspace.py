@@ -20,6 +20,7 @@ from typing import Any
 import ray
 
 from autorl.actors.env_pool import find_pool_client
+from autorl.actors.model_source import this_node
 from autorl.agents.base import LaunchContext, load_adapter
 from autorl.agents.reprompt import continuation_prompt, should_resume
 from autorl.agents.session import TRACE_FILE, DriverSession
@@ -27,8 +28,9 @@ from autorl.config import CellSpec, resolve_cache_dir
 from autorl.envs.training import training_envs
 from autorl.grading.api import GradingServer, create_app
 from autorl.grading.model_checks import check_loadable_model, weights_hash
-from autorl.grading.scoring import ScoreOutcome, target_from_config
-from autorl.grading.service import CellGradingContext, SubmissionService
+from autorl.grading.scoring import EvalTarget, ScoreOutcome, target_from_config
+from autorl.grading.service import CellGradingContext, Scorer, SubmissionService
+from autorl.grading.transfer import ModelPublisher, ModelRef
 from autorl.integrity.cell_checks import run_cell_checks
 from autorl.models.resolve import resolve_model
 from autorl.records.types import CodeRevision, DriverCall, SubmissionRecord, TraceSummary
@@ -76,6 +78,22 @@ class _RecorderSink:
         ray.get(refs)
 
 
+def pool_scorer(pool: Any, target: EvalTarget, publisher: ModelPublisher, base: ModelRef) -> Scorer:
+    """The cell's scorer: each submission snapshot goes to the GraderPool as a :class:`ModelRef`.
+
+    ``base`` is the cell's base model, which a LoRA adapter is always applied to. The snapshot must
+    outlive the call, since a grader on another node reads it from here while scoring; it does:
+    :meth:`SubmissionService._score` deletes it only after the scorer returns.
+    """
+
+    def scorer(model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
+        with publisher.submission(model_dir, digest) as ref:
+            outcome, cached = ray.get(pool.score.remote(target, ref, digest, base_dir=base))
+        return outcome, bool(cached)
+
+    return scorer
+
+
 class Workspace:
     """Threaded actor (``max_concurrency`` > 1) so that :meth:`cancel` runs while :meth:`run` does."""
 
@@ -106,7 +124,10 @@ class Workspace:
         data = build_task_data(spec, target.source, cache_dir / "tasks", seed=target.seed, options=target.build_options)
         base_dir = resolve_model(cfg.model, cache_dir)
         base_hash = weights_hash(check_loadable_model(base_dir))
-        baseline = float(ray.get(self.pool.baseline.remote(target, str(base_dir), base_hash)))
+        # Graders may run on other nodes: they get refs to this node's folders (or copies under storage.root).
+        publisher = ModelPublisher(this_node(), cfg.storage.root)
+        base_ref = publisher.base(base_dir, base_hash)
+        baseline = float(ray.get(self.pool.baseline.remote(target, base_ref, base_hash)))
         ray.get(
             self.recorder.set_cell_status.remote(
                 self.cell.cell_id, "running", {"baseline": baseline, "task_source": target.source}
@@ -129,17 +150,13 @@ class Workspace:
             contain=lambda command: seal.contain(command, read_only=[paths.root], writable=[history]),
         )
 
-        def scorer(model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
-            # base_dir: a LoRA adapter is always applied to the grader's copy of this cell's base.
-            outcome, cached = ray.get(self.pool.score.remote(target, str(model_dir), digest, base_dir=str(base_dir)))
-            return outcome, bool(cached)
-
         ctx = CellGradingContext(
             self.cell.cell_id, paths.root, base_hash, baseline, cfg.grader.max_queued_per_cell,
             base_model_dir=base_dir, allow_substitution=cfg.integrity.allow_substitution,
         )
         service = SubmissionService(
-            ctx, scorer, self.sink, run_meta, self.cell_dir / "grader_copies", revisions.snapshot
+            ctx, pool_scorer(self.pool, target, publisher, base_ref), self.sink, run_meta,
+            self.cell_dir / "grader_copies", revisions.snapshot,
         )
         token = secrets.token_urlsafe(32)
         app = create_app(

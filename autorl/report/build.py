@@ -21,7 +21,7 @@ from autorl.report import figures
 from autorl.report.aggregate import CellRow, heatmap, seed_statistics, step_series
 from autorl.report.run_report import build_run_report, render_markdown
 from autorl.report.sections import render_sections
-from autorl.report.sources import CellSources, ReportError, load_cells, open_store
+from autorl.report.sources import CellSources, ReportError, grader_stats, load_cells, open_store
 from autorl.report.summarizer import SummarizerDriver, load_driver, summarize
 
 logger = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ def build_report(
                              timeout_s=summarizer_timeout_s)
     with open_store(sweep_dir) as store:
         sources = load_cells(sweep_dir, store)
+        graders = grader_stats(store)
     if not sources:
         raise ReportError(f"{sweep_dir / 'records.sqlite'} holds no cells yet; run a sweep into it first")
     cells: list[dict[str, Any]] = []
@@ -152,7 +153,7 @@ def build_report(
     html = render_sections(
         title=f"autorl sweep {', '.join(sweep_ids)}",
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        sweep_dir=sweep_dir, cells=cells, stats=stats, figs=figs,
+        sweep_dir=sweep_dir, cells=cells, stats=stats, figs=figs, grader_stats=graders,
     )
     index = sweep_dir / "report" / "index.html"
     _write(index, html)

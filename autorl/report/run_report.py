@@ -163,6 +163,8 @@ def build_run_report(src: CellSources) -> tuple[dict[str, Any], dict[str, Any]]:
             "valid_submission_rate", "first_valid_idx", "time_to_first_improvement", "time_to_best", "monotonic_ratio",
             "copy_model_count", "time_used_ratio", "last_submit_gap", "tokens", "cost_usd")},
         "notes": list(src.notes) + ([] if src.repo.is_dir() else ["no code_history.git: code read from stored diffs"]),
+        # Every attempt of the cell; the entries above are the final attempt's (the one that counts).
+        "attempts": src.attempts,
         "entries": entries,
     }
     return metrics, report
@@ -230,6 +232,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     ]
     for note in r["notes"]:
         lines.append(f"\n> note: {note}")
+    attempts = r.get("attempts") or []
+    if len(attempts) > 1:
+        lines += ["", "## Attempts (only the final one counts)", "", "| attempt | status | error | submissions | best |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {a['attempt']}{' (final)' if a['final'] else ''} | {a['status']} | {_fmt(a['error'])} | "
+                  f"{a['valid_submissions']}/{a['submissions']} | {_fmt(a['best_score'])} |" for a in attempts]
     for e in r["entries"]:
         lines += [
             "",

@@ -108,6 +108,37 @@ def _judge_details(cell_id: str, judge: dict[str, Any]) -> str:
             + table(("category", "evidence", "explanation", "evidence verified"), findings) + "</details>")
 
 
+def _attempts(cells: list[dict[str, Any]]) -> str:
+    """Every attempt of each cell that ran more than once; only the final attempt counts (SPEC §2)."""
+    retried = [c for c in cells if len(c["src"].attempts) > 1]
+    once = len(cells) - len(retried)
+    note = (f'<p class="note">A cell is started again after an infrastructure failure (its node died, its actor '
+            f"crashed; <code>scheduler.max_retries</code>) and when a resumed sweep finds it unfinished. Every attempt's "
+            f"submissions, code revisions and logs stay in the record store under its number; only the final attempt "
+            f"counts. {once} cell(s) ran once.</p>")
+    rows = [
+        (c["src"].cell.cell_id, f"{a['attempt']}{' (final)' if a['final'] else ''}", a["status"], a["error"],
+         (a["node_id"] or "")[:12] or None, f"{a['valid_submissions']}/{a['submissions']}", a["best_score"], a["tokens"])
+        for c in retried for a in c["src"].attempts
+    ]
+    if not rows:
+        return note
+    return note + table(("cell", "attempt", "status", "error", "node", "valid/subs", "best (feedback)", "tokens"), rows)
+
+
+def _graders(grader_stats: list[dict[str, Any]]) -> str:
+    """Each grader's busy fraction while the grader queue was non-empty, per run of the sweep."""
+    note = ('<p class="note">Busy fraction: the time a grader had a scoring request in flight over the time any request '
+            "was in flight or waiting (the queue was non-empty); 1.0 for every grader means work never waited on an idle "
+            "grader. A replaced grader (it died) keeps its slot. Also exported live as "
+            "<code>ray_autorl_grader_busy_fraction</code>.</p>")
+    if not grader_stats:
+        return note + "<p>no grader measurements in this record store (a sweep from before they were kept)</p>"
+    rows = [(g["run"], g["grader"], g["requests"], g["busy_s"], g["queue_nonempty_s"], g["busy_fraction"], g["replaced"])
+            for g in grader_stats]
+    return note + table(("run", "grader", "requests", "busy s", "queue non-empty s", "busy fraction", "replaced"), rows)
+
+
 def _stats_table(stats: list[dict[str, Any]]) -> str:
     rows = [(s["label"], s["n"], s["no_valid"], s["mean"], s["se"], s["min"], s["max"], ", ".join(map(str, s["seeds"])))
             for s in stats]
@@ -159,7 +190,7 @@ def _diff(entry: dict[str, Any]) -> str:
 
 def render_sections(
     *, title: str, generated: str, sweep_dir: Path, cells: list[dict[str, Any]], stats: list[dict[str, Any]],
-    figs: dict[str, bytes],
+    figs: dict[str, bytes], grader_stats: list[dict[str, Any]] | None = None,
 ) -> str:
     """The complete HTML page of a sweep report."""
     counts = Counter(c["src"].cell.status for c in cells)
@@ -175,6 +206,7 @@ def render_sections(
         ("overview", "Overview", overview),
         ("results", "Results", _results(cells)),
         ("integrity", "Integrity", _integrity(cells)),
+        ("attempts", "Attempts", _attempts(cells)),
         ("seeds", "Mean ± standard error over seeds", _fig(figs, "seed_stats", "seed_stats.png") + _stats_table(stats)),
         (
             "heatmaps",
@@ -192,6 +224,7 @@ def render_sections(
         ),
         ("trajectories", "Score trajectories", _fig(figs, "trajectories", "score_trajectories.png")),
         ("process-metrics", "Process metrics", table(("cell", *_METRIC_COLUMNS), metrics_rows)),
+        ("graders", "Grader pool", _graders(grader_stats or [])),
         ("run-reports", "Run reports", _run_reports(cells)),
     ]
     return page(title, sections)

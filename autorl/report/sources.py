@@ -1,6 +1,7 @@
 """Everything the report reads, and only from the sweep folder.
 
-``<sweep_dir>/records.sqlite`` (cells, submissions, code revisions) plus, per cell,
+``<sweep_dir>/records.sqlite`` (cells and their attempts, submissions, code revisions, sweep-level
+stats) plus, per cell,
 ``cells/<cell_id>/workspace/run_meta.json``, ``agent.log``, ``code_history.git`` and the submitted
 model folders under ``workspace/``. A cell folder may be missing (a cell that ran on another
 node); the report then works from the records alone and says so.
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import AutorlError
+from autorl.records.results import allows_substitution, summarize_submissions
 from autorl.records.store import RecordStore
 from autorl.records.types import CellRecord, CodeRevision, SubmissionRecord
 
@@ -44,6 +46,8 @@ class CellSources:
         agent_log: The agent's stdout/stderr, or "".
         notes: What the report could not read for this cell.
         calls: ``(started_at, tokens in + out)`` per driver call the gateway recorded.
+        attempts: Every attempt of the cell (:func:`attempt_rows`); submissions, revisions and
+            calls above are the final attempt's, the only one that counts (SPEC §2).
     """
 
     cell: CellRecord
@@ -55,6 +59,7 @@ class CellSources:
     agent_log: str
     notes: list[str] = field(default_factory=list)
     calls: list[tuple[float, int]] = field(default_factory=list)
+    attempts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def mode(self) -> str:
@@ -129,8 +134,67 @@ def load_cells(sweep_dir: Path, store: RecordStore) -> list[CellSources]:
             cell, store.list_submissions(cell.cell_id), store.list_code_revisions(cell.cell_id), config,
             cell_dir, meta if isinstance(meta, dict) else None,
             _read_text(cell_dir / "agent.log", limit=4_000_000), notes, _driver_calls(store, cell.cell_id),
+            attempt_rows(store, cell),
         ))
     return out
+
+
+def attempt_rows(store: RecordStore, cell: CellRecord) -> list[dict[str, Any]]:
+    """One row per attempt of the cell, first first: how it ended and what it submitted.
+
+    Each row: ``attempt``, ``status`` (an earlier attempt that never ended says ``interrupted``),
+    ``error``, ``node_id``, ``started_at``, ``finished_at``, ``submissions``, ``valid_submissions``,
+    ``best_score`` (its best by SPEC §2's rule, on the feedback split), ``tokens`` and ``final``
+    (True for the attempt that counts). A store from before attempts were kept has one row, from
+    the cell's own fields.
+    """
+    final = max(cell.attempts, 1)
+    stored = {a.attempt: a for a in store.list_attempts(cell.cell_id)}
+    if not stored:
+        return [_attempt_row(store, cell, final, cell.status, cell.error, None, cell.started_at, cell.finished_at, final)]
+    rows = []
+    for number, a in sorted(stored.items()):
+        # The final attempt's status is the cell's (the scheduler may still be retrying an older one).
+        status = cell.status if number == final else a.status
+        rows.append(_attempt_row(store, cell, number, status, a.error, a.node_id, a.started_at, a.finished_at, final))
+    return rows
+
+
+def _attempt_row(
+    store: RecordStore, cell: CellRecord, number: int, status: str, error: str | None, node_id: str | None,
+    started_at: float | None, finished_at: float | None, final: int,
+) -> dict[str, Any]:
+    # A store older than version 6 has no attempt column: there the number is ignored (one attempt).
+    subs = store.list_submissions(cell.cell_id, number)
+    summary = summarize_submissions(subs, cell.baseline, allow_flagged=allows_substitution(cell))
+    usage = store.driver_usage(cell.cell_id, number)
+    return {
+        "attempt": number, "status": status, "error": error, "node_id": node_id, "started_at": started_at,
+        "finished_at": finished_at, "submissions": summary["submissions"],
+        "valid_submissions": summary["valid_submissions"], "best_score": summary["best_score"],
+        "tokens": usage["tokens_in"] + usage["tokens_out"], "final": number == final,
+    }
+
+
+def grader_stats(store: RecordStore) -> list[dict[str, Any]]:
+    """The grader pool's busy fractions per sweep run and grader (none from stores before version 6).
+
+    Each row: ``sweep_id``, ``run``, ``grader``, ``requests``, ``busy_s``, ``queue_nonempty_s``,
+    ``busy_fraction``, ``replaced``.
+    """
+    rows = []
+    for stat in store.list_sweep_stats("grader_pool"):
+        try:
+            value = json.loads(stat.value_json)
+        except ValueError:
+            continue
+        for g in value.get("graders", []):
+            rows.append({
+                "sweep_id": stat.sweep_id, "run": stat.run, "grader": g.get("grader"), "requests": g.get("requests"),
+                "busy_s": g.get("busy_s"), "queue_nonempty_s": value.get("queue_nonempty_s"),
+                "busy_fraction": g.get("busy_fraction"), "replaced": g.get("replaced", 0),
+            })
+    return rows
 
 
 def _driver_calls(store: RecordStore, cell_id: str) -> list[tuple[float, int]]:

@@ -69,8 +69,9 @@ class CellSeal:
 
     Args:
         cfg: The cell's config.
-        cell_id: The cell (its uid is derived from it).
-        cell_dir: The cell folder; the seal keeps its sockets and generated files under it.
+        cell_id: The cell.
+        cell_dir: The cell folder; the seal keeps its sockets and generated files under it, and the
+            agent's uid is derived from its path.
     """
 
     def __init__(self, cfg: RunConfig, cell_id: str, cell_dir: Path) -> None:
@@ -90,8 +91,10 @@ class CellSeal:
             check_toolchain(self._toolchain)
             self.python = str(toolchain_python(self._toolchain))
             if os.geteuid() == 0:
-                # Distinct per cell, so that no two cells' agents share a uid on a node.
-                self.uid = cfg.sandbox.uid_base + zlib.crc32(cell_id.encode()) % 100_000
+                # Distinct per cell folder (sweep and cell), so that no two cells' agents share a uid on a
+                # node, not even the same cell of two sweeps running side by side.
+                folder = str(cell_dir.resolve())
+                self.uid = cfg.sandbox.uid_base + zlib.crc32(folder.encode()) % 100_000
         self.sandbox_dir = cell_dir / "sandbox"
 
     def mode_label(self) -> str:

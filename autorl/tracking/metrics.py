@@ -2,7 +2,9 @@
 
 Metrics go through ``ray.util.metrics`` and reach the Ray dashboard / Prometheus with Ray's
 ``ray_`` prefix (counters also get ``_total``). Tag keys are only ``agent``, ``driver`` and
-``task`` (bounded cardinality: never cell ids); the grader-side metrics know only the task.
+``task`` (bounded cardinality: never cell ids); the grader-side metrics know only the task, and the
+graders' busy fraction is tagged with the grader's slot in the pool (``grader``: ``0`` up to
+``grader.replicas - 1``).
 
 ========================================  =========  ==================  ============================================
 name                                      kind       tags                what
@@ -12,6 +14,7 @@ name                                      kind       tags                what
 ``autorl_submissions_<status>``           counter    agent driver task   ... of that status (scored, invalid, ...)
 ``autorl_grading_latency_s``              histogram  task                seconds one scoring request took
 ``autorl_grader_queue_depth``             gauge      —                   requests being scored or waiting
+``autorl_grader_busy_fraction``           gauge      grader              busy time / time the queue was non-empty
 ``autorl_gpu_memory_used_bytes``          gauge      —                   GPU memory in use on the grader's node
 ``autorl_gpu_utilization_percent``        gauge      —                   GPU utilisation on the grader's node
 ========================================  =========  ==================  ============================================
@@ -41,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 CELL_TAGS = ("agent", "driver", "task")
 GRADER_TAGS = ("task",)
+BUSY_TAGS = ("grader",)
 FINAL_SUBMISSION_STATUSES = ("scored", "invalid", "duplicate", "copy_of_base")
 LATENCY_BOUNDARIES_S = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200]
 
@@ -59,7 +63,7 @@ def metric_names() -> list[str]:
     return (
         [f"autorl_cells_{s}" for s in CELL_STATUSES]
         + ["autorl_submissions"] + [f"autorl_submissions_{s}" for s in FINAL_SUBMISSION_STATUSES]
-        + ["autorl_grading_latency_s", "autorl_grader_queue_depth",
+        + ["autorl_grading_latency_s", "autorl_grader_queue_depth", "autorl_grader_busy_fraction",
            "autorl_gpu_memory_used_bytes", "autorl_gpu_utilization_percent"]
     )
 
@@ -77,6 +81,9 @@ def _define(name: str) -> Any:
         return Histogram(name, "seconds one scoring request took on a grader", LATENCY_BOUNDARIES_S, tag_keys=GRADER_TAGS)
     if name == "autorl_grader_queue_depth":
         return Gauge(name, "scoring requests being scored or waiting for a grader")
+    if name == "autorl_grader_busy_fraction":
+        return Gauge(name, "each grader's busy time over the time the grader queue was non-empty (since the sweep "
+                     "started)", tag_keys=BUSY_TAGS)
     if name == "autorl_gpu_memory_used_bytes":
         return Gauge(name, "GPU memory in use (all visible GPUs of the grader pool's node)")
     if name == "autorl_gpu_utilization_percent":
@@ -176,6 +183,17 @@ def observe_grading(task: str, seconds: float) -> None:
 def set_queue_depth(depth: int) -> None:
     """Set the grader pool's current queue depth."""
     _safe("autorl_grader_queue_depth", lambda: _set_gauge("autorl_grader_queue_depth", depth))
+
+
+def set_grader_busy(fractions: list[float | None]) -> None:
+    """Set ``autorl_grader_busy_fraction`` of each grader slot (see :mod:`autorl.tracking.busy`);
+    a grader whose queue was never non-empty has no value yet."""
+    def run() -> None:
+        for index, fraction in enumerate(fractions):
+            if fraction is not None:
+                _set_gauge("autorl_grader_busy_fraction", fraction, {"grader": str(index)})
+
+    _safe("autorl_grader_busy_fraction", run)
 
 
 def gpu_use() -> tuple[float, float] | None:

@@ -116,7 +116,8 @@ class WandbTracker:
             self._queue.put((self._log_submission, (cell, sub)))
 
     def new_attempt(self, cell_id: str) -> None:
-        """Forget what was logged for an earlier attempt of the cell (its submissions were dropped)."""
+        """Forget what was logged for an earlier attempt of the cell (a new attempt starts over; only the
+        final one counts, SPEC §2)."""
         if self.enabled:
             self._queue.put((self._forget, (cell_id,)))
 

@@ -50,7 +50,7 @@ def test_recorder_and_grader_pool_export_dashboard_metrics(tmp_path: Path, ray_t
         grader_cfg = GraderConfig(replicas=1, cpus=1, gpus=0, batch_size=8, max_queued_per_cell=4)
         pool = ray.remote(GraderPool).options(num_cpus=0).remote(grader_cfg, str(cache_dir), recorder)
         for seed in (0, 1):
-            cell = CellRecord("sw", f"c{seed}", "scripted", "none", "gsm8k", 1, "tiny", seed, 60, "pending")
+            cell = CellRecord("sw", f"c{seed}", "scripted", "none", "gsm8k", 1, "tiny", seed, 60, "pending", attempts=1)
             ray.get(recorder.start_attempt.remote(cell))
         ray.get(recorder.set_cell_status.remote("c0", "running", {}))
         ray.get(recorder.set_cell_status.remote("c1", "completed", {}))
@@ -68,6 +68,8 @@ def test_recorder_and_grader_pool_export_dashboard_metrics(tmp_path: Path, ray_t
             ("ray_autorl_cells_pending", TAGS): 0, ("ray_autorl_submissions_total", TAGS): 2,
             ("ray_autorl_submissions_scored_total", TAGS): 1, ("ray_autorl_submissions_invalid_total", TAGS): 1,
             ("ray_autorl_grading_latency_s_count", 'task="gsm8k"'): 1, ("ray_autorl_grader_queue_depth", ""): 0,
+            # One request on one grader: it was busy the whole time the queue was non-empty.
+            ("ray_autorl_grader_busy_fraction", 'grader="0"'): 1.0,
         }
         # Workers export on an interval, and Ray's agent drops a gauge whose export is late (TTL of
         # two intervals), which happens on a busy machine: poll, keeping the last value seen of each.
@@ -97,6 +99,6 @@ def test_recorder_and_grader_pool_export_dashboard_metrics(tmp_path: Path, ray_t
             if line.startswith("ray_autorl_"):
                 # Ray adds its own labels (Component, NodeAddress, ..., otel_scope_*); ours are only these.
                 ours = {k for k in re.findall(r'(\w+)="', line) if k[0].islower() and not k.startswith("otel_")}
-                assert ours <= {"agent", "driver", "task", "le"}, line
+                assert ours <= {"agent", "driver", "task", "grader", "le"}, line
     finally:
         ray.shutdown()

@@ -63,11 +63,12 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
     # no autorl registered it again, and it has no workspace or agent log (the report writes
     # cells/<id>/metrics.json and run_report.* for every cell; only a run makes these two).
     assert query(db, f"SELECT {V1_CELL_COLUMNS} FROM cells WHERE cell_id = ?", COMPLETED) == completed_before
-    # Every old column as it was; the columns added since (flags, weight_distance) are empty: never checked.
+    # Every old column as it was; the columns added since (flags, weight_distance) are empty: never
+    # checked; attempt: the cell's only attempt.
     after = query(db, "SELECT * FROM submissions WHERE cell_id = ? ORDER BY submission_id", COMPLETED)
     width = len(submissions_before[0])
     assert [row[:width] for row in after] == submissions_before
-    assert {row[width:] for row in after} == {(None, None)}
+    assert {row[width:] for row in after} == {(None, None, 1)}
     assert not (sweep_dir / "cells" / COMPLETED / "workspace").exists()
     assert not (sweep_dir / "cells" / COMPLETED / "agent.log").exists()
     assert query(db, "SELECT autorl_version FROM cells WHERE cell_id = ?", COMPLETED) == [(None,)]
@@ -76,6 +77,9 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
         db, "SELECT status, autorl_version, submissions FROM cells WHERE cell_id = ?", CANCELLED
     )
     assert status == "completed" and version and submissions >= 1
+    # Its old (cancelled) attempt is kept under its number next to the new one, which alone counts.
+    assert [a[1] for a in query(db, "SELECT attempt, status FROM cell_attempts WHERE cell_id = ? ORDER BY attempt",
+                                CANCELLED)] == ["cancelled", "completed"]
     assert (sweep_dir / "cells" / CANCELLED / "agent.log").is_file()
 
     rows = _rows(sweep_dir / "results.csv")

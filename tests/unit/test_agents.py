@@ -8,7 +8,6 @@ import os
 import re
 import stat
 import subprocess
-import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -335,12 +334,12 @@ def test_a_real_cli_shell_timeout_is_the_cells_budget(agent: str, tmp_path: Path
     replay = ReplayServer(_NoToolTimeout(["sleep 20; echo slept-through"], "Done.", log)).start()
     _workspace(tmp_path)
     (tmp_path / "cell" / "workspace" / "run_meta.json").write_text(json.dumps({"timeout_s": 3}))
-    started = time.monotonic()
     try:
         out = _run_real(agent, tmp_path, replay)
     finally:
         replay.stop()
-    assert time.monotonic() - started < 20, out[-3000:]
+    # No wall-clock bound here (a loaded CI machine makes CLI start-up slow): the tool result
+    # itself says the command was stopped at the 3-second timeout and never printed its line.
     parser = TraceParser(agent, agent)
     events = [event for line in out.splitlines() for event in parser.line(line)]
     [result] = [e for e in events if e["kind"] == "tool_result"]

@@ -124,7 +124,7 @@ def test_sweep_cli_reports_unknown_names_with_exit_2(capsys: pytest.CaptureFixtu
     assert sweep.main(["agent=nope"]) == 2
     assert "unknown agent 'nope'" in capsys.readouterr().err
     assert sweep.main(["cluster=nowhere"]) == 2  # a group that is not an axis is checked by name too
-    assert "unknown cluster 'nowhere'. Valid cluster names: local" in capsys.readouterr().err
+    assert "unknown cluster 'nowhere'. Valid cluster names: jobs-local, local" in capsys.readouterr().err
 
 
 # ---- mistakes are refused before Ray starts, naming the key and the fix ---------------------------

@@ -196,7 +196,7 @@ def test_recorder_sums_driver_calls_into_the_cell(tmp_path: Path) -> None:
 
     recorder = Recorder(str(tmp_path / "records.sqlite"))
     cell = CellRecord(sweep_id="s", cell_id="c1", agent="codex", driver="gpt-5", task="gsm8k", task_version=1,
-                      model="tiny", seed=0, budget_s=60, status="running")
+                      model="tiny", seed=0, budget_s=60, status="running", attempts=1)
     recorder.start_attempt(cell)
     call = DriverCall(cell_id="c1", call_id="a", started_at=1.0, latency_s=0.1, protocol="responses", requested_model="x",
                       model="gpt-5", status_code=200, stream=1, attempts=1, tokens_in=100, tokens_out=10, cost_usd=0.5)
@@ -206,8 +206,9 @@ def test_recorder_sums_driver_calls_into_the_cell(tmp_path: Path) -> None:
     assert stored is not None and (stored.tokens_in, stored.tokens_out, stored.cost_usd, stored.status) == (200, 20, 0.5, "running")
     recorder.record_trace(TraceSummary("c1", "codex", 9, 1, 2, 150, 12, 0, "/x/trace.jsonl"))
     assert recorder.store.get_trace("c1").tool_calls == 2  # type: ignore[union-attr]
-    recorder.start_attempt(cell)  # a new attempt starts from nothing
+    recorder.start_attempt(dataclasses.replace(cell, attempts=2))  # a new attempt starts from nothing ...
     assert recorder.store.list_driver_calls("c1") == [] and recorder.store.get_trace("c1") is None
+    assert len(recorder.store.list_driver_calls("c1", 1)) == 2  # ... and the earlier one's calls are kept
 
 
 def test_gemini_api_is_passed_through_with_the_google_key_header(replay: ReplayServer, gateway_factory: Any) -> None:

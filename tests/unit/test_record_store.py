@@ -176,7 +176,7 @@ def test_submissions_upsert_order_and_next_id(store: RecordStore) -> None:
     store.upsert_submission(final)
     subs = store.list_submissions("c1")
     assert [s.submission_id for s in subs] == [1, 2]
-    assert subs[1] == final
+    assert subs[1] == dataclasses.replace(final, attempt=1)  # filed under the cell's current attempt
     assert _count(store.path, "submissions") == 2
     assert store.list_submissions("other") == []
 
@@ -187,7 +187,7 @@ def test_code_revisions_idempotent(store: RecordStore) -> None:
     store.add_code_revision(r2)
     store.add_code_revision(r1)
     store.add_code_revision(r1)
-    assert store.list_code_revisions("c1") == [r1, r2]
+    assert store.list_code_revisions("c1") == [dataclasses.replace(r, attempt=1) for r in (r1, r2)]
     assert store.list_code_revisions("c2") == []
     assert _count(store.path, "code_revisions") == 2
 
@@ -216,7 +216,7 @@ def test_reopen_persists(tmp_path: Path) -> None:
         s.add_code_revision(CodeRevision("c1", "r", 1.0, "submission", "", 0))
     with RecordStore(path) as s:
         assert s.get_cell("c1") == _cell()
-        assert s.list_submissions("c1") == [_sub(1)]
+        assert s.list_submissions("c1") == [_sub(1, attempt=1)]
         assert s.get_baseline("b") == 0.1
         assert s.get_cached_score("c") == (0.2, "{}")
         assert len(s.list_code_revisions("c1")) == 1
@@ -327,3 +327,63 @@ def test_import_is_light() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_retried_cell_keeps_each_attempts_records(store: RecordStore) -> None:
+    from autorl.records.types import DriverCall, TraceSummary
+
+    store.upsert_cell(_cell())  # registered, never placed: attempt 0
+    assert store.start_attempt(_cell(attempts=1)) == 1
+    store.upsert_submission(_sub(1, score=0.9))
+    store.upsert_submission(_sub(2, score=0.2))
+    store.add_code_revision(CodeRevision("c1", "aaa", 1.0, "submission", "+x", 1))
+    store.upsert_driver_call(DriverCall("c1", "call-1", 1.0, 0.1, "chat", None, "m", 200, 0, 1, tokens_in=5, tokens_out=5))
+    store.upsert_trace(TraceSummary("c1", "scripted", 3, 1, 1, 0, 0, 0, "/t"))
+    store.set_attempt("c1", 1, "failed", error="node died", node_id="n1", finished_at=2.0)
+
+    # Attempt 2 starts over: submission 1 again, the same code revision again.
+    assert store.start_attempt(_cell(attempts=2, status="pending")) == 2
+    assert store.start_attempt(_cell(attempts=2, status="running")) == 2  # a replay changes nothing
+    assert store.start_attempt(_cell(attempts=1)) == 2  # nor does an older number
+    assert store.get_cell("c1").status == "pending"  # type: ignore[union-attr]
+    assert store.list_submissions("c1") == [] and store.next_submission_id("c1") == 1
+    assert store.driver_usage("c1")["calls"] == 0 and store.get_trace("c1") is None
+    store.upsert_submission(_sub(1, score=0.5))
+    store.add_code_revision(CodeRevision("c1", "aaa", 3.0, "submission", "+x", 1))
+
+    assert [(s.attempt, s.submission_id, s.score) for s in store.list_submissions("c1")] == [(2, 1, 0.5)]
+    assert [(s.submission_id, s.score) for s in store.list_submissions("c1", 1)] == [(1, 0.9), (2, 0.2)]
+    assert [r.attempt for r in store.list_code_revisions("c1")] == [2]
+    assert [r.attempt for r in store.list_code_revisions("c1", 1)] == [1]
+    assert store.driver_usage("c1", 1) == {"tokens_in": 5, "tokens_out": 5, "cost_usd": 0.0, "calls": 1}
+    assert store.get_trace("c1", 1) is not None
+    assert _count(store.path, "submissions") == 3 and _count(store.path, "code_revisions") == 2
+    attempts = store.list_attempts("c1")
+    assert [(a.attempt, a.status, a.error, a.node_id) for a in attempts] == [
+        (1, "failed", "node died", "n1"), (2, "pending", None, None)]
+    with pytest.raises(ValueError, match="needs the new attempt's number"):
+        store.start_attempt(_cell(attempts=0))
+    with pytest.raises(KeyError, match="no attempt 3"):
+        store.set_attempt("c1", 3, "running")
+    with pytest.raises(ValueError, match="invalid attempt status"):
+        store.set_attempt("c1", 2, "lost")
+
+
+def test_an_attempt_that_never_ended_is_interrupted_by_the_next(store: RecordStore) -> None:
+    store.start_attempt(_cell(attempts=1))
+    store.set_attempt("c1", 1, "running")  # then the sweep process was killed
+    store.start_attempt(_cell(attempts=2))
+    store.set_attempt("c1", 2, "completed")
+    store.start_attempt(_cell(attempts=3))  # a completed attempt stays completed
+    assert [a.status for a in store.list_attempts("c1")] == ["interrupted", "completed", "pending"]
+
+
+def test_sweep_stats_are_kept_per_run(store: RecordStore) -> None:
+    store.put_sweep_stat("s1", "run-a", "grader_pool", {"graders": [{"grader": 0, "busy_fraction": 0.5}]})
+    store.put_sweep_stat("s1", "run-a", "grader_pool", {"graders": [{"grader": 0, "busy_fraction": 0.75}]})
+    store.put_sweep_stat("s1", "run-b", "grader_pool", {"graders": []})
+    store.put_sweep_stat("s1", "run-b", "other", {})
+    stats = store.list_sweep_stats("grader_pool")
+    assert [(s.run, s.value_json) for s in stats] == [
+        ("run-a", '{"graders": [{"busy_fraction": 0.75, "grader": 0}]}'), ("run-b", '{"graders": []}')]
+    assert len(store.list_sweep_stats()) == 3

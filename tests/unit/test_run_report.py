@@ -212,3 +212,39 @@ def test_integrity_section_and_the_best_by_spec_rule(sweep: tuple[Path, RecordSt
     assert "<b>x</b>" not in section  # the agent's file names are escaped
     assert "before the integrity checks" in section  # the old cell
     assert "model_mismatch@2" in (c.dir / "run_report.md").read_text()
+
+
+def test_attempts_and_grader_busy_fractions_in_the_report(sweep: tuple[Path, RecordStore]) -> None:
+    import dataclasses
+    import shutil
+
+    sweep_dir, store = sweep
+    c = Cell(sweep_dir, store, "c5", status="pending")
+    base = store.get_cell("c5")
+    assert base is not None
+    store.start_attempt(dataclasses.replace(base, attempts=1))
+    c.write("train.py", SFT_CODE)
+    c.submit("scored", 19.0)  # attempt 1's best: it must not count
+    store.set_attempt("c5", 1, "failed", error="ActorDiedError: the node died", node_id="ab" * 20)
+    store.start_attempt(dataclasses.replace(base, attempts=2, status="pending"))
+    c.n = 0  # attempt 2 numbers its submissions from 1 again, in a fresh workspace
+    shutil.rmtree(c.dir / "workspace" / "output")
+    c.submit("scored", 12.0)
+    store.set_cell_status("c5", "completed", best_score=12.0, improvement=2.0, submissions=1, valid_submissions=1)
+    store.set_attempt("c5", 2, "completed")
+    c.finish()
+    store.put_sweep_stat("sw", "2026-01-01T00:00:00Z", "grader_pool", {
+        "replicas": 1, "queue_nonempty_s": 8.0,
+        "graders": [{"grader": 0, "busy_s": 6.0, "busy_fraction": 0.75, "requests": 3, "replaced": 1}]})
+
+    report = report_of(sweep_dir, store, "c5")
+    assert [e["score"] for e in report["entries"]] == [12.0] and report["best_score"] == 12.0  # type: ignore[index]
+    attempts = report["attempts"]
+    assert [(a["attempt"], a["status"], a["submissions"], a["best_score"], a["final"]) for a in attempts] == [  # type: ignore[union-attr]
+        (1, "failed", 1, 19.0, False), (2, "completed", 1, 12.0, True)]
+    assert "## Attempts" in render_markdown(report)
+    html = build_report(sweep_dir).read_text()
+    attempts_html = html[html.index('id="attempts"'):html.index('id="seeds"')]
+    assert "ActorDiedError: the node died" in attempts_html and "2 (final)" in attempts_html and "abababababab" in attempts_html
+    graders_html = html[html.index('id="graders"'):]
+    assert "0.75" in graders_html and "2026-01-01T00:00:00Z" in graders_html

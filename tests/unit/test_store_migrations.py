@@ -23,13 +23,22 @@ from autorl.records import migrations
 from autorl.records.migrations import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaTooNewError, autorl_version
 from autorl.records.results import write_results_csv
 from autorl.records.store import RecordStore
-from autorl.records.types import CellRecord, CodeRevision, DriverCall, SubmissionRecord, TraceSummary, plain_config
+from autorl.records.types import (
+    CellAttempt,
+    CellRecord,
+    CodeRevision,
+    DriverCall,
+    SubmissionRecord,
+    SweepStat,
+    TraceSummary,
+    plain_config,
+)
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "sweep_b0f395e" / "default-9f036f8b"
 TABLES = ("cells", "submissions", "code_revisions", "baselines", "score_cache", "driver_calls", "traces")
 RECORD_TABLES = {
     "cells": CellRecord, "submissions": SubmissionRecord, "code_revisions": CodeRevision,
-    "driver_calls": DriverCall, "traces": TraceSummary,
+    "driver_calls": DriverCall, "traces": TraceSummary, "cell_attempts": CellAttempt, "sweep_stats": SweepStat,
 }
 COMPLETED, CANCELLED = "gsm8k.scripted.none.tiny.s0", "gsm8k.scripted.none.tiny.s1"
 
@@ -78,7 +87,7 @@ def test_the_fixture_is_what_the_previous_main_wrote(old_store: Path) -> None:
 def test_migrations_are_numbered_from_one_with_unique_names() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
     assert len({m.name for m in MIGRATIONS}) == len(MIGRATIONS)
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
 
 
 def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
@@ -86,9 +95,11 @@ def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
     with RecordStore(old_store) as store:
         assert store.schema_version == SCHEMA_VERSION
         assert store.migrated_from == 1
-        assert store.migrations_applied == ("v1_late_tables", "cell_autorl_version", "cell_sandbox", "integrity")
+        assert store.migrations_applied == ("v1_late_tables", "cell_autorl_version", "cell_sandbox", "integrity",
+                                            "attempts")
         log = store.migration_log()
-    assert [(v, name) for v, name, _, _ in log] == [(2, "v1_late_tables"), (3, "cell_autorl_version"), (4, "cell_sandbox"), (5, "integrity")]
+    assert [(v, name) for v, name, _, _ in log] == [
+        (2, "v1_late_tables"), (3, "cell_autorl_version"), (4, "cell_sandbox"), (5, "integrity"), (6, "attempts")]
     assert all(by == autorl_version() for *_, by in log)
     assert [r[0] for r in _raw(old_store, "SELECT version FROM schema_version")] == [SCHEMA_VERSION]
     assert _counts(old_store) == before
@@ -110,9 +121,13 @@ def test_old_rows_read_back_identically(old_store: Path) -> None:
         assert completed is not None and completed.status == "completed" and completed.finished_at
         subs = [s for c in sorted(old_cells) for s in store.list_submissions(c)]
         revs = [r for c in sorted(old_cells) for r in store.list_code_revisions(c)]
-    # Fields added since take their defaults: no integrity flag, no weight distance.
-    assert [dataclasses.asdict(s) for s in subs] == [row | {"flags": None, "weight_distance": None} for row in old_subs]
-    assert sorted((dataclasses.asdict(r) for r in revs), key=lambda r: (r["cell_id"], r["revision"])) == old_revs
+    # Fields added since take their defaults (no integrity flag, no weight distance); the rows are
+    # filed under their cell's attempt (both fixture cells ran once).
+    attempts = {c: max(row["attempts"], 1) for c, row in old_cells.items()}
+    assert [dataclasses.asdict(s) for s in subs] == [
+        row | {"flags": None, "weight_distance": None, "attempt": attempts[row["cell_id"]]} for row in old_subs]
+    assert sorted((dataclasses.asdict(r) for r in revs), key=lambda r: (r["cell_id"], r["revision"])) == [
+        row | {"attempt": attempts[row["cell_id"]]} for row in old_revs]
 
 
 def test_results_csv_from_the_migrated_store_matches_the_old_one(old_store: Path, tmp_path: Path) -> None:
@@ -134,14 +149,14 @@ def test_opening_twice_changes_nothing_more(old_store: Path) -> None:
     with RecordStore(old_store) as store:
         assert store.migrated_from is None and store.migrations_applied == ()
         assert store.schema_version == SCHEMA_VERSION
-        assert len(store.migration_log()) == 4
+        assert len(store.migration_log()) == 5
     assert _dump(old_store) == once
 
 
 def test_migrated_store_has_the_shape_of_a_new_one(old_store: Path, tmp_path: Path) -> None:
     RecordStore(old_store).close()
     RecordStore(tmp_path / "new.sqlite").close()
-    for table in (*TABLES, "schema_version", "schema_migrations"):
+    for table in (*TABLES, "cell_attempts", "sweep_stats", "schema_version", "schema_migrations"):
         assert _columns(old_store, table) == _columns(tmp_path / "new.sqlite", table), table
 
 
@@ -230,14 +245,21 @@ def test_a_failing_step_rolls_the_whole_migration_back(old_store: Path, monkeypa
     assert _dump(old_store) == dump  # still version 1, no autorl_version column, no half_done table
 
 
-@pytest.mark.parametrize(("columns", "message"), [
-    ("cell_id TEXT PRIMARY KEY, colour TEXT", r"cannot migrate .* from schema version 0 to \d+: step 1 \(initial\)"),
-    ("cell_id TEXT PRIMARY KEY, sweep_id TEXT", r"not a usable autorl record store .*it lacks cells\.agent, cells\.driver"),
-], ids=["migration fails", "columns missing"])
-def test_a_foreign_database_is_refused_with_what_is_wrong(tmp_path: Path, columns: str, message: str) -> None:
+@pytest.mark.parametrize(("columns", "version", "message"), [
+    ("cell_id TEXT PRIMARY KEY, colour TEXT", None, r"cannot migrate .* from schema version 0 to \d+: step 1 \(initial\)"),
+    ("cell_id TEXT PRIMARY KEY, sweep_id TEXT", None, r"step 6 \(attempts\) failed: no such column: c\.attempts"),
+    ("cell_id TEXT PRIMARY KEY, sweep_id TEXT", SCHEMA_VERSION,
+     r"not a usable autorl record store .*it lacks cells\.agent, cells\.driver"),
+], ids=["migration fails", "migration fails later", "columns missing"])
+def test_a_foreign_database_is_refused_with_what_is_wrong(
+    tmp_path: Path, columns: str, version: int | None, message: str
+) -> None:
     db = tmp_path / "other.sqlite"
     with sqlite3.connect(db) as conn:
         conn.execute(f"CREATE TABLE cells ({columns})")
+        if version is not None:  # stamped current: no migration runs, the column check speaks
+            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
     conn.close()
     with pytest.raises(AutorlError, match=message):
         RecordStore(db)
@@ -247,7 +269,8 @@ def test_new_cells_record_the_autorl_that_registered_them(old_store: Path) -> No
     with RecordStore(old_store) as store:
         old = store.get_cell(CANCELLED)
         assert old is not None
-        store.start_attempt(dataclasses.replace(old, status="pending", autorl_version=autorl_version()))
+        store.start_attempt(
+            dataclasses.replace(old, status="pending", attempts=old.attempts + 1, autorl_version=autorl_version()))
         assert store.get_cell(CANCELLED).autorl_version == autorl_version()  # type: ignore[union-attr]
         assert store.get_cell(COMPLETED).autorl_version is None  # type: ignore[union-attr]
     assert autorl_version().startswith("0.")
@@ -307,3 +330,19 @@ def test_the_scheduler_registers_the_cell_config(config: Any) -> None:
         '{"budget": {"seconds": 60}, "tags": ["a", "b"], "task": {"data_dir": "/data", "name": "gsm8k", '
         '"source": "fixture"}}'
     )
+
+
+def test_old_rows_are_filed_under_their_attempt_and_a_new_attempt_keeps_them(old_store: Path) -> None:
+    old_cells = {r["cell_id"]: dict(r) for r in _raw(old_store, "SELECT * FROM cells")}
+    old_subs = int(_raw(old_store, "SELECT COUNT(*) FROM submissions WHERE cell_id = ?", CANCELLED)[0][0])
+    with RecordStore(old_store) as store:
+        # One attempt row per cell that ran, from the cell's own fields.
+        for cell_id, row in old_cells.items():
+            (attempt,) = store.list_attempts(cell_id)
+            assert (attempt.attempt, attempt.status, attempt.error) == (max(row["attempts"], 1), row["status"], row["error"])
+        old = store.get_cell(CANCELLED)
+        assert old is not None
+        store.start_attempt(dataclasses.replace(old, status="pending", attempts=old.attempts + 1))
+        assert store.list_submissions(CANCELLED) == []  # the new attempt starts with nothing
+        assert len(store.list_submissions(CANCELLED, old.attempts)) == old_subs  # the old one is kept
+        assert [a.status for a in store.list_attempts(CANCELLED)] == ["cancelled", "pending"]

