@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_kit.protocol import ChatMessage, cut_at_stop
+from autorl.engine.base import chat_prompts
 from autorl.engine.hf_prefix import PrefixCache, supports_prefix_cache
 from autorl.engine.hf_stop import StopOnStrings
 from autorl.engine.hf_swap import load_into, model_signature, read_safetensors
@@ -130,9 +131,7 @@ class HFEngine:
         self, conversations: list[list[ChatMessage]], *, max_new_tokens: int, stop: list[str] | None = None
     ) -> list[str]:
         """Generate the assistant reply of each conversation with the model's chat template."""
-        prompts = [
-            str(self.tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)) for c in conversations
-        ]
+        prompts = chat_prompts(self.tokenizer, conversations)
         return self.generate_text(prompts, max_new_tokens=max_new_tokens, stop=stop, add_special_tokens=False)
 
     def generate_text(

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_kit.protocol import ChatMessage, cut_at_stop
+from autorl.engine.base import chat_prompts
 from autorl.engine.hf import ADAPTER_CONFIG, _load_tokenizer, _require_base
 from autorl.errors import AutorlError
 
@@ -206,9 +207,7 @@ class VLLMEngine:
         self, conversations: list[list[ChatMessage]], *, max_new_tokens: int, stop: list[str] | None = None
     ) -> list[str]:
         """Generate the assistant reply of each conversation with the model's chat template (as HFEngine does)."""
-        prompts = [
-            str(self.tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)) for c in conversations
-        ]
+        prompts = chat_prompts(self.tokenizer, conversations)
         return self.generate_text(prompts, max_new_tokens=max_new_tokens, stop=stop, add_special_tokens=False)
 
     def generate_text(
