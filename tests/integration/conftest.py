@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.procs import free_port, stop_processes_mentioning
 
 # Small enough for CI on 2 cores, big enough that SFT on the fixture clearly beats the baseline.
 FAST_AGENT = ["agent.sft.steps=60", "agent.grpo.steps=4", "budget.seconds=400"]
@@ -60,26 +59,6 @@ def query(db: Path, sql: str, *params: object) -> list[tuple[object, ...]]:
         return list(conn.execute(sql, params))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _pids_matching(fragments: list[str]) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="ignore")
-        except OSError:
-            continue
-        if any(fragment in args for fragment in fragments):
-            pids.append(int(proc.name))
-    return pids
-
-
 @pytest.fixture()
 def external_ray_head() -> Iterator[str]:
     """A Ray head started with `ray start` (token auth on, as Ray 2.60 does); yields its address.
@@ -87,24 +66,17 @@ def external_ray_head() -> Iterator[str]:
     Stopped by PID afterwards (never `ray stop`, which would stop other clusters on the machine).
     """
     temp_dir = tempfile.mkdtemp(prefix="arh-", dir="/tmp")
-    port, client_port = _free_port(), _free_port()
+    port, client_port = free_port(), free_port()
     ray_cli = str(Path(sys.executable).parent / "ray")
     env = dict(os.environ) | {"RAY_USAGE_STATS_ENABLED": "0"}
     subprocess.run(
         [ray_cli, "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}", "--num-cpus=2",
          "--include-dashboard=false", "--disable-usage-stats", f"--ray-client-server-port={client_port}",
-         f"--dashboard-agent-listen-port={_free_port()}"],
+         f"--dashboard-agent-listen-port={free_port()}"],
         env=env, check=True, capture_output=True, timeout=120,
     )
     try:
         yield f"127.0.0.1:{port}"
     finally:
-        fragments = [temp_dir, f"--port={client_port}"]
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in _pids_matching(fragments):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            time.sleep(3)
+        stop_processes_mentioning(temp_dir, f"--port={client_port}")
         shutil.rmtree(temp_dir, ignore_errors=True)

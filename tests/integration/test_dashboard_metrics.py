@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -12,23 +11,19 @@ import pytest
 import ray
 
 from autorl.actors.grader_pool import GraderPool
-from autorl.schema import GraderConfig
 from autorl.actors.recorder import Recorder
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget
 from autorl.records.types import CellRecord, SubmissionRecord
+from autorl.schema import GraderConfig
 from autorl.tracking.metrics import metric_names
+from tests.helpers.procs import free_port
 
 pytestmark = pytest.mark.integration
 TARGET = EvalTarget("gsm8k", 1, "fixture", 0, {"train_size": 20, "eval_size": 8}, {"num_shots": 0, "max_new_tokens": 4})
 TAGS = 'agent="scripted",driver="none",task="gsm8k"'
 
 
-def _free_port() -> int:
-    # An OS-assigned ephemeral port (32768+), outside Ray's worker range 10002-19999.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _value(text: str, name: str, labels: str = "") -> float | None:
@@ -41,7 +36,7 @@ def _value(text: str, name: str, labels: str = "") -> float | None:
 
 def test_recorder_and_grader_pool_export_dashboard_metrics(tmp_path: Path, ray_tmp: Path, cache_dir: Path,
                                                            tiny_model_dir: Path) -> None:
-    port = _free_port()
+    port = free_port()
     ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=str(ray_tmp), log_to_driver=False,
              # Report every second, so that the gauge refresher below runs often.
              _metrics_export_port=port, _system_config={"metrics_report_interval_ms": 1000})

@@ -7,7 +7,6 @@ Cells run the fast ``command`` agent on the GSM8K fixture.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import os
 import re
@@ -23,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import _free_port, _pids_matching, query, sweep_env
+from tests.helpers.procs import free_port, stop_processes_mentioning
+from tests.integration.conftest import query, sweep_env
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,27 +39,22 @@ def jobs_head(cache_dir: Path) -> Iterator[str]:
     the reparented Ray client server (never `ray stop`, which stops every Ray on the machine).
     """
     temp_dir = tempfile.mkdtemp(prefix="arj-", dir="/tmp")
-    port, client_port, dashboard_port = _free_port(), _free_port(), _free_port()
+    port, client_port, dashboard_port = free_port(), free_port(), free_port()
     venv_bin = str(Path(sys.executable).parent)
     toolchain = os.environ.get("AUTORL_TOOLCHAIN_DIR", str(ROOT / ".cache" / "toolchain"))
     env = sweep_env(cache_dir) | {"PATH": f"{venv_bin}:{os.environ['PATH']}", "AUTORL_TOOLCHAIN_DIR": toolchain}
     subprocess.run(
         [f"{venv_bin}/ray", "start", "--head", f"--port={port}", f"--temp-dir={temp_dir}", "--num-cpus=2",
          "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}", "--include-dashboard=true",
-         "--disable-usage-stats", f"--ray-client-server-port={client_port}", f"--dashboard-agent-listen-port={_free_port()}",
-         f"--metrics-export-port={_free_port()}"],
+         "--disable-usage-stats", f"--ray-client-server-port={client_port}", f"--dashboard-agent-listen-port={free_port()}",
+         f"--metrics-export-port={free_port()}"],
         env=env, check=True, capture_output=True, timeout=180,
     )
     try:
         yield f"http://127.0.0.1:{dashboard_port}"
     finally:
-        fragments = [temp_dir, f"--port={client_port}"]
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in _pids_matching(fragments):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            time.sleep(3)
-        assert not _pids_matching(fragments), "Ray processes of the test's head are still running"
+        left = stop_processes_mentioning(temp_dir, f"--port={client_port}")
+        assert not left, "Ray processes of the test's head are still running"
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

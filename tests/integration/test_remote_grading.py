@@ -34,7 +34,7 @@ from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget, score_model
 from autorl.grading.transfer import DigestCache, ModelPublisher, manifest_of
 from autorl.schema import GraderConfig
-from tests.helpers.procs import processes_mentioning
+from tests.helpers.procs import free_port, processes_mentioning
 
 pytestmark = [
     pytest.mark.integration,
@@ -53,12 +53,6 @@ class TwoNodes:
     grader_node: str
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +71,7 @@ def two_nodes() -> Iterator[TwoNodes]:
             f"mount -t tmpfs -o size=1m autorl-private {sweep} && exec {ray_cli} start --block "
             f"--address={ray.get_runtime_context().gcs_address} --num-cpus=1 --num-gpus=0 "
             f"--resources='{json.dumps({GRADER_NODE: 1})}' --temp-dir={node_tmp} --disable-usage-stats "
-            f"--dashboard-agent-listen-port={_free_port()}"
+            f"--dashboard-agent-listen-port={free_port()}"
         )
         node = subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
