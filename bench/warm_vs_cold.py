@@ -161,6 +161,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--submissions", type=int, default=6, help="perturbed full models (plus one LoRA adapter)")
     parser.add_argument("--no-lora", action="store_true")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--engine-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="override an option of conf/engine/<engine>.yaml (YAML value), e.g. lora_mode=request")
     parser.add_argument("--cells", type=int, default=0, help="also measure throughput with this many cells submitting")
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "autorl"))
     parser.add_argument("--threads", type=int, default=2)
@@ -168,6 +170,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     import torch
+    import yaml
 
     from autorl.engine import resolve_engine
     from autorl.grading.scoring import EvalTarget
@@ -177,6 +180,11 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(args.threads)
     name = resolve_engine(args.engine)
     options = engine_options(name)
+    for item in args.engine_option:
+        key, sep, value = item.partition("=")
+        if not sep or key not in options:
+            parser.error(f"--engine-option {item!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(options))}")
+        options[key] = yaml.safe_load(value)
     cache = Path(args.cache_dir)
     spec = get_task(args.task)
     build = dict(task_options(spec, "fixture").build) | {"eval_size": args.eval_size}

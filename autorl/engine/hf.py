@@ -146,7 +146,7 @@ class HFEngine:
             rows = self._token_ids(prompts[start : start + self.batch_size], add_special_tokens, max_new_tokens)
             pad_id = int(self.tokenizer.pad_token_id)
             if self.prefix is not None:
-                inputs, width = self.prefix.prepare(rows, pad_id)
+                inputs, width = self.prefix.prepare(rows, pad_id, max_new_tokens)
             else:
                 inputs, width = _left_padded(rows, pad_id, self.device)
             criteria = StoppingCriteriaList([StopOnStrings(self.tokenizer, stop, width)]) if stop else None

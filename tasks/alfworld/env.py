@@ -21,34 +21,7 @@ from typing import Any
 from autorl.envs.base import EnvData, EnvError, EpisodeSpec, StepResult, split_of
 from autorl.tasks import require_options
 
-
-def _memoize_textworld_parsers() -> None:
-    """Cache TextWorld's grammar and query parsing (same strings, same parse trees).
-
-    TextWorld's PDDL backend re-parses every command template and grammar condition with TatSu
-    on every step (about 0.3 s per ALFWorld step on a CPU); the parse depends only on the string,
-    so a cache with a deep copy per use (derivation mutates the symbols) gives the same text
-    about 20x faster.
-    """
-    import copy
-
-    import textworld.envs.pddl.textgen as textgen
-    import textworld.logic as logic
-
-    for module in (textgen, logic):
-        original = module._parse_and_convert
-        if getattr(original, "_autorl_memoized", False):
-            continue
-        cache: dict[tuple[Any, ...], Any] = {}
-
-        def cached(*args: Any, _original: Any = original, _cache: dict[tuple[Any, ...], Any] = cache, **kwargs: Any) -> Any:
-            key = (args, tuple(sorted((k, v) for k, v in kwargs.items() if k != "trace")))
-            if key not in _cache:
-                _cache[key] = _original(*args, **kwargs)
-            return copy.deepcopy(_cache[key])
-
-        cached._autorl_memoized = True  # type: ignore[attr-defined]
-        module._parse_and_convert = cached
+from . import tw_speedups
 
 
 def load_episodes(folder: Path) -> dict[str, dict[str, Any]]:
@@ -110,7 +83,7 @@ class AlfworldEnv:
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
         options = require_options(__package__, "eval", episode.source.env_options, error=EnvError)
-        _memoize_textworld_parsers()
+        tw_speedups.install()
         row, folder = self._row(episode, data)
         game_file = Path(row["game"]) if Path(row["game"]).is_absolute() else folder / row["game"]
         if not game_file.is_file():
@@ -118,8 +91,10 @@ class AlfworldEnv:
         self.close()
         expert = split_of(episode.episode_id) == "train"
         infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=expert, extras=["gamefile"])
-        self._game = textworld.start(str(game_file), request_infos=infos, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
-        state = self._game.reset()
+        with tw_speedups.translate_once():  # the load and the reset translate the same PDDL problem
+            self._game = textworld.start(str(game_file), request_infos=infos,
+                                         wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
+            state = self._game.reset()
         self._state = {"steps": 0, "won": False, "expert": expert, "task": row["task"],
                        "max_steps": int(options["max_steps"])}
         return self._result(clean_reset_text(state["feedback"]), state, done=False)

@@ -127,3 +127,23 @@ def test_swap_gives_a_fresh_engines_texts(models: dict[str, Path]) -> None:
 
     with pytest.raises(AdapterBaseMissing):
         engine.swap(models["adapter"])
+
+
+def test_reserved_cache_layers_hold_what_dynamic_layers_hold() -> None:
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    from autorl.engine.hf_prefix import _reserved_layer_class
+
+    reserved, dynamic = _reserved_layer_class()(spare=2), DynamicLayer()
+    generator, rows = torch.Generator().manual_seed(0), 3
+    for step, width in enumerate([5, 1, 1, 1, 3, 1]):  # a prefill, decode steps, then more than the spare room
+        keys = torch.randn(rows, 2, width, 4, generator=generator)
+        values = torch.randn(rows, 2, width, 4, generator=generator)
+        got, want = reserved.update(keys, values), dynamic.update(keys, values)
+        assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True)), step
+        if step == 3:  # replaced from outside (as generate's crop / batch selection do): continued from there
+            reserved.batch_select_indices(torch.tensor([0, 2]))
+            dynamic.batch_select_indices(torch.tensor([0, 2]))
+            rows = 2
+    assert reserved.get_seq_length() == dynamic.get_seq_length() == 12

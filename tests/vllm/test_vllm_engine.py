@@ -72,16 +72,28 @@ def test_swap_reloads_weights_in_place_as_a_fresh_engine(warm: Any, models: dict
     assert _children() == []  # in-process engines leave no process behind
 
 
+@pytest.mark.parametrize("lora_mode", ["merge", "request"])
 def test_lora_adapter_scores_what_its_merged_model_scores(warm: Any, models: dict[str, Path], cache_dir: Path,
-                                                           hf_texts: Any, generate: Any, target: Any) -> None:
-    adapter = score_model(target, models["adapter"], cache_dir, batch_size=BATCH, engine="vllm", warm=warm,
-                          base_dir=models["base"])
-    engine = warm.get("vllm", models["adapter"], models["base"], BATCH)
-    lora_texts = generate(engine)
-    merged = score_model(target, models["merged"], cache_dir, batch_size=BATCH, engine="vllm", warm=warm)
+                                                           hf_texts: Any, generate: Any, target: Any,
+                                                           options: dict[str, Any], lora_mode: str) -> None:
+    from autorl.engine.warm import WarmEngines
+
+    warm.close()  # one in-process engine at a time; the next test builds the session's again
+    engines = WarmEngines({"vllm": options | {"lora_mode": lora_mode}})
+    try:
+        engines.get("vllm", models["base"], None, BATCH)  # the grader's base engine; the adapter is swapped in
+        adapter = score_model(target, models["adapter"], cache_dir, batch_size=BATCH, engine="vllm", warm=engines,
+                              base_dir=models["base"])
+        engine = engines.get("vllm", models["adapter"], models["base"], BATCH)
+        assert (engines.builds, engine.merge_adapters) == (1, lora_mode == "merge")
+        lora_texts = generate(engine)
+        merged = score_model(target, models["merged"], cache_dir, batch_size=BATCH, engine="vllm", warm=engines)
+        assert engines.builds == 1  # adapter and merged model both swapped into the base's engine
+    finally:
+        engines.close()
     assert adapter.error is None and merged.error is None
     assert (adapter.score, adapter.details) == (merged.score, merged.details)
-    assert lora_texts == hf_texts(models["merged"])  # LoRARequest on the base generates the merged model's texts
+    assert lora_texts == hf_texts(models["merged"])  # served on the base, the adapter generates the merged model's texts
     assert lora_texts != hf_texts(models["base"])  # the adapter was applied
 
 
