@@ -109,9 +109,11 @@ def _init(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
     if env_vars := runtime_env_vars():
         common["runtime_env"] = {"env_vars": env_vars}
     if cluster_cfg.address:
+        from ray.exceptions import AuthenticationError
+
         try:
             ray.init(address=cluster_cfg.address, **common)
-        except (ConnectionError, RuntimeError) as error:
+        except (ConnectionError, RuntimeError, AuthenticationError) as error:  # a wrong token is AuthenticationError
             raise PrerequisiteError(
                 f"cannot join the Ray cluster at {cluster_cfg.address}: {str(error).splitlines()[0]}. "
                 "Check the address (host:port of the head's GCS, or 'auto'), and that cluster.auth_mode and "

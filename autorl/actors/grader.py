@@ -84,6 +84,10 @@ class Grader:
         """What this grader's fetcher did: models used in place, downloaded, or reused from its cache."""
         return dataclasses.asdict(self.models.stats)
 
+    def node_id(self) -> str:
+        """The Ray node this grader runs on (the pool sends it the submissions already on that node)."""
+        return this_node()
+
     def ping(self) -> bool:
         """Liveness check."""
         return True

@@ -1,6 +1,7 @@
 """GraderPool: the supervisor of the sweep's Grader actors (Ray's tree-of-actors pattern).
 
-It routes each scoring request to the least-loaded grader, replaces a grader that died and
+It routes each scoring request to the least-loaded grader (of those, one on the node that holds
+the submission, which then reads it in place instead of fetching it), replaces a grader that died and
 retries its request (an infrastructure failure, never the agent's), caches baselines and
 submission scores in the record store, and reports its queue depth.
 """
@@ -29,6 +30,19 @@ logger = logging.getLogger(__name__)
 _MAX_ATTEMPTS = 3
 
 
+def pick_grader(in_flight: list[int], nodes: list[str | None], source: str | None) -> int:
+    """The grader for the next request: the least loaded, and among those one on ``source``'s node.
+
+    >>> pick_grader([1, 0, 0], ["a", "b", "c"], "c")  # idle graders first, then the submission's node
+    2
+    >>> pick_grader([0, 1], ["a", "b"], "b")  # a busy grader on the node does not beat an idle one
+    0
+    >>> pick_grader([0, 0], [None, None], None)
+    0
+    """
+    return min(range(len(in_flight)), key=lambda i: (in_flight[i], source is None or nodes[i] != source))
+
+
 class BaselineError(AutorlError):
     """The base model could not be scored; a cell must not start with a made-up baseline."""
 
@@ -43,6 +57,7 @@ class GraderPool:
         self.recorder = recorder
         self.workers = [self._start_grader() for _ in range(grader_cfg.replicas)]
         self.in_flight = [0] * len(self.workers)
+        self.nodes: list[str | None] = [None] * len(self.workers)  # each grader's node, asked on first need
         # Each grader's busy time over the time the queue was non-empty (dashboard and report).
         self.busy = BusyClock(len(self.workers))
         self.key_locks: dict[str, asyncio.Lock] = {}
@@ -62,8 +77,11 @@ class GraderPool:
     async def _run_on_grader(
         self, target: EvalTarget, model_dir: ModelRef | str, base_dir: ModelRef | str | None = None
     ) -> ScoreOutcome:
+        source = model_dir.node_id if isinstance(model_dir, ModelRef) else None
         for attempt in range(1, _MAX_ATTEMPTS + 1):
-            index = min(range(len(self.workers)), key=self.in_flight.__getitem__)
+            if source is not None:
+                await self._learn_nodes()
+            index = pick_grader(self.in_flight, self.nodes, source)
             self.in_flight[index] += 1
             self.busy.begin(index)
             dashboard.set_queue_depth(self.queue_depth())
@@ -76,6 +94,7 @@ class GraderPool:
                 # CPUs/GPUs next to its replacement for the rest of the sweep.
                 ray.kill(self.workers[index], no_restart=True)
                 self.workers[index] = self._start_grader()
+                self.nodes[index] = None
                 self.busy.replaced(index)
             finally:
                 self.in_flight[index] -= 1
@@ -83,6 +102,14 @@ class GraderPool:
                 dashboard.grading_done(target.task_id, time.monotonic() - started, self.queue_depth())
                 dashboard.set_grader_busy(self.busy.fractions())
         raise AutorlError(f"grading failed {_MAX_ATTEMPTS} times because graders kept dying")
+
+    async def _learn_nodes(self) -> None:
+        """Ask the graders whose node is not known yet (new or replaced ones) where they run."""
+        unknown = [i for i, node in enumerate(self.nodes) if node is None]
+        answers = await asyncio.gather(*(self.workers[i].node_id.remote() for i in unknown), return_exceptions=True)
+        for i, answer in zip(unknown, answers, strict=True):
+            if isinstance(answer, str):  # a grader that is down is asked again next time
+                self.nodes[i] = answer
 
     async def baseline(self, target: EvalTarget, model_dir: ModelRef | str, weights_hash: str) -> float:
         """The base model's score on ``target``, computed once per key and cached in the store.
