@@ -40,7 +40,17 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 def _handler(socket_path: str):  # type: ignore[no-untyped-def]  # asyncio's callback type
+    # asyncio holds a connection's handler task only while the client is connected (Python 3.11's
+    # StreamReaderProtocol drops it in connection_lost): a client that hangs up while its request is
+    # still being served left the task unreferenced, garbage-collected mid-flight ("Task was destroyed
+    # but it is pending!") with its upstream connection never closed. Held here until it ends.
+    running: set[asyncio.Task[None]] = set()
+
     async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            running.add(task)
+            task.add_done_callback(running.discard)
         try:
             upstream_reader, upstream_writer = await asyncio.open_unix_connection(socket_path)
         except OSError:

@@ -130,6 +130,49 @@ def test_forwarder_serves_a_unix_socket_at_a_loopback_port(tmp_path: Path) -> No
     assert done.stdout.strip() == "POST /submit"
 
 
+def test_forwarder_finishes_a_request_whose_client_hung_up(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A client that closes while its request is still served: the forwarder still relays, then closes
+    (before the fix the connection's task was garbage-collected mid-flight and the upstream left open)."""
+    import asyncio
+    import gc
+
+    async def scenario() -> bool:
+        request_seen = asyncio.Event()
+        upstream_eof = asyncio.Event()
+
+        async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readexactly(5)
+            request_seen.set()
+            await asyncio.sleep(0.3)  # still serving when the client hangs up
+            writer.write(b"reply")
+            await writer.drain()
+            if await reader.read() == b"":  # the forwarder closed its side
+                upstream_eof.set()
+            writer.close()
+
+        api = await asyncio.start_unix_server(upstream, str(tmp_path / "api.sock"))
+        relay = await asyncio.start_server(forward._handler(str(tmp_path / "api.sock")), "127.0.0.1", 0)
+        port = relay.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"hello")
+        await writer.drain()
+        await request_seen.wait()
+        writer.close()  # hang up before the reply
+        for _ in range(10):
+            gc.collect()
+            await asyncio.sleep(0.05)
+        await asyncio.wait_for(upstream_eof.wait(), timeout=10)
+        relay.close()
+        api.close()
+        return upstream_eof.is_set()
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        closed = asyncio.run(scenario())
+        gc.collect()
+    assert closed
+    assert not [r for r in caplog.records if "destroyed but it is pending" in r.getMessage()]
+
+
 def test_forwarder_returns_the_command_exit_status(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-I", "-S", forward.__file__, "--", sys.executable, "-c", "raise SystemExit(3)"],
                           capture_output=True, text=True, timeout=60, check=False)
