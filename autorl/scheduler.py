@@ -65,6 +65,20 @@ class _Attempt:
     actor: Any = None
     run_ref: Any = None
     ready_ref: Any = field(default=None)
+    told: bool = False  # the user was told what this unplaced attempt waits for
+
+
+_TELL_UNPLACED_AFTER_S = 30.0  # a cell unplaced this long while nothing of the sweep runs: say why
+
+
+def _unplaced_note(cell: CellSpec, waited: float, timeout: float) -> str:
+    """What an unplaced cell waits for, and what the cluster has free and in all."""
+    bundle = _bundle(cell)
+    free, total = ray.available_resources(), ray.cluster_resources()
+    have = ", ".join(f"{key} {free.get(key, 0):g} free of {total.get(key, 0):g}" for key in bundle)
+    return (f"cell {cell.cell_id} has waited {waited:.0f} s for {bundle} while no cell runs ({have}; the grader "
+            f"and env pools hold the rest): it fails after scheduler.placement_timeout_s={timeout:g} s unless "
+            "resources free up; lower cell.cpus/cell.gpus or grader.cpus, or add nodes")
 
 
 def _bundle(cell: CellSpec) -> dict[str, float]:
@@ -210,6 +224,10 @@ class SweepRunner:
             for waiting in (a for a in active if a.run_ref is None):
                 waiting.placed_at = now
         for attempt in active:
+            waited = time.time() - attempt.placed_at
+            if attempt.run_ref is None and not attempt.told and waited > min(_TELL_UNPLACED_AFTER_S, timeout / 2):
+                attempt.told = True
+                self.board.note(_unplaced_note(attempt.cell, waited, timeout))
             if attempt.run_ref is None and attempt.ready_ref in done:
                 self._start(attempt)
             elif (attempt.run_ref is None and time.time() - attempt.placed_at > timeout) or (
