@@ -24,9 +24,6 @@ import torch
 
 BLOCK = 16  # prefixes are indexed at every multiple of this many tokens
 
-# A prompt's key/values, one tensor: [layers, 2 (keys, values), heads, tokens, head_dim], so that a row
-# is copied into or out of a batch with one operation, not one per layer.
-
 
 def supports_prefix_cache(config: Any) -> bool:
     """Whether the model's layers are all full attention (no sliding window, no recurrent state)."""
@@ -126,6 +123,8 @@ def _row_kv(cache: Any, row: int, start: int, end: int) -> torch.Tensor:
 @dataclass
 class _Entry:
     ids: torch.Tensor  # 1-D token ids whose key/values are kept
+    # Their key/values in one tensor, [layers, 2 (keys, values), heads, tokens, head_dim]: a row is
+    # copied into or out of a batch with one operation, not one per layer.
     kv: torch.Tensor
 
     @property
