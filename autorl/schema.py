@@ -445,6 +445,23 @@ class GradingApiConfig:
     max_body_bytes: int = setting("largest request body accepted")
 
 
+class FeedbackSplit(StrEnum):
+    """Which split the scores an agent sees come from (SPEC §2)."""
+
+    test = "test"  # the test split (the reference's way): the cell's score is selected on the split it reports
+    dev = "dev"  # a dev split carved from data the agent is not given; test scores only after the cell ends
+
+
+@dataclass
+class GradingConfig:
+    """How submissions are scored (SPEC §2)."""
+
+    feedback: FeedbackSplit = setting(
+        "test: agents see test scores (the reference's way); dev: agents see scores on a held-out dev split, "
+        "and every submission is scored on the test split after the cell ends"
+    )
+
+
 @dataclass
 class WandbConfig:
     """One W&B run per cell (group = sweep id) and a comparison table per sweep."""
@@ -552,6 +569,7 @@ class RunConfig:
     grader: GraderConfig = setting("the grader pool")
     storage: StorageConfig = setting("how submissions travel to graders on other nodes")
     grading_api: GradingApiConfig = setting("each cell's grading API")
+    grading: GradingConfig = setting("which split the agent's scores come from")
     tracking: TrackingConfig = setting("W&B and the HTML report")
     integrity: IntegrityConfig = setting("model identity, contamination and the integrity judge")
 

@@ -27,6 +27,7 @@ from autorl.agents.session import TRACE_FILE, DriverSession
 from autorl.config import CellSpec, resolve_cache_dir
 from autorl.envs.training import training_envs
 from autorl.grading.api import GradingServer, create_app
+from autorl.grading.heldout import check_dev_split, dev_target, score_on_test
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget, ScoreOutcome, target_from_config
 from autorl.grading.service import CellGradingContext, Scorer, SubmissionService
@@ -128,9 +129,20 @@ class Workspace:
         publisher = ModelPublisher(this_node(), cfg.storage.root)
         base_ref = publisher.base(base_dir, base_hash)
         baseline = float(ray.get(self.pool.baseline.remote(target, base_ref, base_hash)))
+        # The split the agent's scores come from (SPEC §2): the test split, or a dev split built with another seed.
+        feedback = str(cfg.grading.feedback)
+        feedback_target, feedback_baseline = target, baseline
+        if feedback == "dev":
+            feedback_target = dev_target(target)
+            dev_data = build_task_data(spec, feedback_target.source, cache_dir / "tasks", seed=feedback_target.seed,
+                                       options=feedback_target.build_options)
+            check_dev_split(spec.id, target.source, data.private_dir, dev_data.private_dir)
+            feedback_baseline = float(ray.get(self.pool.baseline.remote(feedback_target, base_ref, base_hash)))
         ray.get(
             self.recorder.set_cell_status.remote(
-                self.cell.cell_id, "running", {"baseline": baseline, "task_source": target.source}
+                self.cell.cell_id, "running",
+                {"baseline": baseline, "task_source": target.source, "feedback": feedback,
+                 "feedback_baseline": feedback_baseline},
             )
         )
 
@@ -138,7 +150,7 @@ class Workspace:
             self.cell_dir, public_dir=data.public_dir, description_md=spec.description_md,
             base_model_dir=base_dir, model_name=self.cell.model,
         )
-        write_instructions(paths, budget_s=self.cell.budget_s, baseline=baseline, model_name=self.cell.model,
+        write_instructions(paths, budget_s=self.cell.budget_s, baseline=feedback_baseline, model_name=self.cell.model,
                            eval_settings={"source": target.source, **target.eval_options})
         run_meta = RunMeta(paths.run_meta, self.cell.budget_s, self.cell_dir)
         # Sealed (sandbox.mode=bwrap): the agent runs in its own sandbox and cgroup, and reaches this
@@ -151,11 +163,11 @@ class Workspace:
         )
 
         ctx = CellGradingContext(
-            self.cell.cell_id, paths.root, base_hash, baseline, cfg.grader.max_queued_per_cell,
-            base_model_dir=base_dir, allow_substitution=cfg.integrity.allow_substitution,
+            self.cell.cell_id, paths.root, base_hash, feedback_baseline, cfg.grader.max_queued_per_cell,
+            base_model_dir=base_dir, allow_substitution=cfg.integrity.allow_substitution, feedback=feedback,
         )
         service = SubmissionService(
-            ctx, pool_scorer(self.pool, target, publisher, base_ref), self.sink, run_meta,
+            ctx, pool_scorer(self.pool, feedback_target, publisher, base_ref), self.sink, run_meta,
             self.cell_dir / "grader_copies", revisions.snapshot,
         )
         token = secrets.token_urlsafe(32)
@@ -181,8 +193,10 @@ class Workspace:
             service.drain(_DRAIN_TIMEOUT_S)
         finally:
             server.stop()
-            service.close()
+            service.close(timeout=_DRAIN_TIMEOUT_S)
             seal.close()
+        if feedback == "dev":  # the agent has stopped: now its submissions get their test scores
+            score_on_test(service, pool_scorer(self.pool, target, publisher, base_ref), baseline)
         revisions.snapshot("end of run")
         run_meta.update(end_time=time.time())
         # After the agent: it can no longer change what is scanned. This actor holds the private split.
@@ -208,6 +222,8 @@ class Workspace:
             "duration_s": duration,
             "working_time_s": max(0.0, agent_exit.duration_s - service.queue_wait_s()),
             "baseline": baseline,
+            "feedback": feedback,
+            "feedback_baseline": feedback_baseline,
             **integrity,
             **self.driver_usage,  # gateway-side tokens_in, tokens_out, cost_usd (agents with a driver)
         }

@@ -101,6 +101,9 @@ class CellGradingContext:
         base_model_dir: The grader's copy of the base model; every submission is compared with it
             (:mod:`autorl.grading.identity`). None: no identity checks (flags and distances stay None).
         allow_substitution: ``integrity.allow_substitution``: flagged submissions may be the best.
+        feedback: ``grading.feedback``: the split ``scorer`` and ``baseline`` are of. ``test``: a
+            submission's score is also its test score; ``dev``: its test score comes after the cell
+            ends (:mod:`autorl.grading.heldout`), so scored snapshots are kept until then.
     """
 
     cell_id: str
@@ -110,6 +113,7 @@ class CellGradingContext:
     max_queued: int
     base_model_dir: Path | None = None
     allow_substitution: bool = False
+    feedback: str = "test"
 
 
 @dataclass
@@ -195,7 +199,8 @@ class SubmissionService:
             if record is None:
                 return None
             summary = summarize_submissions(
-                list(self._records.values()), self.ctx.baseline, allow_flagged=self.ctx.allow_substitution
+                list(self._records.values()), self.ctx.baseline, allow_flagged=self.ctx.allow_substitution,
+                feedback=self.ctx.feedback,
             )
             total = len(self._records)
         body: dict[str, Any] = {
@@ -205,7 +210,8 @@ class SubmissionService:
             "score": record.score,
             "baseline_score": self.ctx.baseline,
             "improvement": record.improvement,
-            "best": {"submission_id": summary["best_submission_id"], "score": summary["best_score"]},
+            # Feedback scores only: with dev feedback a test score must never reach the agent.
+            "best": {"submission_id": summary["best_submission_id"], "score": summary["best_feedback_score"]},
             "total_submissions": total,
         }
         if record.error:
@@ -238,9 +244,20 @@ class SubmissionService:
             time.sleep(0.2)
         return not self.queued()
 
-    def close(self) -> None:
-        """Stop the worker thread after the submissions already queued."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the worker thread after the submissions already queued; wait up to ``timeout`` for it."""
         self._queue.put(None)
+        if timeout is not None:
+            self._worker.join(timeout)
+
+    def records(self) -> list[SubmissionRecord]:
+        """This cell's submission records, in submission order."""
+        with self._lock:
+            return [self._records[i] for i in sorted(self._records)]
+
+    def update(self, record: SubmissionRecord) -> None:
+        """Replace a final record (e.g. with its test score) and store it."""
+        self._store(record)
 
     # ---- worker -------------------------------------------------------------------------------
 
@@ -262,6 +279,7 @@ class SubmissionService:
         # agent rewrites output/ meanwhile; the copy also gets the tokenizer quirk fixed.
         snapshot = self.snapshot_root / str(record.submission_id)
         shutil.rmtree(snapshot, ignore_errors=True)
+        result: SubmissionRecord | None = None
         try:
             normalize_tokenizer_config(pending.model_dir, snapshot)
             files = check_loadable_model(snapshot)
@@ -271,11 +289,14 @@ class SubmissionService:
                 config = json.loads((snapshot / ADAPTER_CONFIG).read_text(encoding="utf-8"))
                 digest = adapter_digest(digest, config, self.ctx.base_weights_hash)
             identity = self._identity(snapshot, files)
-            return self._score_snapshot(record, snapshot, digest, identity)
+            result = self._score_snapshot(record, snapshot, digest, identity)
+            return result
         except (CorruptWeightsError, SubmissionRejected, OSError) as error:
             return replace(record, status="invalid", error=str(error), finished_at=time.time())
         finally:
-            shutil.rmtree(snapshot, ignore_errors=True)
+            # With dev feedback a scored snapshot waits for its test score (autorl.grading.heldout).
+            if not (self.ctx.feedback == "dev" and result is not None and result.status in ("scored", "duplicate")):
+                shutil.rmtree(snapshot, ignore_errors=True)
 
     def _identity(self, snapshot: Path, files: ModelFiles) -> IdentityReport | None:
         """The snapshot's identity checks against the cell's base; None when the cell has no base dir."""
@@ -319,6 +340,7 @@ class SubmissionService:
             record,
             status=status,
             score=score,
+            test_score=score if self.ctx.feedback == "test" else None,
             improvement=round(score - self.ctx.baseline, 6),
             details_json=json.dumps(details),
             finished_at=time.time(),

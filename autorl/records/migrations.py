@@ -344,6 +344,26 @@ def _attempts(conn: sqlite3.Connection) -> None:
     )
 
 
+def _feedback(conn: sqlite3.Connection) -> None:
+    """Version 7: a held-out test split (``grading.feedback``, SPEC §2).
+
+    ``submissions.test_score`` is a submission's test score; every earlier submission was scored
+    on the test split only, so it is its ``score``. ``cells.feedback`` (``test`` or ``dev``; NULL:
+    test), ``cells.feedback_baseline`` (the base model on the feedback split),
+    ``cells.best_feedback_score`` (the best's feedback score) and ``cells.best_on_test`` (the
+    highest test score of any counting submission) are filled in for earlier cells as what test
+    feedback gave: the feedback split was the test split.
+    """
+    conn.execute("ALTER TABLE submissions ADD COLUMN test_score REAL")
+    conn.execute("UPDATE submissions SET test_score = score")
+    for column in ("feedback TEXT", "feedback_baseline REAL", "best_feedback_score REAL", "best_on_test REAL"):
+        conn.execute(f"ALTER TABLE cells ADD COLUMN {column}")
+    conn.execute(
+        "UPDATE cells SET feedback = 'test', feedback_baseline = baseline, best_feedback_score = best_score, "
+        "best_on_test = best_score"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial", _initial),
     Migration(2, "v1_late_tables", _v1_late_tables),
@@ -351,6 +371,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "cell_sandbox", _cell_sandbox),
     Migration(5, "integrity", _integrity),
     Migration(6, "attempts", _attempts),
+    Migration(7, "feedback", _feedback),
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

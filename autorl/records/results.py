@@ -65,49 +65,77 @@ def allows_substitution(cell: CellRecord) -> bool:
     return bool(integrity.get("allow_substitution", False))
 
 
+def feedback_split(cell: CellRecord) -> str:
+    """The split the cell's agent got its scores from (``grading.feedback``): ``test`` or ``dev``.
+
+    Cells from before the setting existed ran with test feedback.
+    """
+    if cell.feedback:
+        return cell.feedback
+    grading = json.loads(cell.config_json or "{}").get("grading") or {}
+    return str(grading.get("feedback") or "test")
+
+
 def summarize_cell(cell: CellRecord, subs: list[SubmissionRecord]) -> dict[str, Any]:
-    """:func:`summarize_submissions` with the cell's own baseline and ``allow_substitution``."""
-    return summarize_submissions(subs, cell.baseline, allow_flagged=allows_substitution(cell))
+    """:func:`summarize_submissions` with the cell's own baseline, ``allow_substitution`` and feedback split."""
+    return summarize_submissions(
+        subs, cell.baseline, allow_flagged=allows_substitution(cell), feedback=feedback_split(cell)
+    )
+
+
+def split_test_score(sub: SubmissionRecord, feedback: str = "test") -> float | None:
+    """A submission's test score: its ``test_score``; with test feedback its ``score`` stands in
+    when that is unset (the feedback split is the test split).
+    """
+    if sub.test_score is not None or feedback != "test":
+        return sub.test_score
+    return sub.score
 
 
 def summarize_submissions(
-    subs: list[SubmissionRecord], baseline: float | None, *, allow_flagged: bool = False
+    subs: list[SubmissionRecord], baseline: float | None, *, allow_flagged: bool = False, feedback: str = "test"
 ) -> dict[str, Any]:
     """Summarise a cell's submissions by SPEC §2's rule.
 
     A submission is valid when its status is one of :data:`VALID_SUBMISSION_STATUSES` and it has
-    a score. It counts towards the best when it is valid and unflagged (a flagged one, e.g.
-    ``model_mismatch``, counts only with ``allow_flagged``, i.e. ``integrity.allow_substitution``).
-    The best is the highest counting score (the first one on ties).
+    a (feedback) score. It counts towards the best when it is valid and unflagged (a flagged one,
+    e.g. ``model_mismatch``, counts only with ``allow_flagged``, i.e. ``integrity.allow_substitution``).
+    The best is the counting submission with the highest feedback score (``score``; the first one
+    on ties); ``best_score`` is its *test* score (:func:`split_test_score`), so with dev feedback it
+    stays None until the cell's submissions have been scored on the test split.
 
     Args:
-        subs: The cell's submissions, in submission order.
-        baseline: The cell's baseline score, if known.
+        subs: The cell's submissions (of its final attempt), in submission order.
+        baseline: The cell's baseline score (the base model on the test split), if known.
         allow_flagged: Let flagged submissions count.
+        feedback: ``grading.feedback``: ``test`` or ``dev``.
 
     Returns:
-        ``{"best_score", "improvement", "submissions", "valid_submissions",
-        "flagged_submissions", "weight_distance", "best_submission_id"}`` (``weight_distance``:
-        the best's); ``best_score``, ``improvement`` and
-        ``best_submission_id`` are None when no submission counts, and ``improvement`` also when
-        there is no baseline. ``improvement`` is rounded to 6 decimals.
+        ``{"best_score", "improvement", "best_feedback_score", "best_on_test", "submissions",
+        "valid_submissions", "flagged_submissions", "weight_distance", "best_submission_id"}``
+        (``weight_distance``: the best's; ``best_on_test``: the highest test score of any counting
+        submission); scores, ``improvement`` and ``best_submission_id`` are None when no
+        submission counts, and ``improvement`` also when there is no baseline or test score.
+        ``improvement`` is rounded to 6 decimals.
     """
     valid = [s for s in subs if s.status in VALID_SUBMISSION_STATUSES and s.score is not None]
     flagged = [s for s in subs if s.flags]
+    counting = [s for s in valid if allow_flagged or not s.flags]
     best: SubmissionRecord | None = None
-    best_score: float | None = None
-    for sub in valid:
-        if sub.flags and not allow_flagged:
-            continue
+    for sub in counting:
         # Strictly greater, so the earliest of equal scores stays best.
-        if sub.score is not None and (best_score is None or sub.score > best_score):
-            best, best_score = sub, sub.score
+        if best is None or (sub.score is not None and best.score is not None and sub.score > best.score):
+            best = sub
+    best_score = split_test_score(best, feedback) if best is not None else None
+    tests = [t for t in (split_test_score(s, feedback) for s in counting) if t is not None]
     improvement = (
         round(best_score - baseline, 6) if best_score is not None and baseline is not None else None
     )
     return {
         "best_score": best_score,
         "improvement": improvement,
+        "best_feedback_score": best.score if best is not None else None,
+        "best_on_test": max(tests) if tests else None,
         "submissions": len(subs),
         "valid_submissions": len(valid),
         "flagged_submissions": len(flagged),

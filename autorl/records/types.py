@@ -52,6 +52,10 @@ RESULTS_COLUMNS: tuple[str, ...] = (
     "integrity_flags",
     "working_time_s",
     "error",
+    "feedback",
+    "feedback_baseline",
+    "best_feedback_score",
+    "best_on_test",
 )
 
 
@@ -144,6 +148,14 @@ class CellRecord:
         integrity_flags: Cell-level integrity flags, comma-separated (``contamination``,
             ``judge:<finding>``); None when there are none.
         integrity_json: The integrity checks' details: ``{"contamination": ..., "judge": ...}``.
+        feedback: The split the agent's scores came from (``grading.feedback``): ``test`` or ``dev``;
+            None for cells from before version 7 (they all ran with test feedback).
+        feedback_baseline: The base model's score on the feedback split (what the agent was told);
+            equal to ``baseline`` with test feedback.
+        best_feedback_score: The selected (best) submission's feedback score; ``best_score`` is its
+            test score (SPEC §2).
+        best_on_test: The highest test score of any counting submission; ``best_on_test -
+            best_score`` is the selection bias that test feedback would have had (0 with test feedback).
     """
 
     sweep_id: str
@@ -185,6 +197,10 @@ class CellRecord:
     contamination: float | None = None
     integrity_flags: str | None = None
     integrity_json: str = "{}"
+    feedback: str | None = None
+    feedback_baseline: float | None = None
+    best_feedback_score: float | None = None
+    best_on_test: float | None = None
 
     def __post_init__(self) -> None:
         _check_status(self.status, CELL_STATUSES, "cell")
@@ -200,8 +216,9 @@ class SubmissionRecord:
         model_path: Path of the submitted model.
         status: One of :data:`SUBMISSION_STATUSES`.
         weights_hash: Content hash of the weights, once computed.
-        score: Grader score, when scored.
-        baseline_score: The baseline it is compared against.
+        score: Grader score on the feedback split (``grading.feedback``), when scored: the score the
+            agent saw.
+        baseline_score: The baseline it is compared against (the base model on the feedback split).
         improvement: ``score - baseline_score`` when both exist.
         error: Why it could not be scored, if it could not.
         details_json: Grader details as JSON.
@@ -218,6 +235,8 @@ class SubmissionRecord:
         attempt: The attempt of the cell that submitted it (with ``cell_id`` and ``submission_id`` the
             natural key). None when written: the store files it under the cell's current attempt
             (the Recorder never needs to know it); None when read from a store older than version 6.
+        test_score: Its score on the test split (the same as ``score`` with test feedback; with dev
+            feedback set after the cell ends, never shown to the agent). None until scored there.
     """
 
     cell_id: str
@@ -238,6 +257,7 @@ class SubmissionRecord:
     flags: str | None = None
     weight_distance: float | None = None
     attempt: int | None = None
+    test_score: float | None = None
 
     def __post_init__(self) -> None:
         _check_status(self.status, SUBMISSION_STATUSES, "submission")

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autorl.records.results import allows_substitution
+from autorl.records.results import allows_substitution, feedback_split, split_test_score
 from autorl.records.types import VALID_SUBMISSION_STATUSES, CellRecord, SubmissionRecord
 
 METRICS_VERSION = 1
@@ -162,7 +162,9 @@ def compute_cell_metrics(
     allow_flagged = allows_substitution(cell)
     best_i = best_index(subs, allow_flagged)
     best = subs[best_i] if best_i is not None else None
-    best_score = float(best.score) if best is not None else None  # type: ignore[arg-type]
+    # Selected on the feedback score, reported with its test score (SPEC §2; the same with test feedback).
+    best_test = split_test_score(best, feedback_split(cell)) if best is not None else None
+    best_score = float(best_test) if best_test is not None else None
     last_submit = times.last_submit_time
     if last_submit is None and subs:
         last_submit = max(s.submitted_at for s in subs)

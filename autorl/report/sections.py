@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from autorl.report.feedback import selection_bias_section
 from autorl.report.html_page import esc, figure, page, table
 
 _METRIC_COLUMNS = (
@@ -207,6 +208,7 @@ def render_sections(
         ("results", "Results", _results(cells)),
         ("integrity", "Integrity", _integrity(cells)),
         ("attempts", "Attempts", _attempts(cells)),
+        ("selection-bias", "Selection bias of test feedback", selection_bias_section(cells)),
         ("seeds", "Mean ± standard error over seeds", _fig(figs, "seed_stats", "seed_stats.png") + _stats_table(stats)),
         (
             "heatmaps",

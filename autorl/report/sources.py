@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import AutorlError
-from autorl.records.results import allows_substitution, summarize_submissions
+from autorl.records.results import allows_substitution, feedback_split, summarize_submissions
 from autorl.records.store import RecordStore
 from autorl.records.types import CellRecord, CodeRevision, SubmissionRecord
 
@@ -166,7 +166,9 @@ def _attempt_row(
 ) -> dict[str, Any]:
     # A store older than version 6 has no attempt column: there the number is ignored (one attempt).
     subs = store.list_submissions(cell.cell_id, number)
-    summary = summarize_submissions(subs, cell.baseline, allow_flagged=allows_substitution(cell))
+    summary = summarize_submissions(
+        subs, cell.baseline, allow_flagged=allows_substitution(cell), feedback=feedback_split(cell)
+    )
     usage = store.driver_usage(cell.cell_id, number)
     return {
         "attempt": number, "status": status, "error": error, "node_id": node_id, "started_at": started_at,

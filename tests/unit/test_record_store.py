@@ -80,6 +80,7 @@ def test_constants() -> None:
     assert RESULTS_COLUMNS[19:] == (
         "task_source", "exit_class", "sandbox", "limit_hit", "resumes", "flagged_submissions",
         "weight_distance", "contamination", "integrity_flags", "working_time_s", "error",
+        "feedback", "feedback_baseline", "best_feedback_score", "best_on_test",
     )
 
 
@@ -278,6 +279,8 @@ def test_summarize_with_invalid_and_ties() -> None:
     assert got == {
         "best_score": 0.6,
         "improvement": 0.5,
+        "best_feedback_score": 0.6,
+        "best_on_test": 0.6,
         "submissions": 7,
         "valid_submissions": 3,
         "flagged_submissions": 0,
@@ -310,6 +313,8 @@ def test_summarize_nothing_valid() -> None:
     assert summarize_submissions([], 0.2) == {
         "best_score": None,
         "improvement": None,
+        "best_feedback_score": None,
+        "best_on_test": None,
         "submissions": 0,
         "valid_submissions": 0,
         "flagged_submissions": 0,

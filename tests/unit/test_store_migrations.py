@@ -87,7 +87,7 @@ def test_the_fixture_is_what_the_previous_main_wrote(old_store: Path) -> None:
 def test_migrations_are_numbered_from_one_with_unique_names() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
     assert len({m.name for m in MIGRATIONS}) == len(MIGRATIONS)
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 7
 
 
 def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
@@ -96,10 +96,11 @@ def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
         assert store.schema_version == SCHEMA_VERSION
         assert store.migrated_from == 1
         assert store.migrations_applied == ("v1_late_tables", "cell_autorl_version", "cell_sandbox", "integrity",
-                                            "attempts")
+                                            "attempts", "feedback")
         log = store.migration_log()
     assert [(v, name) for v, name, _, _ in log] == [
-        (2, "v1_late_tables"), (3, "cell_autorl_version"), (4, "cell_sandbox"), (5, "integrity"), (6, "attempts")]
+        (2, "v1_late_tables"), (3, "cell_autorl_version"), (4, "cell_sandbox"), (5, "integrity"), (6, "attempts"),
+        (7, "feedback")]
     assert all(by == autorl_version() for *_, by in log)
     assert [r[0] for r in _raw(old_store, "SELECT version FROM schema_version")] == [SCHEMA_VERSION]
     assert _counts(old_store) == before
@@ -125,7 +126,8 @@ def test_old_rows_read_back_identically(old_store: Path) -> None:
     # filed under their cell's attempt (both fixture cells ran once).
     attempts = {c: max(row["attempts"], 1) for c, row in old_cells.items()}
     assert [dataclasses.asdict(s) for s in subs] == [
-        row | {"flags": None, "weight_distance": None, "attempt": attempts[row["cell_id"]]} for row in old_subs]
+        row | {"flags": None, "weight_distance": None, "attempt": attempts[row["cell_id"]], "test_score": row["score"]}
+        for row in old_subs]
     assert sorted((dataclasses.asdict(r) for r in revs), key=lambda r: (r["cell_id"], r["revision"])) == [
         row | {"attempt": attempts[row["cell_id"]]} for row in old_revs]
 
@@ -149,7 +151,7 @@ def test_opening_twice_changes_nothing_more(old_store: Path) -> None:
     with RecordStore(old_store) as store:
         assert store.migrated_from is None and store.migrations_applied == ()
         assert store.schema_version == SCHEMA_VERSION
-        assert len(store.migration_log()) == 5
+        assert len(store.migration_log()) == 6
     assert _dump(old_store) == once
 
 
