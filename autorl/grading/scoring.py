@@ -113,7 +113,7 @@ def score_model(
 
     A model that cannot be loaded or generated with is an agent outcome: it comes back as an
     outcome with ``error`` set, never as an exception. Errors of the task itself (its data cannot
-    be built, its environments fail) are infrastructure failures and raise. ``envs`` is the env
+    be built, its environments or its judge fail) are infrastructure failures and raise. ``envs`` is the env
     client (an EnvPool) that interactive tasks play their episodes in; ``None``: in-process.
     ``base_dir`` is the grader's copy of the cell's base model: a LoRA adapter is always applied to
     it, whatever base the adapter's config names. ``engine`` is ``grader.engine`` (``auto``, ``hf``,
@@ -128,6 +128,7 @@ def score_model(
     from autorl.engine import ENGINES, resolve_engine
     from autorl.engine.hf import AdapterBaseMissing
     from autorl.envs.base import EnvError
+    from autorl.judge.client import JudgeError
 
     spec = get_task(target.task_id)
     data = build_task_data(spec, target.source, cache_root / "tasks", seed=target.seed, options=target.build_options)
@@ -147,8 +148,8 @@ def score_model(
         return ScoreOutcome(None, 0, {}, f"model failed to load: {type(error).__name__}: {error}", 0.0)
     try:
         result = evaluate(loaded, ctx)
-    except EnvError:
-        raise  # the environments failed, not the model: an infrastructure failure
+    except (EnvError, JudgeError):
+        raise  # the environments or the judge failed, not the model: an infrastructure failure
     except Exception as error:  # noqa: BLE001 - e.g. generation with broken weights
         logger.info("evaluation of %s failed: %s", model_dir, error)
         return ScoreOutcome(None, 0, {}, f"evaluation failed: {type(error).__name__}: {error}", time.monotonic() - started)

@@ -33,7 +33,7 @@ from typing import Any
 
 from autorl.errors import ConfigError
 from autorl.integrity.judge_prompt import CATEGORIES, PROMPT_VERSION, JudgeRequest, build_request
-from autorl.judge.client import JudgeError, JudgeSpec
+from autorl.judge.client import JudgeError, JudgeReplyError, JudgeSpec
 from autorl.records.types import CodeRevision
 from autorl.schema import IntegrityJudgeConfig
 
@@ -289,7 +289,10 @@ def judge_cell(cell_id: str, trace_path: Path, revisions: Sequence[CodeRevision]
             return JudgeVerdict(flags=_flags(findings), findings=findings, sent=sent, cached=True)
     # The client's own cache is off: it would store the raw answer before it is validated.
     with JudgeClient(spec, params={}, concurrency=1, cache_dir=None, timeout_s=cfg.timeout_s) as client:
-        answer = client.complete(request.messages)
+        try:
+            answer = client.complete(request.messages)
+        except JudgeReplyError as error:  # an empty reply: the client raises before parse_reply sees it
+            raise IntegrityJudgeError(f"integrity judge {spec.identity} on cell {cell_id}: {error}") from error
     try:
         raws = parse_reply(answer)
     except IntegrityJudgeError as error:

@@ -2,7 +2,8 @@
 
 One JSON file per answer under ``<root>/<judge>/<key[:2]>/<key>.json``, written to a temporary
 file and renamed into place, so concurrent graders (threads or processes) never read a partial
-answer and the worst race costs one duplicate judge call.
+answer and the worst race costs one duplicate judge call. An empty answer is never stored, and
+one found on disk (written by an older version) reads as a miss, so it is asked again.
 """
 
 from __future__ import annotations
@@ -41,15 +42,22 @@ class JudgeCache:
         return self.dir / key[:2] / f"{key}.json"
 
     def get(self, request: dict[str, Any]) -> str | None:
-        """The cached answer to ``request``, or ``None``."""
+        """The cached answer to ``request``, or ``None`` (also for an empty cached answer)."""
         path = self._path(request_key(self.judge, request))
         try:
-            return str(json.loads(path.read_text(encoding="utf-8"))["answer"])
+            answer = str(json.loads(path.read_text(encoding="utf-8"))["answer"])
         except (FileNotFoundError, json.JSONDecodeError, KeyError):
             return None
+        return answer if answer.strip() else None
 
     def put(self, request: dict[str, Any], answer: str) -> None:
-        """Store ``answer`` atomically."""
+        """Store ``answer`` atomically.
+
+        Raises:
+            ValueError: ``answer`` is empty (an empty judge reply is a failure, never an answer to keep).
+        """
+        if not answer.strip():
+            raise ValueError(f"judge {self.judge}: refusing to cache an empty answer")
         key = request_key(self.judge, request)
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,11 @@ A judge is configured by name like an agent's driver: ``conf/driver/<name>.yaml`
 :func:`autorl.config.load_driver_config`. Any driver with an OpenAI chat completions route
 (``protocols.chat``) works: ``openai``, ``openai_compatible``, ``google`` and ``anthropic``
 through their OpenAI-compatible endpoints.
+
+An empty reply, or one the caller's ``parse`` rejects, raises :class:`JudgeError` and is never
+cached: a judge that could not answer (a thinking model that spent its token budget before
+answering, a truncated or malformed reply) is an infrastructure failure, never a verdict. Graders
+must let :class:`JudgeError` propagate rather than score the item as lost or "incorrect".
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +35,18 @@ _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
 class JudgeError(AutorlError):
-    """The judge endpoint failed (after retries) or answered something unusable."""
+    """The judge endpoint failed (after retries) or answered something unusable (empty, unparseable).
+
+    An infrastructure failure, never a verdict: the item it was asked about has no score.
+    """
+
+
+class JudgeReplyError(JudgeError):
+    """The judge answered, but its reply is unusable: empty, or rejected by the caller's ``parse`` check."""
+
+
+ReplyParser = Callable[[str], object]
+"""Checks a judge reply: returns anything (ignored) for a usable reply, raises ``ValueError`` otherwise."""
 
 
 @dataclass(frozen=True)
@@ -150,22 +167,55 @@ class JudgeClient:
     def _request(self, messages: list[ChatMessage]) -> dict[str, Any]:
         return {"model": self.spec.model, "messages": messages, **self.params}
 
-    def complete(self, messages: list[ChatMessage]) -> str:
-        """The judge's answer to one chat (from the cache when it has it)."""
+    def complete(self, messages: list[ChatMessage], parse: ReplyParser | None = None) -> str:
+        """The judge's answer to one chat (from the cache when it has a usable one).
+
+        Args:
+            messages: The chat.
+            parse: Checks the reply (raises ``ValueError`` when it is unusable); an unusable reply
+                raises :class:`JudgeReplyError` and is not cached. A cached answer that is empty or that
+                ``parse`` rejects (written before these checks) is asked again and overwritten.
+
+        Raises:
+            JudgeError: The judge failed; :class:`JudgeReplyError` when its reply is empty or rejected by ``parse``.
+        """
         request = self._request(messages)
         if self.cache is not None and (cached := self.cache.get(request)) is not None:
-            with self.usage.lock:
-                self.usage.cache_hits += 1
-            return cached
+            if self._problem(cached, parse) is None:
+                with self.usage.lock:
+                    self.usage.cache_hits += 1
+                return cached
+            logger.warning("judge %s: ignoring an unusable cached answer %r; asking again", self.spec.identity,
+                           cached[:80])
         answer = self._post(request)
+        if (problem := self._problem(answer, parse)) is not None:
+            raise JudgeReplyError(
+                f"judge {self.spec.identity} gave an unusable reply ({problem}): {answer[:300]!r}; it was not "
+                "cached. Check the judge's prompt and judge_params (e.g. a token cap too small for its format)")
         if self.cache is not None:
             self.cache.put(request, answer)
         return answer
 
-    def complete_many(self, chats: list[list[ChatMessage]]) -> list[str]:
-        """Answers to many chats, in order, with at most ``concurrency`` requests in flight."""
+    def complete_many(self, chats: list[list[ChatMessage]], parse: ReplyParser | None = None) -> list[str]:
+        """Answers to many chats, in order, with at most ``concurrency`` requests in flight.
+
+        Raises:
+            JudgeError: As :meth:`complete`, for the first chat that failed (usable answers are cached).
+        """
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="judge") as pool:
-            return list(pool.map(self.complete, chats))
+            return list(pool.map(lambda chat: self.complete(chat, parse), chats))
+
+    @staticmethod
+    def _problem(answer: str, parse: ReplyParser | None) -> str | None:
+        """Why ``answer`` is unusable, or ``None`` when it is usable."""
+        if not answer.strip():
+            return "empty"
+        if parse is not None:
+            try:
+                parse(answer)
+            except ValueError as error:
+                return f"unparseable: {error}"
+        return None
 
     def _post(self, request: dict[str, Any]) -> str:
         import httpx
@@ -192,9 +242,17 @@ class JudgeClient:
         raise AssertionError("unreachable")
 
     def _answer(self, body: dict[str, Any]) -> str:
+        """The reply text of a 200 response; usage is counted even when the reply is empty.
+
+        Raises:
+            JudgeError: No ``choices[0].message``; :class:`JudgeReplyError` for empty content (with the
+                finish reason and a fix).
+        """
         try:
-            content = body["choices"][0]["message"]["content"]
-        except (KeyError, IndexError, TypeError) as error:
+            choice = body["choices"][0]
+            message = choice["message"]
+            content = message.get("content")
+        except (KeyError, IndexError, TypeError, AttributeError) as error:
             raise JudgeError(
                 f"judge {self.spec.identity} sent no choices[0].message.content: {str(body)[:300]}") from error
         usage = body.get("usage") or {}
@@ -202,4 +260,12 @@ class JudgeClient:
             self.usage.requests += 1
             self.usage.prompt_tokens += int(usage.get("prompt_tokens") or 0)
             self.usage.completion_tokens += int(usage.get("completion_tokens") or 0)
-        return str(content or "")
+        text = str(content or "")
+        if not text.strip():
+            finish = choice.get("finish_reason")
+            hint = ("it ran out of tokens, typically a thinking model spending its whole budget on reasoning: raise "
+                    "max_completion_tokens / max_tokens in judge_params or lower its reasoning effort"
+                    if finish == "length" else "check the judge model and judge_params")
+            raise JudgeReplyError(f"judge {self.spec.identity} sent an empty reply (finish_reason={finish!r}); "
+                                  f"{hint}. Empty replies are never cached or scored")
+        return text

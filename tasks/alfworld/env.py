@@ -34,12 +34,13 @@ def load_episodes(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def clean_reset_text(text: str) -> str:
-    """The reset observation without ALFWorld's welcome banner (the reference drops the first paragraph).
+    """The reset observation as the reference builds it: the welcome banner (first paragraph) dropped and
+    the other paragraphs joined by one newline (``"\\n".join(ob.split("\\n\\n")[1:])`` in its ``eval.py``).
 
     >>> clean_reset_text("-= Welcome to TextWorld, ALFRED! =-\\n\\nYou are in a room.\\n\\nYour task is to: x.")
-    'You are in a room.\\n\\nYour task is to: x.'
+    'You are in a room.\\nYour task is to: x.'
     """
-    return "\n\n".join(text.strip().split("\n\n")[1:])
+    return "\n".join(text.split("\n\n")[1:])
 
 
 def clean_step_text(text: str) -> str:

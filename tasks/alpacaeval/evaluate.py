@@ -5,7 +5,8 @@
 2. A judge compares each output with the reference output using AlpacaEval's pairwise prompt
    (:mod:`.pairwise`), output order randomised per instruction. Answers are cached
    on disk by (judge, request) under the grader's cache dir and at most ``judge_concurrency``
-   requests are in flight.
+   requests are in flight. A reply that is empty or not ``m``/``M`` raises ``JudgeError`` (an
+   infrastructure failure, never a loss) and is not cached.
 3. The score is AlpacaEval 2.0's length-controlled win rate (:mod:`.lc`).
 
 The judge is either a configured driver (``judge_driver: gpt-5.2`` reads
@@ -25,14 +26,14 @@ from typing import Any, Protocol
 
 from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import ConfigError, TaskError
-from autorl.judge.client import JudgeClient, JudgeError, JudgeSpec, load_judge_spec
+from autorl.judge.client import JudgeClient, JudgeSpec, load_judge_spec
 from autorl.registry import Registry
 from autorl.tasks import EvalContext, EvalResult, require_options
 
 from .agent.protocol import chat_prompt
 from .fixture import ideal_answer
 from .lc import LCPrior, length_controlled_win_rate
-from .pairwise import comparison, preference
+from .pairwise import comparison, preference, require_choice
 
 NUM_SAMPLES = 5
 
@@ -112,7 +113,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         TaskError: Unknown or missing options, missing eval data or LC prior, or the engine
             returned the wrong count.
         ConfigError: Bad judge options.
-        JudgeError: The judge failed, or none of its answers could be read.
+        JudgeError: The judge failed, or a reply was empty or not ``m``/``M`` (nothing unusable is cached).
     """
     options = require_options(__package__, "eval", ctx.options)
     private_dir, cache_dir = Path(ctx.private_dir), ctx.cache_dir
@@ -138,12 +139,9 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
             raise TaskError(f"engine returned {len(raw)} generations for {len(items)} prompts")
         outputs = [(text or "").strip() for text in raw]
         comparisons = [comparison(item["question"], item["reference"], out) for item, out in zip(items, outputs, strict=True)]
-        answers = client.complete_many([c.messages for c in comparisons])
+        answers = client.complete_many([c.messages for c in comparisons], parse=require_choice)
         usage = client.usage.as_dict(spec.price_per_mtok)
     preferences = [preference(answer, c.switched) for answer, c in zip(answers, comparisons, strict=True)]
-    unusable = sum(p != p for p in preferences)
-    if unusable == len(preferences):
-        raise JudgeError(f"judge {spec.identity} gave no usable answer (expected 'm' or 'M'); first: {answers[0]!r}")
 
     metrics = length_controlled_win_rate(preferences, [len(i["reference"]) for i in items], [len(o) for o in outputs],
                                          glm=glm, prior=prior)
@@ -153,7 +151,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     details = {
         "length_controlled_winrate": metrics["length_controlled_winrate"], "win_rate": metrics["win_rate"],
         "discrete_win_rate": metrics["discrete_win_rate"], "n_wins": metrics["n_wins"],
-        "n_wins_base": metrics["n_wins_base"], "n_draws": metrics["n_draws"], "n_unusable": unusable,
+        "n_wins_base": metrics["n_wins_base"], "n_draws": metrics["n_draws"],
         "avg_length": sum(map(len, outputs)) / len(outputs), "lc_glm": glm,
         "judge": {"name": spec.name, "model": spec.model, **usage}, "max_new_tokens": max_new_tokens,
         "samples": samples,

@@ -9,7 +9,10 @@ log-probabilities) and is what its binarised variant ``alpaca_eval_clf_gpt4_turb
 
 As in AlpacaEval, the order in which the two outputs are shown is randomised per instruction
 (seeded on the instruction), and the preference is mapped back: 1 = reference (``output_1``)
-better, 2 = model (``output_2``) better, NaN = the judge's answer was not ``m`` or ``M``.
+better, 2 = model (``output_2``) better. The evaluator passes :func:`require_choice` to the judge
+client, so a reply that is not ``m`` or ``M`` (empty included) raises ``JudgeError`` and is never
+cached or scored; AlpacaEval would drop it as a NaN preference, which silently shrinks the eval set
+(and an empty reply from a thinking judge out of tokens would go unnoticed).
 """
 
 from __future__ import annotations
@@ -103,6 +106,25 @@ def parse_choice(answer: str) -> str | None:
     """
     cleaned = answer.strip().strip("\"'`*. ").strip()
     return cleaned if cleaned in ("m", "M") else None
+
+
+def require_choice(answer: str) -> str:
+    """The choice in the judge's answer, for the judge client's ``parse`` check.
+
+    >>> require_choice(" M\\n")
+    'M'
+    >>> require_choice("I prefer the first one")
+    Traceback (most recent call last):
+    ...
+    ValueError: expected the model identifier 'm' or 'M' and nothing else
+
+    Raises:
+        ValueError: The answer is not ``m`` or ``M`` (:func:`parse_choice`).
+    """
+    choice = parse_choice(answer)
+    if choice is None:
+        raise ValueError("expected the model identifier 'm' or 'M' and nothing else")
+    return choice
 
 
 def preference(answer: str, switched: bool) -> float:

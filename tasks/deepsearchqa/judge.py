@@ -4,8 +4,9 @@ judge, and the fixture's rule-based judging model.
 The judge is a configured driver (``judge_driver``: ``conf/driver/<name>.yaml``) or a local judging
 model served on loopback by :class:`autorl.judge.server.LocalJudgeServer` (``judge_server: rules``),
 both reached through :class:`autorl.judge.client.JudgeClient` (cached, bounded concurrency).
-Fixes of the reference: an empty prediction is never correct (it is not sent to the judge), and a
-failed judge call is an error, not a substring fallback.
+Fixes of the reference: an empty prediction is never correct (it is not sent to the judge); a
+failed judge call, or an empty or unparseable reply, is an error (never cached), not a substring
+fallback or "incorrect".
 """
 
 from __future__ import annotations
@@ -21,28 +22,61 @@ from autorl.engine.base import ChatMessage
 from autorl.errors import ConfigError
 from autorl.registry import Registry
 
+#: The reference's judge system prompt and user prompt, verbatim (rdagent 1.0.0 wheel,
+#: ``rdagent/scenarios/rl/autorl_bench/benchmarks/deepsearchqa/eval.py``, ``_judge_answer``; the 8-space
+#: indentation of its f-string lines is part of the text the reference sent).
 SYSTEM = "You are a strict answer evaluator."
-_FIELDS = re.compile(r"Answer type: (.*)\nGold answer: (.*)\nPredicted answer: (.*)\n\nRules:", re.DOTALL)
+JUDGE_TEMPLATE = """You are an answer evaluator. Compare the predicted answer to the gold answer.
+        Question answer type: {answer_type}
+        Gold answer: {gold}
+        Predicted answer: {predicted}
+        For "Single Answer": The predicted answer is correct if it contains the same key information as the gold answer.
+        For "Set Answer": The predicted answer is correct if it contains ALL items from the gold answer (order doesn't matter, minor wording variations are OK).
+        Reply with ONLY "correct" or "incorrect". No explanation."""  # noqa: E501 - verbatim
+_FIELDS = re.compile(r"Question answer type: (.*)\n {8}Gold answer: (.*)\n {8}Predicted answer: (.*)\n {8}For \"Single",
+                     re.DOTALL)
+#: The smallest ``max_tokens`` a driver judge may be given: a thinking model (gemini-2.5-flash) spends
+#: its reasoning tokens inside this cap, and with the old cap of 10 it answered empty replies.
+MIN_DRIVER_MAX_TOKENS = 1024
+VERDICTS = ("correct", "incorrect")
 
 
 def judge_messages(answer_type: str, gold: str, prediction: str) -> list[ChatMessage]:
     """The reference's judge chat for one prediction."""
-    user = (f"Answer type: {answer_type}\nGold answer: {gold}\nPredicted answer: {prediction}\n\n"
-            "Rules:\n- Single Answer: correct if the prediction gives the same key information as the gold answer.\n"
-            "- Set Answer: correct only if the prediction contains ALL items of the gold answer (order and minor "
-            "wording differences are OK).\n\nReply with exactly one word: correct or incorrect.")
+    user = JUDGE_TEMPLATE.format(answer_type=answer_type, gold=gold, predicted=prediction)
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
+def verdict_of(reply: str) -> str:
+    """The reference's reading of a judge reply: its first line, lower-cased, punctuation stripped.
+
+    >>> verdict_of("Correct."), verdict_of("incorrect\\nbecause")
+    ('correct', 'incorrect')
+    """
+    lines = reply.strip().splitlines()
+    return (lines[0] if lines else "").strip().strip(string.punctuation + " ").lower()
+
+
+def check_reply(reply: str) -> None:
+    """Accept a judge reply whose verdict is "correct" or "incorrect" (the judge client's ``parse`` check).
+
+    The reference counted any other reply as incorrect; here it raises, so the judge client neither
+    caches it nor scores it (an empty reply from a thinking model out of tokens is a judge failure).
+
+    Raises:
+        ValueError: The reply is empty or its first line is not a verdict.
+    """
+    if verdict_of(reply) not in VERDICTS:
+        raise ValueError(f"the judge's first line must be 'correct' or 'incorrect', got {reply.strip()[:80]!r}")
+
+
 def is_correct_reply(reply: str) -> bool:
-    """The reference's reading of a judge reply: its first line, punctuation stripped, equals "correct".
+    """Whether a (checked) judge reply says "correct".
 
     >>> is_correct_reply("Correct."), is_correct_reply("incorrect"), is_correct_reply("")
     (True, False, False)
     """
-    lines = reply.strip().splitlines()
-    first = lines[0] if lines else ""
-    return first.strip().strip(string.punctuation + " ").lower() == "correct"
+    return verdict_of(reply) == "correct"
 
 
 def _norm(text: str) -> str:
@@ -104,6 +138,10 @@ def open_judge(options: dict[str, Any], cache_dir: Path | None) -> Iterator[Any]
         raise ConfigError("deepsearchqa needs exactly one of the options judge_driver (a conf/driver name, e.g. "
                           f"gemini-2.5-flash) and judge_server ({', '.join(LOCAL_JUDGES)}); got {driver!r}, {server!r}")
     params = dict(options["judge_params"] or {})
+    if driver and params.get("max_tokens") is not None and int(params["max_tokens"]) < MIN_DRIVER_MAX_TOKENS:
+        raise ConfigError(f"deepsearchqa judge_params.max_tokens={params['max_tokens']} is too small for a judge "
+                          f"driver: thinking models spend it on reasoning and reply empty; leave max_tokens out "
+                          f"(the reference sets none) or give at least {MIN_DRIVER_MAX_TOKENS}")
     concurrency = int(options["judge_concurrency"])
     if driver:
         with JudgeClient(load_judge_spec(str(driver)), params=params, concurrency=concurrency, cache_dir=cache_dir) as client:
@@ -120,9 +158,13 @@ def open_judge(options: dict[str, Any], cache_dir: Path | None) -> Iterator[Any]
 
 
 def judge_answers(client: Any, items: list[tuple[str, str, str]]) -> list[bool]:
-    """Judge ``(answer_type, gold, prediction)`` triples; empty predictions are incorrect without a call."""
+    """Judge ``(answer_type, gold, prediction)`` triples; empty predictions are incorrect without a call.
+
+    Raises:
+        autorl.judge.client.JudgeError: A judge reply is empty or not a verdict (never cached, never scored).
+    """
     asked = [i for i, (_, _, pred) in enumerate(items) if pred.strip()]
-    replies = client.complete_many([judge_messages(*items[i]) for i in asked])
+    replies = client.complete_many([judge_messages(*items[i]) for i in asked], check_reply)
     verdict = [False] * len(items)
     for i, reply in zip(asked, replies, strict=True):
         verdict[i] = is_correct_reply(reply)

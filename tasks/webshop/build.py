@@ -8,9 +8,13 @@ Sources:
         ``0..eval_size-1`` are the eval split (``private/goals.jsonl``, ids
         ``eval/<i>``), the next ``train_size`` the training split (``public/goals.jsonl``, ids
         ``train/<i>``). Every goal text is unique, so no eval instruction appears in the public data.
-    hub: a running WebShop server holds the real data (its goals and 1,000-product catalogue);
-        only the session lists are written: eval = ``eval/0..99`` (the reference's sessions
-        0-99), train = ``train/<first_train_session>..`` (WebShop's own training goals start at 1500).
+    hub: WebShop itself holds the real data; only the session lists are written: eval =
+        ``eval/0..99``, train = ``train/<first_train_session>..``. Which goals a session index names
+        depends on the eval ``backend``: ``textenv`` (WebShop's text env with ``num_products=1000``
+        and ``human_goals`` unset: synthetic goals shuffled with seed 233) gives the reference's
+        sessions 0-99; ``server`` (WebShop's Flask app, ``fixed_<i>``) gives its *human* goals over
+        the full catalogue, which are not the reference's sessions. Training sessions start at
+        ``first_train_session`` so they never index an eval goal.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, 
 
 
 def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
-    """Write the session lists of a running WebShop server (the seed is unused: its sessions are fixed);
+    """Write the session lists of WebShop's env (the seed is unused: WebShop fixes its goal order);
     ``options`` ``train_size``, ``eval_size``, ``first_train_session`` (defaults in ``conf/task/webshop.yaml``
     ``build.hub``)."""
     first = int(options["first_train_session"])

@@ -1,16 +1,18 @@
-"""WebShop environment: the built-in catalogue shop, or a running WebShop server (``backend`` option)."""
+"""WebShop environment (``backend`` option): the built-in catalogue shop, WebShop's own text env (the
+reference's way: synthetic goals, seed-233 shuffle) or a running WebShop web server (its human goals)."""
 
 from __future__ import annotations
 
 from autorl.envs.base import Env, EnvData, EnvError, EpisodeSpec, StepResult
 from autorl.tasks import require_options
 
-BACKENDS = ("builtin", "server")
+BACKENDS = ("builtin", "textenv", "server")
 
 
 class WebShopEnv:
-    """Dispatches to :class:`.builtin_shop.BuiltinWebShop` or :class:`.server_client.WebShopServerEnv`
-    by the episode's ``backend`` env option (the task's ``env`` entry point)."""
+    """Dispatches to :class:`.builtin_shop.BuiltinWebShop`, :class:`.text_env.WebShopTextEnv` or
+    :class:`.server_client.WebShopServerEnv` by the episode's ``backend`` env option (the task's ``env``
+    entry point)."""
 
     def __init__(self) -> None:
         """No backend chosen yet."""
@@ -32,6 +34,10 @@ class WebShopEnv:
                 from .builtin_shop import BuiltinWebShop
 
                 self.backend = BuiltinWebShop()
+            elif kind == "textenv":
+                from .text_env import WebShopTextEnv
+
+                self.backend = WebShopTextEnv()
             else:
                 from .server_client import WebShopServerEnv
 

@@ -1,7 +1,7 @@
 """Evaluator for webshop: the reference's protocol, every session played concurrently.
 
 Protocol (reference ``benchmarks/webshop/eval.py``): sessions 0-99, the model's chat template with
-the reference's system message, the instruction, available actions, rules and the last 5
+the reference's system message and user prompt (verbatim): the instruction, available actions, rules and the last 5
 observation/action pairs (:mod:`.agent.protocol`), greedy, at most 100 tokens, stop
 ``"\\n"``, at most 50 steps. A session succeeds when its purchase reward is at least 0.5
 (the reference's threshold); one not finished within the steps gets reward 0. All sessions advance
@@ -32,7 +32,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         ctx: ``private_dir`` holds ``goals.jsonl`` (the eval sessions); ``options`` (every one
             required; defaults and meanings in ``conf/task/webshop.yaml`` ``eval``): ``max_steps``,
             ``max_new_tokens``, ``history_window``, ``success_threshold``, ``concurrency``,
-            ``limit``, ``backend`` (``builtin`` or ``server``), ``server_url``,
+            ``limit``, ``backend`` (``builtin``, ``textenv`` or ``server``), ``server_url``,
             ``server_timeout_s``; ``envs``: episodes bound to this task's data in the EnvPool,
             ``None``: play in-process.
 

@@ -8,6 +8,8 @@ requests on ``/<session>``, ``/search_results/<session>/<keywords>/<page>``,
 become the observation (joined by ``" [SEP] "``, as WebShop's text env does), buttons, product
 links and option labels the clickables, and the done page's "Your score (min 0.0, max 1.0)" the
 reward. Episode ids map to sessions: ``eval/<i>`` and ``train/<i>`` play ``fixed_<i>``.
+The Flask app serves WebShop's *human* goals over its full catalogue, so ``fixed_<i>`` is not the
+reference's session ``i`` (the reference used the text env's synthetic goals: :mod:`.text_env`).
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ def test_prompt_holds_both_outputs_in_the_randomised_order() -> None:
     instructions = [f"Write a haiku about the number {i}." for i in range(40)]
     switched = [pairwise.is_switched(i) for i in instructions]
     assert 5 < sum(switched) < 35  # both orders occur
-    for instruction, flip in zip(instructions, switched):
+    for instruction, flip in zip(instructions, switched, strict=True):
         request = pairwise.comparison(instruction, "REFERENCE", "MODEL")
         assert request.switched == flip
         system, user = request.messages
@@ -247,4 +247,4 @@ def test_hub_missing_files_raise_and_never_fall_back(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match="hub"):
         build_task_data(SPEC, "hub", tmp_path / "cache",
                         options={"train_path": str(tmp_path / "empty"), "eval_path": str(tmp_path / "empty")})
-    assert not list((tmp_path / "cache" / "alpacaeval" / "v1").glob("fixture-*"))
+    assert not list((tmp_path / "cache" / "alpacaeval" / f"v{SPEC.version}").glob("fixture-*"))

@@ -114,7 +114,7 @@ def test_hub_failure_raises_and_never_falls_back(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match="hub"):
         # An existing empty folder: fails fast without any network lookup.
         build_task_data(SPEC, "hub", tmp_path / "cache", options={"hub_path": str(tmp_path)})
-    assert not list((tmp_path / "cache" / "gsm8k" / "v1").glob("fixture-*"))
+    assert not list((tmp_path / "cache" / "gsm8k" / f"v{SPEC.version}").glob("fixture-*"))
 
 
 class RecordingEngine:

@@ -477,6 +477,6 @@ def test_concurrent_builders_share_one_build(tmp_path: Path) -> None:
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: build_task_data(spec, "fixture", tmp_path, options=SMALL), range(4)))
     assert len({r.digest for r in results}) == 1 and len({r.public_dir for r in results}) == 1
-    assert [p.name for p in (tmp_path / "gsm8k" / "v1").iterdir() if not p.name.endswith(".lock")] == [
+    assert [p.name for p in (tmp_path / "gsm8k" / f"v{spec.version}").iterdir() if not p.name.endswith(".lock")] == [
         results[0].public_dir.parent.name
     ]

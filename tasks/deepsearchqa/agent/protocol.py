@@ -18,14 +18,23 @@ from dataclasses import dataclass
 
 from agent_kit.rollout import Episode
 
-SYSTEM_PROMPT = (
-    "Answer the question by interleaving Thought, Action and Observation steps. Thought reasons about the "
-    "current situation. Action is one of:\n"
-    "(1) search[query]: search the web for the query and read the top results.\n"
-    "(2) answer[your final answer]: give the final answer and finish.\n"
-    "Rules: search when you are not sure; keep the final answer short; for Set Answer questions, list all "
-    "items separated by commas."
-)
+#: The reference's ``REACT_SYSTEM_PROMPT``, verbatim (rdagent 1.0.0 wheel,
+#: ``rdagent/scenarios/rl/autorl_bench/benchmarks/deepsearchqa/eval.py``; trailing newline included).
+SYSTEM_PROMPT = """You are a research assistant that answers questions by searching the web.
+
+You must follow this format strictly:
+Thought: [your reasoning]
+Action: search[your search query]   <- to search the web
+  OR
+Action: answer[Paris]   <- to give final answer
+
+Rules:
+- Always start with a Thought
+- Use search[] to find information
+- Use answer[] ONLY when you have enough information
+- For Set Answer questions, list all items separated by commas
+- Be concise and factual
+"""
 STOP = ["\nObservation:", "\nThought:"]
 _ACTION = re.compile(r"Action:\s*(search|answer)\[(.+?)\]", re.DOTALL)
 
@@ -38,15 +47,18 @@ def first_prompt(question_observation: str) -> str:
 def parse_step(output: str) -> tuple[str, str]:
     """``(action, text kept in the transcript)`` of one step's output.
 
-    >>> parse_step(" I need the year.\\nAction: search[Varnholm founded]\\nObservation: x")
+    The kept text is the step's output up to its action, stripped, after one space (the reference
+    appends ``f" {generated}"`` of the stripped output).
+
+    >>> parse_step("I need the year.\\nAction: search[Varnholm founded]\\nObservation: x")
     ('search[Varnholm founded]', ' I need the year.\\nAction: search[Varnholm founded]')
-    >>> parse_step(" no idea")
+    >>> parse_step("  no idea\\n")
     ('no idea', ' no idea')
     """
     match = _ACTION.search(output)
     if match is None:
-        return output.strip(), output.rstrip()
-    return f"{match.group(1)}[{match.group(2).strip()}]", output[: match.end()]
+        return output.strip(), f" {output.strip()}"
+    return f"{match.group(1)}[{match.group(2).strip()}]", f" {output[: match.end()].strip()}"
 
 
 def render_prompt(question_observation: str, steps: list[tuple[str, str]]) -> str:

@@ -1,11 +1,12 @@
 """The WebShop prompt protocol of the reference (``benchmarks/webshop/eval.py``), shared by the
 evaluator and the scripted recipe.
 
-Chat with the model's template: a system message asking for one action only, then a user turn with
-the instruction, the available actions (``search[<your query>]`` on the search page, else one
-``click[…]`` per clickable), the rules and the last ``history_window`` (5) observation/action pairs,
-ending ``Observation n: …\\nAction n:``. Greedy, at most 100 tokens, stop ``"\\n"``. The reply is
-cleaned as the reference does (an ``Action:`` prefix dropped, ``choose[`` mapped to ``click[``).
+Chat with the model's template: the reference's system message (verbatim), then its user prompt
+(verbatim): the instruction, the available actions (``search[<your query>]`` on the search page, then
+one ``click[…]`` per clickable, each indented two spaces), its rules and the last ``history_window``
+(5) observation/action pairs, ending ``Observation n: …\\nAction n:``. Greedy, at most 100
+tokens, stop ``"\\n"``. The reply is cleaned as the reference does (an ``Action:`` prefix
+dropped, ``choose[`` mapped to ``click[``).
 
 Agent side: imports nothing from the task's grader side.
 """
@@ -17,11 +18,29 @@ from dataclasses import dataclass
 from agent_kit.protocol import ChatMessage
 from agent_kit.rollout import Episode
 
-SYSTEM = ("You are a helpful shopping assistant on an e-commerce website. Output ONLY one action "
-          "(e.g., 'search[red shoes]', 'click[buy now]') and nothing else.")
-RULES = ("Rules:\n- search[...] works only on the search page.\n- click[...] must name one of the available "
-         "actions exactly.\n- Choose the options the instruction asks for (size, color, ...) before clicking buy now.\n"
-         "- Buy one product that matches the instruction and is within the price limit.")
+#: The reference's system message and user prompt head, verbatim (rdagent 1.0.0 wheel,
+#: ``rdagent/scenarios/rl/autorl_bench/benchmarks/webshop/eval.py``: ``system_msg``/``_vllm_sys_msg`` and
+#: ``build_react_prompt``).
+SYSTEM = ("You are a helpful shopping assistant browsing an e-commerce website. "
+          "Given a user instruction, current observation, and available actions, "
+          "pick the best action to find and purchase a matching product. "
+          "Output ONLY one action (e.g., 'search[red shoes]', 'click[buy now]') "
+          "with NO extra text, NO explanation.")
+PROMPT_HEAD = """You are shopping on an e-commerce website. Find and purchase a product matching the user's instruction.
+
+Instruction: {instruction}
+
+Available actions:
+{available_actions}
+
+Rules:
+- Output ONLY one action from the available actions list above.
+- For search, use: search[your query]
+- For clicking, use: click[exact text from the list]
+- Do NOT output anything other than the action.
+
+Now it's your turn:
+"""
 
 
 def instruction_of(observation: str) -> str:
@@ -48,15 +67,25 @@ def clean_action(output: str) -> str:
 
 def render_messages(first_observation: str, history: list[tuple[str, str]], current: str, actions: list[str],
                     window: int) -> list[ChatMessage]:
-    """The conversation for the next action (the last ``window`` steps are shown)."""
+    """The conversation for the next action: the reference's prompt, the last ``window`` steps shown.
+
+    Each shown step pairs an action with the page it was taken on (the reference paired it with the
+    page it led to, so the first page vanished after one step and the current page was shown twice).
+
+    >>> user = render_messages("Instruction: [SEP] a mug [SEP] Search", [("search[mug]", "Results")], "Results",
+    ...                        ["click[b01]"], 5)[1]["content"]
+    >>> user.split("Now it's your turn:\\n")[1]
+    '\\nObservation 1: Instruction: [SEP] a mug [SEP] Search\\nAction 1: search[mug]\\n\\nObservation 2: Results\\nAction 2:'
+    """
     observations = [first_observation] + [obs for _, obs in history]
     steps = list(zip(observations[:-1], [a for a, _ in history], strict=True))
     start = max(0, len(steps) - window)
-    lines = [f"Observation {i + 1}: {obs}\nAction {i + 1}: {act}" for i, (obs, act) in enumerate(steps) if i >= start]
+    user = PROMPT_HEAD.format(instruction=instruction_of(first_observation),
+                              available_actions="\n".join(f"  {a}" for a in actions))
+    for i, (obs, act) in enumerate(steps[start:], start=start + 1):
+        user += f"\nObservation {i}: {obs}\n" + f"Action {i}: {act}\n"
     n = len(steps) + 1
-    user = (f"You are shopping on an e-commerce website. Find and buy the product that matches the instruction.\n\n"
-            f"Instruction: {instruction_of(first_observation)}\n\nAvailable actions:\n" + "\n".join(actions) +
-            f"\n\n{RULES}\n\nNow it's your turn:\n" + "\n".join(lines + [f"Observation {n}: {current}\nAction {n}:"]))
+    user += f"\nObservation {n}: {current}\n" + f"Action {n}:"
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
