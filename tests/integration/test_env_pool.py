@@ -37,7 +37,8 @@ class _Shopper:
         replies = []
         for conversation in conversations:
             user = conversation[-1]["content"]
-            actions = user.split("Available actions:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+            listed = user.split("Available actions:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+            actions = [line.strip() for line in listed]  # the reference's prompt indents them
             current = user.rsplit("\nObservation ", 1)[1]
             instruction = user.split("Instruction: ", 1)[1].split("\n", 1)[0]
             products = [a for a in actions if re.fullmatch(r"click\[b\d+\]", a)]

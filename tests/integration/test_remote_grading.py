@@ -136,6 +136,8 @@ def test_a_grader_on_another_node_scores_what_it_cannot_see(
     assert on_node(grader_node, os.path.exists, str(cache_dir)) is True
     assert on_node(grader_node, this_node) == grader_node != this_node()
 
+    # The session's cache may hold a base another test's grader fetched: count this test's downloads from nothing.
+    shutil.rmtree(cache_dir / "transfer", ignore_errors=True)
     recorder = ray.remote(Recorder).options(num_cpus=0).remote(str(tmp_path / "r.sqlite"))
     grader_cfg = GraderConfig(replicas=1, cpus=1, gpus=0, batch_size=16, max_queued_per_cell=4,
                               resources={GRADER_NODE: 1})

@@ -68,7 +68,10 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
     after = query(db, "SELECT * FROM submissions WHERE cell_id = ? ORDER BY submission_id", COMPLETED)
     width = len(submissions_before[0])
     assert [row[:width] for row in after] == submissions_before
-    assert {row[width:] for row in after} == {(None, None, 1)}
+    assert {row[width:width + 3] for row in after} == {(None, None, 1)}
+    # test_score (schema v7): a test-feedback cell's scores are its test scores
+    assert {score == test for score, test in query(
+        db, "SELECT score, test_score FROM submissions WHERE cell_id = ?", COMPLETED)} == {True}
     assert not (sweep_dir / "cells" / COMPLETED / "workspace").exists()
     assert not (sweep_dir / "cells" / COMPLETED / "agent.log").exists()
     assert query(db, "SELECT autorl_version FROM cells WHERE cell_id = ?", COMPLETED) == [(None,)]
