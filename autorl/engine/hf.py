@@ -6,8 +6,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from agent_kit.protocol import ChatMessage, cut_at_stop
-from autorl.engine.base import chat_prompts
+from agent_kit.protocol import cut_at_stop
+from autorl.engine.base import ChatTemplateEngine
 from autorl.engine.hf_prefix import PrefixCache, supports_prefix_cache
 from autorl.engine.hf_stop import StopOnStrings
 from autorl.engine.hf_swap import load_into, model_signature, read_safetensors
@@ -23,7 +23,7 @@ class AdapterBaseMissing(AutorlError):
     """A LoRA adapter reached the engine without the cell's base model: the grader's error, not the agent's."""
 
 
-class HFEngine:
+class HFEngine(ChatTemplateEngine):
     """Greedy generation with ``transformers``; implements :class:`autorl.engine.base.GenerationEngine`.
 
     Prompts are processed in chunks of ``batch_size`` with left padding, so one call serves a
@@ -126,13 +126,6 @@ class HFEngine:
         self._base = None
         self.model = None
         gc.collect()
-
-    def generate_chat(
-        self, conversations: list[list[ChatMessage]], *, max_new_tokens: int, stop: list[str] | None = None
-    ) -> list[str]:
-        """Generate the assistant reply of each conversation with the model's chat template."""
-        prompts = chat_prompts(self.tokenizer, conversations)
-        return self.generate_text(prompts, max_new_tokens=max_new_tokens, stop=stop, add_special_tokens=False)
 
     def generate_text(
         self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None, add_special_tokens: bool = True

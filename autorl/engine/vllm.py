@@ -31,8 +31,8 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-from agent_kit.protocol import ChatMessage, cut_at_stop
-from autorl.engine.base import chat_prompts
+from agent_kit.protocol import cut_at_stop
+from autorl.engine.base import ChatTemplateEngine
 from autorl.engine.hf import ADAPTER_CONFIG, _load_tokenizer, _require_base
 from autorl.errors import AutorlError
 
@@ -71,7 +71,7 @@ class WeightSwapExtension:
         return processed
 
 
-class VLLMEngine:
+class VLLMEngine(ChatTemplateEngine):
     """Greedy generation with vLLM; implements :class:`autorl.engine.base.GenerationEngine` plus ``swap``/``close``.
 
     One ``generate`` call serves a whole evaluation set (vLLM schedules up to ``batch_size``
@@ -237,13 +237,6 @@ class VLLMEngine:
 
             cleanup_dist_env_and_memory()  # the in-process worker's process group, so a new engine can start
         gc.collect()
-
-    def generate_chat(
-        self, conversations: list[list[ChatMessage]], *, max_new_tokens: int, stop: list[str] | None = None
-    ) -> list[str]:
-        """Generate the assistant reply of each conversation with the model's chat template (as HFEngine does)."""
-        prompts = chat_prompts(self.tokenizer, conversations)
-        return self.generate_text(prompts, max_new_tokens=max_new_tokens, stop=stop, add_special_tokens=False)
 
     def generate_text(
         self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None, add_special_tokens: bool = True
