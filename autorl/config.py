@@ -58,8 +58,9 @@ class CellSpec:
 
     @property
     def budget_s(self) -> float:
-        """The agent's wall-clock budget in seconds."""
-        return self.config.budget.seconds
+        """The agent's wall-clock budget in seconds: ``budget.seconds``, else the task's ``budget_s``."""
+        seconds = self.config.budget.seconds
+        return float(self.config.task.budget_s if seconds is None else seconds)
 
 
 @dataclass(frozen=True)
@@ -302,6 +303,11 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
             raise ConfigError(
                 f"task {task.name!r} is interactive but its conf/task/{task.name}.yaml has no env_pool block "
                 "(actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
+            )
+        if cell.budget_s <= 0:
+            raise ConfigError(
+                f"the agent's budget is {cell.budget_s:g} s (cell {cell.cell_id}): give budget.seconds > 0, or a "
+                f"positive budget_s in conf/task/{task.name}.yaml"
             )
         agent.reprompt.check()
         cell.config.integrity.check()

@@ -80,6 +80,7 @@ class ModelKind(StrEnum):
     """Where a base model comes from."""
 
     tiny = "tiny"
+    small = "small"
     hub = "hub"
 
 
@@ -272,7 +273,7 @@ class ModelConfig:
 
     name: str = setting("the option's name; equals the file name")
     description: str = setting("one line for `python -m autorl.ls models`")
-    kind: ModelKind = setting("tiny: built offline; hub: downloaded from the Hugging Face hub")
+    kind: ModelKind = setting("tiny, small: built offline (autorl/models/); hub: downloaded from the Hugging Face hub")
     hub_id: str | None = setting("the hub repository (kind=hub)")
 
 
@@ -300,6 +301,7 @@ class TaskConfig:
     build: dict[str, dict[str, Any]] = setting("source -> options of the task's builder")
     eval: dict[str, dict[str, Any]] = setting("source -> options of the task's evaluator")
     env_pool: EnvPoolConfig | None = setting("interactive tasks: their environment pool", default=None)
+    budget_s: float = setting("the agent's default wall-clock budget on this task (budget.seconds overrides it)", 480.0)
 
 
 @dataclass
@@ -334,7 +336,7 @@ class ClusterConfig:
 class BudgetConfig:
     """The agent's time budget."""
 
-    seconds: float = setting("the agent's wall-clock budget in seconds")
+    seconds: float | None = setting("the agent's wall-clock budget in seconds; null: the task's budget_s")
     kill_grace_s: float = setting("SIGTERM, then this many seconds, then SIGKILL for the agent's process group")
 
 

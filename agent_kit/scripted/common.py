@@ -44,6 +44,24 @@ def remaining_s() -> float:
     return float(api("GET", "/time")["remaining"])
 
 
+def stop_at_deadline(share: float) -> Any:
+    """A ``transformers.TrainerCallback`` that ends training once ``share`` of the budget left now is
+    spent, so that a stage slower than planned (a larger model, a busy CPU) still leaves time to save
+    and submit instead of being killed at the budget's end with nothing submitted."""
+    from transformers import TrainerCallback
+
+    deadline = time.monotonic() + share * remaining_s()
+
+    class StopAtDeadline(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            """Ask the trainer to stop after this step once the deadline has passed."""
+            if time.monotonic() > deadline:
+                control.should_training_stop = True
+            return control
+
+    return StopAtDeadline()
+
+
 def _trainer_args(output_dir: Path, seed: int) -> dict[str, Any]:
     """Trainer settings shared by SFT and GRPO (CPU needs bf16=False, use_cpu=True; stack-notes.md §4)."""
     import torch
@@ -55,8 +73,11 @@ def _trainer_args(output_dir: Path, seed: int) -> dict[str, Any]:
     )
 
 
-def sft(args: argparse.Namespace, conversations: list[list[dict[str, str]]], base: str, target: Path) -> None:
-    """Supervised fine-tuning of ``base`` on chat conversations; saves model and tokenizer to ``target``."""
+def sft(args: argparse.Namespace, conversations: list[list[dict[str, str]]], base: str, target: Path,
+        time_share: float = 0.45) -> None:
+    """Supervised fine-tuning of ``base`` on chat conversations; saves model and tokenizer to ``target``.
+
+    Training stops early once ``time_share`` of the budget left at its start is spent."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
@@ -68,15 +89,19 @@ def sft(args: argparse.Namespace, conversations: list[list[dict[str, str]]], bas
         lr_scheduler_type="cosine", warmup_steps=min(20, args.sft_steps // 10), max_length=args.sft_max_length,
         **_trainer_args(Path("code/runs/sft"), args.seed),
     )
-    trainer = SFTTrainer(model=base, args=config, train_dataset=dataset, processing_class=tokenizer)
+    trainer = SFTTrainer(model=base, args=config, train_dataset=dataset, processing_class=tokenizer,
+                         callbacks=[stop_at_deadline(time_share)])
     result = trainer.train()
-    log(f"SFT done: {result.global_step} steps, loss {result.training_loss:.3f}")
+    log(f"SFT done: {result.global_step} of {args.sft_steps} steps, loss {result.training_loss:.3f}")
     trainer.save_model(str(target))
     tokenizer.save_pretrained(str(target))
 
 
-def grpo(args: argparse.Namespace, rows: list[ChatRow], reward: Reward, start: Path, target: Path) -> None:
-    """GRPO from ``start`` with a rule reward; ``rows`` have a chat ``prompt`` plus the reward's columns."""
+def grpo(args: argparse.Namespace, rows: list[ChatRow], reward: Reward, start: Path, target: Path,
+         time_share: float = 0.7) -> None:
+    """GRPO from ``start`` with a rule reward; ``rows`` have a chat ``prompt`` plus the reward's columns.
+
+    Training stops early once ``time_share`` of the budget left at its start is spent."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -95,10 +120,12 @@ def grpo(args: argparse.Namespace, rows: list[ChatRow], reward: Reward, start: P
         args=config,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
+        callbacks=[stop_at_deadline(time_share)],
     )
-    trainer.train()
+    result = trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    log(f"GRPO done: mean reward per logging window {[round(r, 3) for r in rewards]}")
+    log(f"GRPO done: {result.global_step} of {args.grpo_steps} steps, mean reward per logging window "
+        f"{[round(r, 3) for r in rewards]}")
     trainer.save_model(str(target))
     tokenizer.save_pretrained(str(target))
 

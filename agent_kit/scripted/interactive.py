@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_kit.rollout import Episode, EpisodeProtocol, play
-from agent_kit.scripted.policy import ApiEpisodes, LocalPolicy, Sample
+from agent_kit.scripted.policy import ApiEpisodes, LocalPolicy, Sample, pack
 
 
 @dataclass
@@ -65,8 +65,9 @@ class _Recording:
 
 def expert_samples(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], policy: LocalPolicy,
                    deadline: float) -> tuple[list[Sample], list[float]]:
-    """Play ``ids`` with the expert until ``deadline`` (at least two episodes); returns the
-    (prompt, completion) pairs and the expert's reward per episode played."""
+    """Play ``ids`` with the expert until ``deadline`` (at least two episodes); returns the training
+    sequences (each episode's steps packed, :func:`~agent_kit.scripted.policy.pack`) and the expert's
+    reward per episode played."""
     recorder = _Recording(recipe.protocol, policy)
     samples: list[Sample] = []
     rewards: list[float] = []
@@ -76,13 +77,14 @@ def expert_samples(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str],
             break
         ((handle, first),) = envs.reset([episode_id])
         episode = Episode(episode_id, handle, first)
+        prompts, completions = [], []
         try:
             while not episode.current.done and episode.steps < recipe.max_steps:
                 completion = recipe.expert(episode)
                 if completion is None:
                     break
-                prompt = recorder.text(recipe.protocol.render(episode))
-                samples.append(Sample(prompt, completion + (eos if recipe.protocol.mode == "chat" else "")))
+                prompts.append(recorder.text(recipe.protocol.render(episode)))
+                completions.append(completion + (eos if recipe.protocol.mode == "chat" else ""))
                 action = recipe.protocol.parse(episode, completion)
                 (result,) = envs.step([(handle, action)])
                 episode.raw_outputs.append(completion)
@@ -90,6 +92,7 @@ def expert_samples(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str],
                 episode.last, episode.steps = result, episode.steps + 1
         finally:
             envs.close([handle])
+        samples += pack(prompts, completions)
         rewards.append(episode.current.reward)
     return samples, rewards
 
@@ -110,8 +113,7 @@ def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], g
             advantage = episode.current.reward - mean
             if advantage == 0:
                 continue
-            for prompt, output in zip(recorder.prompts[id(episode)], episode.raw_outputs, strict=True):
-                samples.append(Sample(prompt, output, weight=advantage))
+            samples += pack(recorder.prompts[id(episode)], episode.raw_outputs, weight=advantage)
     if samples:
         policy.train(samples, steps=1, batch_size=len(samples), lr=lr)
     policy.sample = False
@@ -126,15 +128,15 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
     rng = random.Random(0)
     output = Path(os.environ["OUTPUT_DIR"])
     policy = LocalPolicy(os.environ["MODEL_PATH"], recipe.max_length)
-    # Enough expert episodes for the SFT steps (about 8 samples per episode), at most the recipe's cap.
-    expert_ids = ids[: min(recipe.expert_episodes, max(2, args.sft_steps * args.sft_batch_size // 8))]
-    # Time shares of what is left: expert play 15 %, SFT 35 % (the rest: grading, RL, the final submission).
+    expert_ids = ids[: recipe.expert_episodes]
+    # Time shares of what is left: expert play 15 %, SFT 50 % (the rest: grading, RL, the final submission).
+    # SFT gets the most: RL only learns from rollouts that sometimes win, which takes a policy SFT made.
     left = remaining_s()
     samples, rewards = expert_samples(recipe, envs, expert_ids, policy, time.monotonic() + 0.15 * left)
     log(f"{len(ids)} training episodes; expert played {len(rewards)} (mean reward {sum(rewards) / len(rewards):.2f}) "
         f"-> {len(samples)} SFT samples; budget left {remaining_s():.0f} s")
     loss, taken = policy.train(samples, steps=args.sft_steps, batch_size=args.sft_batch_size, lr=args.sft_lr,
-                               deadline=time.monotonic() + 0.35 * left)
+                               deadline=time.monotonic() + 0.5 * left)
     log(f"SFT done: {taken} of {args.sft_steps} steps, last loss {loss:.3f}")
     policy.save(output / "v1")
     submit("output/v1")

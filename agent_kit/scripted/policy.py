@@ -12,7 +12,7 @@ import os
 import random
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +64,36 @@ class ApiEpisodes:
 
 @dataclass
 class Sample:
-    """One training pair: the prompt text (chat already rendered) and the completion to learn."""
+    """One training sequence: the prompt text (chat already rendered) and the completion to learn,
+    optionally followed by more (context, completion) turns of the same episode (:func:`pack`)."""
 
     prompt: str
     completion: str
     weight: float = 1.0
+    more: list[tuple[str, str]] = field(default_factory=list)
+
+    def turns(self) -> list[tuple[str, str]]:
+        """Every (context, completion) pair in order; only completions are learned."""
+        return [(self.prompt, self.completion), *self.more]
+
+
+def pack(prompts: list[str], completions: list[str], weight: float = 1.0) -> list[Sample]:
+    """One episode's steps as few training sequences: while each step's prompt is the previous prompt
+    plus its completion plus new text (no truncation in between), the steps share one sequence, so one
+    forward pass learns every action of the episode instead of re-reading the prompt for each.
+
+    >>> [s.turns() for s in pack(["Q>", "Q> a|ok>", "X>"], [" a|", " b|", " c|"])]
+    [[('Q>', ' a|'), ('ok>', ' b|')], [('X>', ' c|')]]
+    """
+    samples: list[Sample] = []
+    text = None
+    for prompt, completion in zip(prompts, completions, strict=True):
+        if text is not None and prompt.startswith(text):
+            samples[-1].more.append((prompt[len(text):], completion))
+        else:
+            samples.append(Sample(prompt, completion, weight))
+        text = prompt + completion
+    return samples
 
 
 class LocalPolicy:
@@ -124,11 +149,15 @@ class LocalPolicy:
         torch = self.torch
         rows, masks = [], []
         for s in batch:
-            completion = self.tokenizer(s.completion, add_special_tokens=False)["input_ids"][: self.max_length // 2]
-            prompt = self.tokenizer(s.prompt, add_special_tokens=False)["input_ids"]
-            prompt = prompt[max(0, len(prompt) - (self.max_length - len(completion))):]
-            rows.append(prompt + completion)
-            masks.append([0] * len(prompt) + [1] * len(completion))
+            row: list[int] = []
+            learned: list[int] = []
+            for context, completion in s.turns():
+                context_ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
+                completion_ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"][: self.max_length // 2]
+                row += context_ids + completion_ids
+                learned += [0] * len(context_ids) + [1] * len(completion_ids)
+            rows.append(row[-self.max_length:])  # the sequence's end is kept, as a prompt is cut on the left
+            masks.append(learned[-self.max_length:])
         width = max(map(len, rows))
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])

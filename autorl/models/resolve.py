@@ -11,7 +11,7 @@ from autorl.schema import ModelConfig, ModelKind
 def resolve_model(model_cfg: ModelConfig, cache_dir: Path) -> Path:
     """Return a local folder holding the model, building or downloading it once.
 
-    ``tiny`` is built offline; ``hub`` models are downloaded into ``cache_dir/models`` with
+    ``tiny`` and ``small`` are built offline; ``hub`` models are downloaded into ``cache_dir/models`` with
     ``huggingface_hub.snapshot_download`` (idempotent: a complete snapshot is reused).
 
     Raises:
@@ -22,6 +22,10 @@ def resolve_model(model_cfg: ModelConfig, cache_dir: Path) -> Path:
         from autorl.models.tiny import ensure_tiny_model
 
         return ensure_tiny_model(cache_dir / "models")
+    if model_cfg.kind == ModelKind.small:
+        from autorl.models.small import ensure_small_model
+
+        return ensure_small_model(cache_dir)
     hub_id = model_cfg.hub_id
     if not hub_id:
         raise ConfigError(f"model {model_cfg.name!r} has kind hub but no hub_id: set hub_id in its conf/model file")

@@ -12,6 +12,7 @@ import json
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from filelock import FileLock
 
 # Bump when anything below changes the built files: it is part of the cache path.
 TINY_BUILD_VERSION = 1
+MARKER = "autorl_tiny.json"  # written last into a complete build (the small model's too)
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 CHAT_TEMPLATE = (
@@ -65,8 +67,9 @@ def _corpus(seed: int) -> list[str]:
     return lines
 
 
-def _build(target: Path, cfg: TinyModelConfig) -> None:
-    """Train the tokenizer, initialise the model and save both into `target`."""
+def _build(target: Path, cfg: TinyModelConfig, corpus: list[str], meta: dict[str, object]) -> None:
+    """Train the tokenizer on ``corpus``, initialise the model and save both into ``target``
+    (``meta`` goes into ``autorl_tiny.json`` beside the build's shape)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
@@ -81,7 +84,7 @@ def _build(target: Path, cfg: TinyModelConfig) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    raw.train_from_iterator(_corpus(cfg.seed), trainer=trainer)
+    raw.train_from_iterator(corpus, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=raw,
         bos_token=None,
@@ -114,7 +117,7 @@ def _build(target: Path, cfg: TinyModelConfig) -> None:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(target)
     tokenizer.save_pretrained(target)
-    (target / "autorl_tiny.json").write_text(json.dumps({"build_version": TINY_BUILD_VERSION, **asdict(cfg)}, indent=2))
+    (target / MARKER).write_text(json.dumps({**meta, **asdict(cfg)}, indent=2))
 
 
 def _readable_by_all(folder: Path) -> None:
@@ -125,12 +128,34 @@ def _readable_by_all(folder: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
+def ensure_built_model(cache_root: Path, key: str, cfg: TinyModelConfig, corpus: Callable[[], list[str]],
+                       meta: dict[str, object]) -> Path:
+    """Return ``cache_root/key``, building it on first use from ``corpus()`` with shape ``cfg``.
+
+    Concurrent callers (several cells on one node) are serialised by a file lock and see either no
+    folder or a complete one, never a half-written one.
+    """
+    target = cache_root / key
+    cache_root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache_root / f".{key}.lock")):
+        if (target / MARKER).exists():
+            _readable_by_all(target)  # built before sealed cells, parts were private to their builder
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root))
+        try:
+            _build(staging, cfg, corpus(), meta)
+            _readable_by_all(staging)
+            staging.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 def ensure_tiny_model(cache_root: Path, cfg: TinyModelConfig | None = None) -> Path:
     """Return the folder of the tiny model, building it on first use.
 
     The build is deterministic (fixed seeds), so the same config always yields the same weights
-    and the same weights hash. Concurrent callers (several cells on one node) are serialised by a
-    file lock and see either no folder or a complete one, never a half-written one.
+    and the same weights hash.
 
     Args:
         cache_root: folder that holds built models (e.g. ``~/.cache/autorl/models``).
@@ -141,17 +166,4 @@ def ensure_tiny_model(cache_root: Path, cfg: TinyModelConfig | None = None) -> P
     """
     cfg = cfg or TinyModelConfig()
     key = f"tiny-b{TINY_BUILD_VERSION}-h{cfg.hidden_size}-l{cfg.num_hidden_layers}-v{cfg.vocab_size}-s{cfg.seed}"
-    target = cache_root / key
-    cache_root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(cache_root / f".{key}.lock")):
-        if (target / "autorl_tiny.json").exists():
-            _readable_by_all(target)  # built before sealed cells, parts were private to their builder
-            return target
-        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root))
-        try:
-            _build(staging, cfg)
-            _readable_by_all(staging)
-            staging.rename(target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return ensure_built_model(cache_root, key, cfg, lambda: _corpus(cfg.seed), {"build_version": TINY_BUILD_VERSION})

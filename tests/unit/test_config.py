@@ -14,6 +14,7 @@ import yaml
 
 from autorl import ls, sweep
 from autorl.config import (
+    check_combinations,
     compose,
     expand_axes,
     load_driver_config,
@@ -179,7 +180,7 @@ def test_a_wrong_type_names_the_type() -> None:
     with pytest.raises(ConfigError) as error:
         plan_sweep(["cell.cpus=many"])
     assert "cell.cpus must be a number (float), got 'many'" in str(error.value)
-    with pytest.raises(ConfigError, match=r"model\.kind must be one of tiny, hub, got 'hubb'\. Did you mean model\.kind=hub\?"):
+    with pytest.raises(ConfigError, match=r"model\.kind must be one of tiny, small, hub, got 'hubb'\. Did you mean model\.kind=hub\?"):
         plan_sweep(["model.kind=hubb"])
     with pytest.raises(ConfigError, match=r"tracking\.wandb\.enabled must be true or false"):
         plan_sweep(["tracking.wandb.enabled=maybe"])
@@ -289,3 +290,14 @@ def test_an_unknown_integrity_judge_driver_stops_the_sweep_before_anything_start
 
     code = main(["integrity.judge.enabled=true", "integrity.judge.driver=no-such-driver", f"out_dir={tmp_path}"])
     assert code == 2 and not any(tmp_path.iterdir())
+
+
+def test_budget_is_the_tasks_unless_budget_seconds_is_given() -> None:
+    tasks = {c.task: c for c in plan_sweep(["task=gsm8k,alfworld", "dry_run=true"]).cells}
+    for name, cell in tasks.items():
+        task_yaml = yaml.safe_load((CONF_DIR / "task" / f"{name}.yaml").read_text())
+        assert cell.config.budget.seconds is None and cell.budget_s == float(task_yaml["budget_s"]), name
+    assert {c.budget_s for c in plan_sweep(["task=gsm8k,alfworld", "budget.seconds=60", "dry_run=true"]).cells} == {60.0}
+    assert plan_sweep(["task=alfworld", "task.budget_s=90", "dry_run=true"]).cells[0].budget_s == 90.0
+    with pytest.raises(ConfigError, match=r"budget is -5 s .*budget.seconds > 0, or a positive budget_s in conf/task/gsm8k.yaml"):
+        check_combinations(plan_sweep(["budget.seconds=-5", "dry_run=true"]).cells)

@@ -1,0 +1,37 @@
+"""The scripted agent's training loss: an episode's steps packed into one sequence learn what they learn apart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent_kit.scripted.policy import LocalPolicy, Sample, pack
+
+
+def test_packed_episode_loss_equals_its_steps_losses(tiny_model_dir: Path) -> None:
+    """One forward pass over a packed episode gives each action the log-probability it gets in its own
+    prompt (a causal LM), so the packed loss is the token-weighted mean of the per-step losses."""
+    policy = LocalPolicy(tiny_model_dir, max_length=512)
+    first = "Your task is to: put a pen in desk.\n>"
+    steps = [(" go to desk 1\n", "You arrive at desk 1. On the desk 1, you see a pen 1.\n>"),
+             (" take pen 1 from desk 1\n", "You pick up the pen 1 from the desk 1.\n>"),
+             (" move pen 1 to desk 1\n", "")]
+    prompts, prompt = [], first
+    for action, observation in steps:
+        prompts.append(prompt)
+        prompt += action + observation
+    completions = [action for action, _ in steps]
+    (packed,) = pack(prompts, completions)
+    assert len(packed.turns()) == 3
+    apart = [policy._batch_loss([Sample(p, c)]).item() for p, c in zip(prompts, completions, strict=True)]
+    tokens = [len(policy.tokenizer(c, add_special_tokens=False)["input_ids"]) for c in completions]
+    expected = sum(loss * n for loss, n in zip(apart, tokens, strict=True)) / sum(tokens)
+    assert policy._batch_loss([packed]).item() == pytest.approx(expected, rel=1e-4)
+
+
+def test_a_truncated_step_starts_a_new_sequence() -> None:
+    """A prompt that is not its predecessor plus new text (the protocol dropped old steps) is not packed."""
+    samples = pack(["abc>", "abc> x|def>", "c> x|def> y|g>"], [" x|", " y|", " z|"], weight=-0.5)
+    assert [s.turns() for s in samples] == [[("abc>", " x|"), ("def>", " y|")], [("c> x|def> y|g>", " z|")]]
+    assert {s.weight for s in samples} == {-0.5}

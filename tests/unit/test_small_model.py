@@ -1,0 +1,44 @@
+"""The `small` base model: built offline and deterministically, its tokenizer trained on public text only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from autorl.models.small import CORPUS_TASKS, SMALL_CONFIG, _strings, ensure_small_model, public_corpus
+from autorl.task_spec import get_task
+from autorl.tasks import build_task_data
+
+
+def _weights_digest(folder: Path) -> str:
+    return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+
+
+def test_small_model_is_deterministic_and_vllm_shaped(tmp_path: Path, cache_dir: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    first = ensure_small_model(cache_dir)
+    assert ensure_small_model(cache_dir) == first  # cached: the second call reuses the folder
+    other = ensure_small_model(tmp_path)  # a fresh cache: fixtures and model built again
+    assert other.name == first.name and _weights_digest(other) == _weights_digest(first)
+    config = AutoConfig.from_pretrained(first)
+    assert config.head_dim == 64 and config.hidden_size == SMALL_CONFIG.hidden_size  # vLLM needs head_dim 64
+    tokenizer = AutoTokenizer.from_pretrained(first)
+    # The tasks' words are whole tokens (tiny's tokenizer spells "sinkbasin" in five pieces).
+    assert tokenizer.tokenize(" sinkbasin") == ["Ġsinkbasin"]
+    assert len(tokenizer) <= SMALL_CONFIG.vocab_size + 4
+
+
+def test_tokenizer_corpus_holds_no_private_split_text(cache_dir: Path) -> None:
+    corpus = "\n".join(public_corpus(cache_dir))
+    checked = 0
+    for task_id in CORPUS_TASKS:
+        data = build_task_data(get_task(task_id), "fixture", cache_dir / "tasks", seed=0)
+        for path in sorted(data.private_dir.rglob("*.jsonl")):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                for text in _strings(json.loads(line)):
+                    if len(text) >= 40:
+                        checked += 1
+                        assert text not in corpus, f"{task_id} private text in the tokenizer corpus: {text[:80]!r}"
+    assert checked > 100
