@@ -74,7 +74,7 @@ def _trainer_args(output_dir: Path, seed: int) -> dict[str, Any]:
 
 
 def sft(args: argparse.Namespace, conversations: list[list[dict[str, str]]], base: str, target: Path,
-        time_share: float = 0.45) -> None:
+        time_share: float = 0.7) -> None:
     """Supervised fine-tuning of ``base`` on chat conversations; saves model and tokenizer to ``target``.
 
     Training stops early once ``time_share`` of the budget left at its start is spent."""

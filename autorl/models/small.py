@@ -22,7 +22,7 @@ from typing import Any
 
 from autorl.models.tiny import TinyModelConfig, ensure_built_model
 
-SMALL_BUILD_VERSION = 1
+SMALL_BUILD_VERSION = 2  # 2: every newline is a token of its own
 CORPUS_TASKS = ("alfworld", "alpacaeval", "deepsearchqa", "gsm8k", "humaneval", "webshop")
 SMALL_CONFIG = TinyModelConfig(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                                num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048)
@@ -80,4 +80,5 @@ def ensure_small_model(cache_root: Path) -> Path:
     cfg = SMALL_CONFIG
     key = f"small-b{SMALL_BUILD_VERSION}-h{cfg.hidden_size}-l{cfg.num_hidden_layers}-v{cfg.vocab_size}-c{digest}"
     return ensure_built_model(cache_root / "models", key, cfg, lambda: corpus,
-                              {"build_version": SMALL_BUILD_VERSION, "corpus_digest": digest})
+                              {"build_version": SMALL_BUILD_VERSION, "corpus_digest": digest, "isolate_newlines": True},
+                              isolate_newlines=True)

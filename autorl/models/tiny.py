@@ -67,16 +67,24 @@ def _corpus(seed: int) -> list[str]:
     return lines
 
 
-def _build(target: Path, cfg: TinyModelConfig, corpus: list[str], meta: dict[str, object]) -> None:
+def _build(target: Path, cfg: TinyModelConfig, corpus: list[str], meta: dict[str, object], *,
+           isolate_newlines: bool = False) -> None:
     """Train the tokenizer on ``corpus``, initialise the model and save both into ``target``
-    (``meta`` goes into ``autorl_tiny.json`` beside the build's shape)."""
+    (``meta`` goes into ``autorl_tiny.json`` beside the build's shape).
+
+    ``isolate_newlines`` makes every ``\n`` a token of its own. Without it a tokenizer trained on code
+    learns ``"\n    "`` as one token, and a chat prompt that ends in ``"assistant\n"`` then never
+    continues the way training text did (``"assistant"`` + ``"\n    "`` + ``"return"``).
+    """
     import torch
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
     raw = Tokenizer(models.BPE(unk_token=None))
     raw.normalizer = normalizers.NFC()
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Split("\n", behavior="isolated"), byte_level])
+                         if isolate_newlines else byte_level)
     raw.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=cfg.vocab_size,
@@ -129,7 +137,7 @@ def _readable_by_all(folder: Path) -> None:
 
 
 def ensure_built_model(cache_root: Path, key: str, cfg: TinyModelConfig, corpus: Callable[[], list[str]],
-                       meta: dict[str, object]) -> Path:
+                       meta: dict[str, object], *, isolate_newlines: bool = False) -> Path:
     """Return ``cache_root/key``, building it on first use from ``corpus()`` with shape ``cfg``.
 
     Concurrent callers (several cells on one node) are serialised by a file lock and see either no
@@ -143,7 +151,7 @@ def ensure_built_model(cache_root: Path, key: str, cfg: TinyModelConfig, corpus:
             return target
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root))
         try:
-            _build(staging, cfg, corpus(), meta)
+            _build(staging, cfg, corpus(), meta, isolate_newlines=isolate_newlines)
             _readable_by_all(staging)
             staging.rename(target)
         finally:

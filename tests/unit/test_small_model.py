@@ -28,6 +28,13 @@ def test_small_model_is_deterministic_and_vllm_shaped(tmp_path: Path, cache_dir:
     # The tasks' words are whole tokens (tiny's tokenizer spells "sinkbasin" in five pieces).
     assert tokenizer.tokenize(" sinkbasin") == ["Ġsinkbasin"]
     assert len(tokenizer) <= SMALL_CONFIG.vocab_size + 4
+    # A generation prompt's tokens begin every training sequence that continues it: "\n" is never
+    # merged with the indentation after it, so SFT on chats teaches what generation then reads.
+    chat = [{"role": "user", "content": "def f(x):\n"}, {"role": "assistant", "content": "    return x + 1\n"}]
+    prompt = tokenizer.apply_chat_template(chat[:1], tokenize=False, add_generation_prompt=True)
+    full = tokenizer.apply_chat_template(chat, tokenize=False)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    assert tokenizer(full, add_special_tokens=False)["input_ids"][: len(prompt_ids)] == prompt_ids
 
 
 def test_tokenizer_corpus_holds_no_private_split_text(cache_dir: Path) -> None:
