@@ -128,16 +128,21 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
     rng = random.Random(0)
     output = Path(os.environ["OUTPUT_DIR"])
     policy = LocalPolicy(os.environ["MODEL_PATH"], recipe.max_length)
-    expert_ids = ids[: recipe.expert_episodes]
+    # One packed SFT sequence per episode: enough episodes for every sequence SFT can draw, at most the cap.
+    expert_ids = ids[: min(recipe.expert_episodes, max(2, args.sft_steps * args.sft_batch_size))]
     # Time shares of what is left: expert play 15 %, SFT 50 % (the rest: grading, RL, the final submission).
     # SFT gets the most: RL only learns from rollouts that sometimes win, which takes a policy SFT made.
     left = remaining_s()
     samples, rewards = expert_samples(recipe, envs, expert_ids, policy, time.monotonic() + 0.15 * left)
     log(f"{len(ids)} training episodes; expert played {len(rewards)} (mean reward {sum(rewards) / len(rewards):.2f}) "
         f"-> {len(samples)} SFT samples; budget left {remaining_s():.0f} s")
-    loss, taken = policy.train(samples, steps=args.sft_steps, batch_size=args.sft_batch_size, lr=args.sft_lr,
+    # sft.batch_size counts actions; a sample is a packed episode of several.
+    actions = sum(len(sample.turns()) for sample in samples)
+    per_step = max(1, round(args.sft_batch_size * len(samples) / max(1, actions)))
+    loss, taken = policy.train(samples, steps=args.sft_steps, batch_size=per_step, lr=args.sft_lr,
                                deadline=time.monotonic() + 0.5 * left)
-    log(f"SFT done: {taken} of {args.sft_steps} steps, last loss {loss:.3f}")
+    log(f"SFT done: {taken} of {args.sft_steps} steps of {per_step} sequences ({actions} actions in "
+        f"{len(samples)} sequences), last loss {loss:.3f}")
     policy.save(output / "v1")
     submit("output/v1")
     group = max(2, args.grpo_generations)

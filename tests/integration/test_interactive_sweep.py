@@ -4,6 +4,7 @@ for every cell, graded in the sweep's EnvPools, with the scripted agent's SFT an
 from __future__ import annotations
 
 import csv
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,8 @@ def test_interactive_tasks_sweep_end_to_end(tmp_path: Path, ray_tmp: Path, cache
         assert_clean_integrity(row)
         log = (sweep_dir / "cells" / row["cell_id"] / "agent.log").read_text()
         assert "SFT done" in log and "RL iteration 1/1" in log and "submitted output/v2" in log, (task, log[-2000:])
-        assert "expert played 2 " in log, task
+        played = re.search(r"expert played (\d+) ", log)
+        assert played and 2 <= int(played.group(1)) <= 4 * 2, task  # at most sft.steps x sft.batch_size episodes
         if task != "alfworld":  # ALFWorld's planner needs more than the 3 steps this test allows an episode
             assert "(mean reward 1.00)" in log, task  # the expert wins through the env endpoints
     subs = query(sweep_dir / "records.sqlite", "SELECT status, details_json FROM submissions")

@@ -1,4 +1,4 @@
-"""The scripted agent's training loss: an episode's steps packed into one sequence learn what they learn apart."""
+"""The scripted agent's training: packed episodes learn what their steps learn apart; stages stop at their deadline."""
 
 from __future__ import annotations
 
@@ -35,3 +35,20 @@ def test_a_truncated_step_starts_a_new_sequence() -> None:
     samples = pack(["abc>", "abc> x|def>", "c> x|def> y|g>"], [" x|", " y|", " z|"], weight=-0.5)
     assert [s.turns() for s in samples] == [[("abc>", " x|"), ("def>", " y|")], [("c> x|def> y|g>", " z|")]]
     assert {s.weight for s in samples} == {-0.5}
+
+
+
+def test_sft_stops_at_its_share_of_the_budget(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A stage slower than planned stops at its deadline and still saves the model it has."""
+    import argparse
+
+    from agent_kit.scripted import common
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(common, "remaining_s", lambda: 0.0)  # the budget is spent: the deadline is now
+    args = argparse.Namespace(sft_steps=50, sft_batch_size=2, sft_lr=1e-3, sft_max_length=64, seed=0)
+    chat = [[{"role": "user", "content": f"What is {n} + 1?"}, {"role": "assistant", "content": str(n + 1)}] for n in range(8)]
+    common.sft(args, chat, str(tiny_model_dir), tmp_path / "v1")
+    assert "SFT done: 1 of 50 steps" in capsys.readouterr().out
+    assert (tmp_path / "v1" / "model.safetensors").is_file()
