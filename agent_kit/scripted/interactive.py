@@ -3,7 +3,8 @@
 1. Expert trajectories are played through the grading API's env endpoints on training episodes
    (the task's recipe supplies the expert, e.g. a planner's move arriving as ``info["expert_action"]``,
    or an answer known from the public split).
-   Each step becomes a (prompt in the eval protocol, expert completion) pair; SFT on them; submit.
+   Each step becomes a (prompt in the eval protocol, expert completion) pair, an episode's pairs packed
+   into one sequence where each prompt extends the last; SFT on them; submit.
 2. Online RL (REINFORCE with a group baseline, GRPO-style): each iteration plays ``group`` sampled
    rollouts of a few training episodes through the env endpoints, gives every step of a rollout the
    advantage ``episode reward - group mean``, and takes one policy-gradient step; submit.
