@@ -41,7 +41,8 @@ def test_interactive_tasks_sweep_end_to_end(tmp_path: Path, ray_tmp: Path, cache
         log = (sweep_dir / "cells" / row["cell_id"] / "agent.log").read_text()
         assert "SFT done" in log and "RL iteration 1/1" in log and "submitted output/v2" in log, (task, log[-2000:])
         played = re.search(r"expert played (\d+) ", log)
-        assert played and 2 <= int(played.group(1)) <= 4 * 2, task  # at most sft.steps x sft.batch_size episodes
+        # At most sft.steps x sft.batch_size episodes (ALFWorld's recipe takes three times the SFT steps).
+        assert played and 2 <= int(played.group(1)) <= (3 if task == "alfworld" else 1) * 4 * 2, task
         if task != "alfworld":  # ALFWorld's planner needs more than the 3 steps this test allows an episode
             assert "(mean reward 1.00)" in log, task  # the expert wins through the env endpoints
     subs = query(sweep_dir / "records.sqlite", "SELECT status, details_json FROM submissions")
