@@ -69,7 +69,7 @@ def _corpus(seed: int) -> list[str]:
 
 def _build(target: Path, cfg: TinyModelConfig, corpus: list[str], meta: dict[str, object], *,
            isolate_newlines: bool = False) -> None:
-    """Train the tokenizer on ``corpus``, initialise the model and save both into ``target``
+    r"""Train the tokenizer on ``corpus``, initialise the model and save both into ``target``
     (``meta`` goes into ``autorl_tiny.json`` beside the build's shape).
 
     ``isolate_newlines`` makes every ``\n`` a token of its own. Without it a tokenizer trained on code
