@@ -6,6 +6,8 @@ from collections import Counter
 
 import pytest
 from autorl.task_code.alfworld.agent.explorer import next_action
+from autorl.task_code.alfworld.env import load_episodes
+from autorl.task_code.alfworld.games import SHORT_TYPES
 
 from agent_kit.rollout import Episode
 from autorl.envs.host import local_episode_client
@@ -26,10 +28,7 @@ def test_explorer_wins_every_eval_game_within_the_fixture_step_limit(data: TaskD
     options = eval_options(SPEC, "fixture", {})
     client = local_episode_client("alfworld", "alfworld", data.private_dir, options)
     won: Counter[str] = Counter()
-    steps = []
-    ids = [line.split('"episode_id": "')[1].split('"')[0]
-           for line in (data.private_dir / "episodes.jsonl").read_text().splitlines()]
-    for episode_id in ids:
+    for episode_id in load_episodes(data.private_dir):
         ((handle, first),) = client.reset([episode_id])
         assert "expert_action" not in first.info
         episode = Episode(episode_id, handle, first)
@@ -41,7 +40,5 @@ def test_explorer_wins_every_eval_game_within_the_fixture_step_limit(data: TaskD
             episode.last, episode.steps = result, episode.steps + 1
         client.close([handle])
         assert episode.current.info["won"], f"{episode_id} lost: {episode.history}"
-        won[str(first.info["task_type"])] += 1
-        steps.append(episode.steps)
-    assert sorted(won) == sorted(["put", "clean", "heat", "cool", "examine", "puttwo"])
-    assert max(steps) <= int(options["max_steps"])
+        won[str(first.info["task_type"])] += 1  # won before the env's max_steps ended the episode
+    assert sorted(won) == sorted(SHORT_TYPES)

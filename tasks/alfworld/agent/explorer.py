@@ -28,7 +28,7 @@ _GOALS = (
     (r"put two (?P<obj>.+) in (?P<recep>.+)", "puttwo"), (r"find two (?P<obj>.+) and put them in (?P<recep>.+)", "puttwo"),
     (r"put a (?P<obj>.+) in (?P<recep>.+)", "put"), (r"put some (?P<obj>.+) on (?P<recep>.+)", "put"),
 )
-# Where each transformation happens, and its command's verb.
+# Where each transformation happens (the command's verb is the goal's kind: "clean apple 1 with sinkbasin 1").
 _APPLIANCES = {"clean": "sinkbasin", "heat": "microwave", "cool": "fridge"}
 
 
@@ -105,8 +105,13 @@ def _progress(goal: Goal, history: list[tuple[str, str]]) -> _Progress:
     return state
 
 
+def _kind(name: str) -> str:
+    """The type of a numbered receptacle or object (``"drawer 2"`` → ``"drawer"``)."""
+    return name.rsplit(" ", 1)[0]
+
+
 def _first_of_type(kind: str, rooms: list[str]) -> str | None:
-    return next((r for r in rooms if r.rsplit(" ", 1)[0] == kind), None)
+    return next((r for r in rooms if _kind(r) == kind), None)
 
 
 def next_action(episode: Episode) -> str | None:
@@ -130,8 +135,7 @@ def next_action(episode: Episode) -> str | None:
     if state.holding:
         if goal.kind in _APPLIANCES and not state.transformed:
             appliance = _first_of_type(_APPLIANCES[goal.kind], rooms)
-            verb = {"clean": "clean", "heat": "heat", "cool": "cool"}[goal.kind]
-            return go_or(f"{verb} {state.holding} with {appliance}", appliance)
+            return go_or(f"{goal.kind} {state.holding} with {appliance}", appliance)
         if goal.kind == "examine":
             lamps = sorted(a for a in admissible if a.startswith(f"use {goal.recep} "))
             if lamps:
@@ -143,12 +147,12 @@ def next_action(episode: Episode) -> str | None:
         return go_or(f"move {state.holding} to {target}", target)
     takes = sorted(a for a in admissible if re.fullmatch(rf"take {re.escape(goal.obj)} \d+ from .+", a)
                    and a.removeprefix("take ").split(" from ")[0] not in state.placed
-                   and a.split(" from ")[1].rsplit(" ", 1)[0] != goal.recep)
+                   and _kind(a.split(" from ")[1]) != goal.recep)
     if takes:
         return takes[0]
     # An instance seen earlier (the second of ``puttwo`` may lie where the first did).
     for instance, room in state.seen.items():
-        if instance not in state.placed and room != state.at and room.rsplit(" ", 1)[0] != goal.recep:
+        if instance not in state.placed and room != state.at and _kind(room) != goal.recep:
             return f"go to {room}"
     return _search(rooms, state, goal, admissible)
 
@@ -158,6 +162,6 @@ def _search(rooms: list[str], state: _Progress, goal: Goal, admissible: set[str]
     if state.at and f"open {state.at}" in admissible:
         return f"open {state.at}"
     for room in rooms:
-        if room not in state.visited and room.rsplit(" ", 1)[0] != goal.recep:
+        if room not in state.visited and _kind(room) != goal.recep:
             return f"go to {room}"
     return None
