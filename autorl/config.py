@@ -304,6 +304,12 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
                 f"task {task.name!r} is interactive but its conf/task/{task.name}.yaml has no env_pool block "
                 "(actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
             )
+        if cell.config.grading.feedback == "dev" and task.source in spec.fixed_sources:
+            raise ConfigError(
+                f"grading.feedback=dev: task {task.name!r} has no dev split from its {task.source!r} source, whose data "
+                f"does not depend on the build seed (cell {cell.cell_id}); run it with grading.feedback=test, or with "
+                f"task.source={next((s for s in spec.sources if s not in spec.fixed_sources), 'fixture')}"
+            )
         if cell.budget_s <= 0:
             raise ConfigError(
                 f"the agent's budget is {cell.budget_s:g} s (cell {cell.cell_id}): give budget.seconds > 0, or a "

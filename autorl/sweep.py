@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure_client_auth(cluster)  # before the scheduler imports ray
     from autorl.progress import cells_table
+    from autorl.report.stages import load_stage_rows, stages_table
     from autorl.scheduler import run_sweep
 
     # A stopped Ray Job or a `kill` ends the sweep like Ctrl-C: cells are cancelled, and resumable.
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         errors.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True, highlight=False)
         return 2
     console.print(cells_table(f"sweep {plan.sweep_id} results ({plan.sweep_dir / 'results.csv'})", cells))
+    stages = load_stage_rows(plan.sweep_dir)
+    if any(len(row.seeds) > 1 for row in stages):
+        console.print(stages_table("test scores per submission over seeds: mean ± standard error", stages))
     bad = {cell: status for cell, status in statuses.items() if status not in FINAL_OK}
     if bad:
         console.print(f"[red]{len(bad)} cell(s) did not complete:[/] {bad}")

@@ -41,6 +41,8 @@ class TaskSpec:
         builders: Data source (``"fixture"``, ``"hub"``) to its builder's ``module:attr``.
         entry_points: ``evaluate`` (required), ``env`` (interactive tasks), ``recipe`` (the scripted
             agent's, relative to ``agent/``), each a ``module:attr``.
+        fixed_sources: The sources whose data does not depend on the build seed (``fixed_sources`` in
+            ``task.yaml``, e.g. ``[hub]``): they have no dev split for ``grading.feedback=dev``.
     """
 
     id: str
@@ -52,6 +54,7 @@ class TaskSpec:
     folder: Path
     builders: dict[str, str] = field(default_factory=dict, hash=False)
     entry_points: dict[str, str] = field(default_factory=dict, hash=False)
+    fixed_sources: tuple[str, ...] = ()
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -134,6 +137,9 @@ def parse_manifest(path: Path) -> TaskSpec:
         raise TaskError(f"{path}: entry_points needs 'evaluate' (e.g. evaluate: 'evaluate:evaluate')")
     if (raw["kind"] == "interactive") != ("env" in entry_points):
         raise TaskError(f"{path}: an interactive task names an 'env' entry point and a static one does not")
+    fixed = raw.get("fixed_sources", [])
+    if not isinstance(fixed, list) or not set(fixed) <= set(builders):
+        raise TaskError(f"{path}: 'fixed_sources' must list some of the sources ({', '.join(builders)}), got {fixed!r}")
     return TaskSpec(
         id=str(raw["id"]),
         name=str(raw["name"]),
@@ -144,6 +150,7 @@ def parse_manifest(path: Path) -> TaskSpec:
         folder=folder,
         builders=builders,
         entry_points=entry_points,
+        fixed_sources=tuple(str(f) for f in fixed),
     )
 
 

@@ -99,8 +99,9 @@ def expert_samples(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str],
 
 
 def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], group: int, policy: LocalPolicy,
-                 lr: float) -> float:
-    """One REINFORCE step on ``group`` sampled rollouts of each of ``ids``; returns their mean reward."""
+                 optimizer: Any) -> float:
+    """One REINFORCE step (:meth:`LocalPolicy.update` with ``optimizer``) on ``group`` sampled rollouts of
+    each of ``ids``, every rollout's steps in it once; returns their mean reward."""
     recorder = _Recording(recipe.protocol, policy)
     policy.sample = True
     played = play(policy, envs, [e for e in ids for _ in range(group)], recorder, max_steps=recipe.max_steps,
@@ -116,7 +117,7 @@ def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], g
                 continue
             samples += pack(recorder.prompts[id(episode)], episode.raw_outputs, weight=advantage)
     if samples:
-        policy.train(samples, steps=1, batch_size=len(samples), lr=lr)
+        policy.update(samples, optimizer)
     policy.sample = False
     return sum(rewards) / max(1, len(rewards))
 
@@ -148,13 +149,16 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
     submit("output/v1")
     group = max(2, args.grpo_generations)
     per_iteration = max(1, args.grpo_batch_size // group)
+    optimizer = policy.optimizer(args.grpo_lr)  # one Adam for all iterations (see LocalPolicy.update)
     for iteration in range(args.grpo_steps):
         if remaining_s() < 60:
             log("less than 60 s left; stopping RL")
             break
         batch = rng.sample(ids, min(per_iteration, len(ids)))
-        mean = rl_iteration(recipe, envs, batch, group, policy, args.grpo_lr)
-        log(f"RL iteration {iteration + 1}/{args.grpo_steps}: mean rollout reward {mean:.3f}")
+        calls = envs.calls
+        mean = rl_iteration(recipe, envs, batch, group, policy, optimizer)
+        log(f"RL iteration {iteration + 1}/{args.grpo_steps}: {len(batch) * group} rollouts, "
+            f"{envs.calls - calls} env-endpoint calls ({envs.calls} in all), mean rollout reward {mean:.3f}")
     policy.save(output / "v2")
     submit("output/v2")
     return 0

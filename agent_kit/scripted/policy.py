@@ -38,7 +38,18 @@ def _result(body: dict[str, Any]) -> StepResult:
 
 
 class ApiEpisodes:
-    """:class:`agent_kit.rollout.EpisodeEnvs` over the env endpoints (training episodes only)."""
+    """:class:`agent_kit.rollout.EpisodeEnvs` over the env endpoints (training episodes only).
+
+    ``calls`` counts the env-endpoint requests made (reset, step and close), for the recipe's log.
+    """
+
+    def __init__(self) -> None:
+        """No requests made yet."""
+        self.calls = 0
+
+    def _call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls += 1
+        return env_api("POST", path, body)
 
     def episodes(self) -> list[str]:
         """The training episode ids."""
@@ -48,18 +59,18 @@ class ApiEpisodes:
         """Start episodes (one request each)."""
         out = []
         for episode_id in episode_ids:
-            body = env_api("POST", "/env/reset", {"episode_id": episode_id})
+            body = self._call("/env/reset", {"episode_id": episode_id})
             out.append((str(body["session_id"]), _result(body)))
         return out
 
     def step(self, moves: list[tuple[str, str]]) -> list[StepResult]:
         """Step sessions (one request each)."""
-        return [_result(env_api("POST", "/env/step", {"session_id": s, "action": a})) for s, a in moves]
+        return [_result(self._call("/env/step", {"session_id": s, "action": a})) for s, a in moves]
 
     def close(self, handles: list[str]) -> None:
         """End sessions."""
         for handle in handles:
-            env_api("POST", "/env/close", {"session_id": handle})
+            self._call("/env/close", {"session_id": handle})
 
 
 @dataclass
@@ -169,6 +180,30 @@ class LocalPolicy:
         weights = torch.tensor([s.weight for s in batch])
         return (per_sample * weights).mean()
 
+    def optimizer(self, lr: float) -> Any:
+        """A fresh AdamW over the model's parameters."""
+        return self.torch.optim.AdamW(self.model.parameters(), lr=lr)
+
+    def update(self, batch: list[Sample], optimizer: Any, micro_batch: int = 8) -> float:
+        """One optimizer step on exactly ``batch`` (gradients accumulated over micro-batches of
+        ``micro_batch`` sequences, so a large RL batch fits in memory); returns the batch's loss.
+
+        ``optimizer`` (from :meth:`optimizer`) carries Adam's moment estimates across calls, as online RL's
+        one-step iterations need: a fresh Adam's first step moves every weight by ``lr`` whatever its gradient.
+        """
+        self.model.train()
+        optimizer.zero_grad()
+        total = 0.0
+        for start in range(0, len(batch), micro_batch):
+            part = batch[start:start + micro_batch]
+            loss = self._batch_loss(part) * (len(part) / len(batch))  # the batch mean, part by part
+            loss.backward()
+            total += float(loss.detach())
+        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        optimizer.step()
+        self.model.eval()
+        return total
+
     def train(self, samples: list[Sample], *, steps: int, batch_size: int, lr: float, seed: int = 0,
               deadline: float | None = None) -> tuple[float, int]:
         """Up to ``steps`` AdamW updates on random batches, stopping at ``deadline`` (``time.monotonic``).
@@ -181,21 +216,13 @@ class LocalPolicy:
         if not samples:
             return 0.0, 0
         rng = random.Random(seed)
-        optimizer = self.torch.optim.AdamW(self.model.parameters(), lr=lr)
-        self.model.train()
+        optimizer = self.optimizer(lr)
         loss_value, taken = 0.0, 0
         for _ in range(steps):
             if deadline is not None and taken and time.monotonic() > deadline:
                 break
             taken += 1
-            batch = [rng.choice(samples) for _ in range(batch_size)]
-            loss = self._batch_loss(batch)
-            optimizer.zero_grad()
-            loss.backward()
-            self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-            optimizer.step()
-            loss_value = float(loss.detach())
-        self.model.eval()
+            loss_value = self.update([rng.choice(samples) for _ in range(batch_size)], optimizer, micro_batch=batch_size)
         return loss_value, taken
 
     def save(self, target: Path) -> None:

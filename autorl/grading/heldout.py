@@ -5,7 +5,8 @@ sees), and on the test split only after its cell ends, here. The dev split is th
 builder run with :data:`DEV_SEED` instead of the test split's seed 0: for a generated (fixture)
 source that draws other items from the same generator, none of which the agent's public folder
 holds. A source whose builder ignores the seed (hub data) would give the test split again:
-:func:`check_dev_split` refuses it rather than leak test scores as "dev" scores.
+:func:`check_dev_split` refuses it rather than leak test scores as "dev" scores (sources a task lists
+as ``fixed_sources`` in its ``task.yaml`` are refused earlier, when the sweep is planned).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ apart into letters ("sinkbasin" is five tokens) and its 128-wide layers cannot l
 CPU budget (issue #14: SFT on ALFWorld still wrote "cabinininin" after 200 steps). `small` is four
 times wider and trains its byte-level BPE tokenizer on what every agent is given and nothing else:
 the public split of each of the six fixtures (seed 0, default options), each task's
-``description.md`` and each task's agent-side package (the prompts and in-context examples the
-evaluators use). The private splits never enter it. The weights are a seeded random init, as
+``description.md`` and each task's prompt modules (``agent/protocol.py`` and ``agent/shots.py``: the
+prompts and in-context examples the evaluators use). The private splits never enter it, nor the
+recipes: editing how the scripted agent trains must not change the model it trains. The weights are a seeded random init, as
 `tiny`'s: the base scores 0 and everything it learns comes from the agent.
 
 Deterministic: the same task data and agent files give the same tokenizer and weights; their digest
@@ -26,8 +27,10 @@ SMALL_BUILD_VERSION = 2  # 2: every newline is a token of its own
 CORPUS_TASKS = ("alfworld", "alpacaeval", "deepsearchqa", "gsm8k", "humaneval", "webshop")
 SMALL_CONFIG = TinyModelConfig(vocab_size=4096, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
                                num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048)
-# Public files read for text: data rows, descriptions and agent-side code. Game files (PDDL) are skipped.
+# Public files read for text: data rows and descriptions. Game files (PDDL) are skipped.
 _TEXT_SUFFIXES = (".jsonl", ".md", ".py")
+# The agent-side modules that hold prompts and in-context examples (the rest of agent/ is recipe code).
+PROMPT_MODULES = ("protocol.py", "shots.py")
 
 
 def _strings(value: Any) -> list[str]:
@@ -53,7 +56,7 @@ def _file_texts(path: Path) -> list[str]:
 
 
 def public_corpus(cache_root: Path) -> list[str]:
-    """The tokenizer's training text: the six fixtures' public splits, descriptions and agent packages.
+    """The tokenizer's training text: the six fixtures' public splits, descriptions and prompt modules.
 
     Builds (or reuses) each fixture's data under ``cache_root/tasks``; files are read in sorted order.
     """
@@ -64,7 +67,8 @@ def public_corpus(cache_root: Path) -> list[str]:
     for task_id in CORPUS_TASKS:
         spec = get_task(task_id)
         data = build_task_data(spec, "fixture", cache_root / "tasks", seed=0)
-        files = [*sorted(data.public_dir.rglob("*")), spec.description_md, *sorted(spec.agent_dir.glob("*.py"))]
+        prompts = sorted(f for f in spec.agent_dir.glob("*.py") if f.name in PROMPT_MODULES)
+        files = [*sorted(data.public_dir.rglob("*")), spec.description_md, *prompts]
         texts += [t for f in files if f.is_file() and f.suffix in _TEXT_SUFFIXES for t in _file_texts(f)]
     return texts
 

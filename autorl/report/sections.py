@@ -10,6 +10,7 @@ from typing import Any
 
 from autorl.report.feedback import selection_bias_section
 from autorl.report.html_page import esc, figure, page, table
+from autorl.report.stages import stage_cells, stage_columns, stage_statistics
 
 _METRIC_COLUMNS = (
     "valid_submission_rate", "first_valid_idx", "time_to_first_improvement", "time_to_best", "monotonic_ratio",
@@ -146,6 +147,15 @@ def _stats_table(stats: list[dict[str, Any]]) -> str:
     return table(("configuration", "n", "no valid", "mean", "± se", "min", "max", "seeds"), rows)
 
 
+def _stages(cells: list[dict[str, Any]]) -> str:
+    rows = stage_statistics([c["src"].cell for c in cells], {c["src"].cell.cell_id: c["src"].submissions for c in cells})
+    columns = stage_columns(rows)
+    note = ("<p class=\"note\">Test-split score of the base model and of each submitted model path (the scripted "
+            "agent's <code>output/v1</code> after SFT, <code>output/v2</code> after RL), mean ± standard error over "
+            "the completed seeds; the last column says whether the mean improvement exceeds two standard errors.</p>")
+    return note + table(columns, [stage_cells(row, columns) for row in rows])
+
+
 def _pass_table(stats: list[dict[str, Any]]) -> str:
     width = max((s["n"] for s in stats), default=0)
     columns = ("configuration", "n", *(f"pass@{k}" for k in range(1, width + 1)))
@@ -210,6 +220,7 @@ def render_sections(
         ("attempts", "Attempts", _attempts(cells)),
         ("selection-bias", "Selection bias of test feedback", selection_bias_section(cells)),
         ("seeds", "Mean ± standard error over seeds", _fig(figs, "seed_stats", "seed_stats.png") + _stats_table(stats)),
+        ("stages", "Scores per submission over seeds", _stages(cells)),
         (
             "heatmaps",
             "Improvement heatmaps",

@@ -301,3 +301,11 @@ def test_budget_is_the_tasks_unless_budget_seconds_is_given() -> None:
     assert plan_sweep(["task=alfworld", "task.budget_s=90", "dry_run=true"]).cells[0].budget_s == 90.0
     with pytest.raises(ConfigError, match=r"budget is -5 s .*budget.seconds > 0, or a positive budget_s in conf/task/gsm8k.yaml"):
         check_combinations(plan_sweep(["budget.seconds=-5", "dry_run=true"]).cells)
+
+
+def test_dev_feedback_on_a_source_without_dev_split_is_refused_before_anything_starts() -> None:
+    for task in ("gsm8k", "alfworld"):
+        with pytest.raises(ConfigError, match=rf"grading.feedback=dev: task '{task}' has no dev split from its 'hub' "
+                                              r"source.*grading.feedback=test, or with task.source=fixture"):
+            plan_sweep([f"task={task}", "task.source=hub", "grading.feedback=dev", "dry_run=true"])
+    assert plan_sweep(["task=gsm8k", "grading.feedback=dev", "dry_run=true"]).cells  # the fixture has one

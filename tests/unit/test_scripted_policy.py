@@ -30,6 +30,23 @@ def test_packed_episode_loss_equals_its_steps_losses(tiny_model_dir: Path) -> No
     assert policy._batch_loss([packed]).item() == pytest.approx(expected, rel=1e-4)
 
 
+def test_an_rl_update_takes_every_rollout_once_in_micro_batches(tiny_model_dir: Path) -> None:
+    """One REINFORCE step uses each weighted sample exactly once, so accumulating micro-batches moves the
+    weights as one batch does; a positive advantage makes its completion likelier, a negative one less."""
+    import torch
+
+    batch = [Sample("Q: 2+2?\nA:", " 4", 1.0), Sample("Q: 3+3?\nA:", " 9", -1.0), Sample("Q: 1+1?\nA:", " 2", 0.5)]
+    moved = []
+    for micro_batch in (1, 3):
+        policy = LocalPolicy(tiny_model_dir, max_length=64)
+        before = [policy._batch_loss([Sample(s.prompt, s.completion)]).item() for s in batch]
+        policy.update(batch, torch.optim.SGD(policy.model.parameters(), lr=0.5), micro_batch=micro_batch)
+        after = [policy._batch_loss([Sample(s.prompt, s.completion)]).item() for s in batch]
+        assert after[0] < before[0] and after[1] > before[1]  # the loss is the negative log-likelihood
+        moved.append(torch.cat([p.detach().flatten() for p in policy.model.parameters()]))
+    assert torch.allclose(moved[0], moved[1], atol=1e-6)
+
+
 def test_a_truncated_step_starts_a_new_sequence() -> None:
     """A prompt that is not its predecessor plus new text (the protocol dropped old steps) is not packed."""
     samples = pack(["abc>", "abc> x|def>", "c> x|def> y|g>"], [" x|", " y|", " z|"], weight=-0.5)

@@ -49,3 +49,13 @@ def test_tokenizer_corpus_holds_no_private_split_text(cache_dir: Path) -> None:
                         checked += 1
                         assert text not in corpus, f"{task_id} private text in the tokenizer corpus: {text[:80]!r}"
     assert checked > 100
+
+
+def test_tokenizer_corpus_reads_prompt_modules_not_recipes(cache_dir: Path) -> None:
+    """Editing a recipe must not build a new `small`: only the prompt modules of agent/ are read."""
+    texts = public_corpus(cache_dir)
+    for task_id in CORPUS_TASKS:
+        agent_dir = get_task(task_id).agent_dir
+        assert (agent_dir / "protocol.py").read_text(encoding="utf-8") in texts
+        assert (agent_dir / "recipe.py").read_text(encoding="utf-8") not in texts
+    assert (get_task("alfworld").agent_dir / "explorer.py").read_text(encoding="utf-8") not in texts

@@ -286,6 +286,8 @@ def test_a_report_builds_from_the_old_sweep_folder(tmp_path: Path) -> None:
     index = build_report(sweep_dir)
     html = index.read_text()
     assert COMPLETED in html and CANCELLED in html
+    stages = html.split('<section id="stages">', 1)[1].split("</section>", 1)[0]  # the completed cell's two submissions
+    assert "<th>output/v1</th>" in stages and "<th>output/v2</th>" in stages and "gsm8k/scripted/none/tiny" in stages
 
 
 class _Source(enum.Enum):

@@ -432,6 +432,10 @@ def test_manifest_entry_point_mistakes_are_named(tmp_path: Path) -> None:
     manifest.write_text(base + "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate', env: 'env:E'}\n")
     with pytest.raises(TaskError, match="interactive task names an 'env'"):
         discover_tasks(tmp_path)
+    manifest.write_text(base + "sources: {fixture: 'build:build'}\nfixed_sources: [hub]\n"
+                        "entry_points: {evaluate: 'evaluate:evaluate'}\n")
+    with pytest.raises(TaskError, match=r"'fixed_sources' must list some of the sources \(fixture\), got \['hub'\]"):
+        discover_tasks(tmp_path)
     manifest.write_text(base + "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'nowhere:evaluate'}\n")
     with pytest.raises(TaskError, match="no module 'autorl.task_code.bad.nowhere'"):
         load_evaluator(discover_tasks(tmp_path)["bad"])
