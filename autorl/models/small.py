@@ -7,8 +7,8 @@ times wider and trains its byte-level BPE tokenizer on what every agent is given
 the public split of each of the six fixtures (seed 0, default options), each task's
 ``description.md`` and each task's prompt modules (``agent/protocol.py`` and ``agent/shots.py``: the
 prompts and in-context examples the evaluators use). The private splits never enter it, nor the
-recipes: editing how the scripted agent trains must not change the model it trains. The weights are a seeded random init, as
-`tiny`'s: the base scores 0 and everything it learns comes from the agent.
+recipes: editing how the scripted agent trains must not change the model it trains. The weights are
+a seeded random init, as `tiny`'s: the base scores 0 and everything it learns comes from the agent.
 
 Deterministic: the same task data and agent files give the same tokenizer and weights; their digest
 is part of the cache key, so editing a prompt builds a new `small` instead of reusing a stale one.

@@ -13,11 +13,10 @@ from pathlib import Path
 
 from rich.table import Table
 
-from autorl.records.types import CellRecord, SubmissionRecord
+from autorl.records.types import VALID_SUBMISSION_STATUSES, CellRecord, SubmissionRecord
 from autorl.report.aggregate import mean_se
 
 STAGE_KEYS = ("task", "agent", "driver", "model")
-_SCORED = ("scored", "duplicate")
 
 
 @dataclass(frozen=True)
@@ -91,8 +90,8 @@ def stage_cells(row: StageRow, columns: list[str]) -> list[str]:
 
 
 def submission_test_score(cell: CellRecord, submission: SubmissionRecord) -> float | None:
-    """A submission's test-split score, None when it has none (not scored, or dev feedback not yet tested)."""
-    if submission.status not in _SCORED:
+    """A submission's test-split score, None when it has none (not valid, or dev feedback not yet tested)."""
+    if submission.status not in VALID_SUBMISSION_STATUSES:
         return None
     if submission.test_score is not None:
         return submission.test_score

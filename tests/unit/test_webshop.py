@@ -42,7 +42,8 @@ def _spec(episode_id: str, **env: object) -> EpisodeSpec:
     return EpisodeSpec(EnvSource("webshop", "fixture", 0, BUILD, eval_options(SPEC, "fixture", env)), episode_id)
 
 
-@pytest.mark.parametrize("filename", ["fixture.py", "reward.py", "builtin_shop.py", "server_client.py", "agent/protocol.py"])
+@pytest.mark.parametrize("filename", ["fixture.py", "reward.py", "builtin_shop.py", "server_client.py", "agent/protocol.py",
+                                      "agent/shopper.py"])
 def test_doctests(filename: str) -> None:
     result = doctest.testmod(load_task_module(SPEC, filename))
     assert result.attempted > 0 and result.failed == 0

@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import argparse
 
-from agent_kit.rollout import Episode
 from agent_kit.scripted.common import log, remaining_s, submit, with_overrides
 from agent_kit.scripted.interactive import InteractiveRecipe, run_recipe
 
 from .protocol import WebShopProtocol
 from .shopper import next_action
-
-
-def expert(episode: Episode) -> str | None:
-    """The shopping expert's action as the assistant reply."""
-    return next_action(episode)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     SFT batches of at most 4 actions at lr 1e-3: every prompt is a whole page (about 600 tokens), so
     the agent's default 32 a step took 18 s and SFT got 24 steps of its budget share.
     """
-    recipe = InteractiveRecipe(WebShopProtocol(max_new_tokens=24, history_window=1), expert, max_steps=10, max_length=1024,
-                               expert_episodes=60)
+    recipe = InteractiveRecipe(WebShopProtocol(max_new_tokens=24, history_window=1), next_action, max_steps=10,
+                               max_length=1024, expert_episodes=60)
     knobs = with_overrides(args, sft_batch_size=min(4, args.sft_batch_size), sft_lr=1e-3)
     return run_recipe(knobs, recipe, log, submit, remaining_s)
