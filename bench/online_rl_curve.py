@@ -1,0 +1,200 @@
+"""Measurement: the scripted recipe's online-RL update, side by side under several settings (issue #14).
+
+Issue #14 asks for an online-RL reward that rises over training. This trains one SFT policy on a small
+DeepSearchQA fixture (``--train-size`` questions, the recipe's expert trajectories), then runs RL from
+that same policy once per ``--setting``: every iteration plays ``--group`` sampled rollouts of every
+training question through the task's env and takes one
+:func:`agent_kit.scripted.interactive.rl_iteration` step (REINFORCE with a group baseline). It prints
+and writes each setting's rollout reward per iteration and the greedy reward on the training questions
+before and after RL, and plots the curves.
+
+    python bench/online_rl_curve.py                                     # the settings below
+    python bench/online_rl_curve.py --setting adam:1e-4 adam:1e-3:positive sgd:0.05 --iterations 40
+
+A setting is ``optimizer:lr`` (``adam``: :meth:`LocalPolicy.optimizer`, the recipe's; ``sgd``: plain
+SGD), optionally ``:positive`` to drop the rollouts with a negative advantage. The env is the grader-side
+env the grading API's endpoints serve, in-process (no Ray, no HTTP): this measures the learning update,
+not the plumbing, which ``tests/integration/test_interactive_sweep.py`` covers. CPU, `small` model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_SETTINGS = ["adam:1e-4", "adam:1e-3", "adam:1e-3:positive", "sgd:0.05"]
+
+
+@dataclass
+class Setting:
+    """One RL configuration: optimizer, learning rate, and whether negative-advantage rollouts are kept."""
+
+    optimizer: str
+    lr: float
+    positive_only: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Setting:
+        """``"adam:1e-4"`` or ``"sgd:0.05:positive"``.
+
+        >>> Setting.parse("adam:1e-3:positive")
+        Setting(optimizer='adam', lr=0.001, positive_only=True)
+        """
+        parts = text.split(":")
+        if len(parts) not in (2, 3) or parts[0] not in ("adam", "sgd") or parts[2:] not in ([], ["positive"]):
+            raise SystemExit(f"--setting {text!r}: expected adam|sgd:<lr>[:positive], e.g. adam:1e-4")
+        return cls(parts[0], float(parts[1]), parts[2:] == ["positive"])
+
+    @property
+    def label(self) -> str:
+        """The setting as given on the command line (``adam:0.001:positive``)."""
+        return f"{self.optimizer}:{self.lr:g}{':positive' if self.positive_only else ''}"
+
+
+class LocalEnvs:
+    """The task's env in-process, shaped like :class:`agent_kit.scripted.policy.ApiEpisodes`."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.calls = client, 0
+
+    def reset(self, episode_ids: list[str]) -> Any:
+        self.calls += len(episode_ids)
+        return self.client.reset(episode_ids)
+
+    def step(self, moves: list[tuple[str, str]]) -> Any:
+        self.calls += len(moves)
+        return self.client.step(moves)
+
+    def close(self, handles: list[str]) -> Any:
+        return self.client.close(handles)
+
+
+def greedy_reward(policy: Any, envs: Any, ids: list[str], protocol: Any) -> float:
+    """Mean reward of greedy play over ``ids``."""
+    from agent_kit.rollout import play
+
+    policy.sample = False
+    played = play(policy, envs, ids, protocol, max_steps=4, concurrency=len(ids))
+    return sum(e.current.reward for e in played) / len(played)
+
+
+def run_setting(setting: Setting, sft_dir: Path, envs: Any, ids: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """RL from the SFT weights under ``setting``; its curve and greedy rewards."""
+    import torch
+
+    from agent_kit.scripted.interactive import InteractiveRecipe, rl_iteration
+    from agent_kit.scripted.policy import LocalPolicy
+    from autorl.task_code.deepsearchqa.agent.protocol import DeepSearchProtocol  # type: ignore[import-not-found]
+
+    torch.manual_seed(args.seed)
+    protocol = DeepSearchProtocol(max_new_tokens=48)
+    policy = LocalPolicy(sft_dir, 1024)
+    before = greedy_reward(policy, envs, ids, protocol)
+    optimizer = (torch.optim.SGD(policy.model.parameters(), lr=setting.lr) if setting.optimizer == "sgd"
+                 else policy.optimizer(setting.lr))
+    if setting.positive_only:
+        update = policy.update
+
+        def positive_update(batch: list[Any], optimizer: Any, micro_batch: int = 8) -> float:
+            return update([s for s in batch if s.weight > 0], optimizer, micro_batch)
+
+        policy.update = positive_update  # type: ignore[method-assign]
+    recipe = InteractiveRecipe(protocol, lambda episode: None, max_steps=4, max_length=1024, expert_episodes=0)
+    curve, started = [], time.monotonic()
+    for iteration in range(args.iterations):
+        curve.append(rl_iteration(recipe, envs, ids, args.group, policy, optimizer))
+        print(f"  {iteration + 1}/{args.iterations}: mean rollout reward {curve[-1]:.3f}", flush=True)
+    after = greedy_reward(policy, envs, ids, protocol)
+    return {"setting": setting.label,
+            "curve": curve, "greedy_before": before, "greedy_after": after, "rl_s": time.monotonic() - started}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--setting", nargs="+", default=DEFAULT_SETTINGS, help="optimizer:lr[:positive], one run each")
+    parser.add_argument("--train-size", type=int, default=8, help="training questions (two per town)")
+    parser.add_argument("--sft-steps", type=int, default=70, help="SFT steps before RL (the recipe's expert trajectories)")
+    parser.add_argument("--sft-batch", type=int, default=8, help="packed episodes per SFT step")
+    parser.add_argument("--sft-lr", type=float, default=3e-3)
+    parser.add_argument("--iterations", type=int, default=20, help="RL iterations per setting")
+    parser.add_argument("--group", type=int, default=4, help="sampled rollouts per question per iteration")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("AUTORL_CACHE_DIR", Path.home() / ".cache/autorl")))
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--plot", type=Path, help="write a PNG of the curves here")
+    args = parser.parse_args()
+    settings = [Setting.parse(s) for s in args.setting]
+
+    import torch
+
+    from agent_kit.scripted.interactive import InteractiveRecipe, expert_samples
+    from agent_kit.scripted.policy import LocalPolicy
+    from autorl.envs.host import local_episode_client
+    from autorl.models.small import ensure_small_model
+    from autorl.task_spec import get_task
+    from autorl.tasks import build_task_data, eval_options
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    spec = get_task("deepsearchqa")
+    options = {"train_size": args.train_size, "eval_size": 4, "distractor_towns": 4}
+    data = build_task_data(spec, "fixture", args.cache_dir / "tasks", seed=args.seed, options=options)
+    os.environ["DATA_PATH"] = str(data.public_dir)  # the recipe's expert reads the public gold answers there
+    from autorl.task_code.deepsearchqa.agent.protocol import DeepSearchProtocol
+    from autorl.task_code.deepsearchqa.agent.recipe import make_expert  # type: ignore[import-not-found]
+
+    client = local_episode_client("deepsearchqa", "deepsearchqa", data.private_dir, eval_options(spec, "fixture", {}))
+    envs: Any = LocalEnvs(client)
+    rows = (data.public_dir / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+    ids = [json.loads(line)["episode_id"] for line in rows if line.strip()]
+    policy = LocalPolicy(ensure_small_model(args.cache_dir), 1024)
+    recipe = InteractiveRecipe(DeepSearchProtocol(max_new_tokens=48), make_expert(), max_steps=4, max_length=1024,
+                               expert_episodes=len(ids))
+    samples, _ = expert_samples(recipe, envs, ids, policy, deadline=time.monotonic() + 3600)
+    started = time.monotonic()
+    loss, _ = policy.train(samples, steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, seed=args.seed)
+    print(f"{len(ids)} training questions; SFT {args.sft_steps} steps, last loss {loss:.3f} "
+          f"({time.monotonic() - started:.0f} s)", flush=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="rl-curve-") as work:
+        policy.save(Path(work))
+        for setting in settings:
+            print(f"RL {setting.label}", flush=True)
+            results.append(run_setting(setting, Path(work), envs, ids, args))
+    print(f"\n{'setting':<20} {'greedy before':>13} {'greedy after':>12} {'first 5 mean':>12} {'last 5 mean':>11} {'RL s':>6}")
+    for r in results:
+        curve = r["curve"]
+        print(f"{r['setting']:<20} {r['greedy_before']:>13.3f} {r['greedy_after']:>12.3f} "
+              f"{sum(curve[:5]) / len(curve[:5]):>12.3f} {sum(curve[-5:]) / len(curve[-5:]):>11.3f} {r['rl_s']:>6.0f}")
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2))
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figure, axes = plt.subplots(figsize=(7, 4))
+        for r in results:
+            axes.plot(range(1, len(r["curve"]) + 1), r["curve"], marker=".",
+                      label=f"{r['setting']} (greedy {r['greedy_before']:.2f} -> {r['greedy_after']:.2f})")
+        axes.set(xlabel="RL iteration", ylabel="mean rollout reward", ylim=(0, 1),
+                 title=f"DeepSearchQA, {len(ids)} questions, SFT {args.sft_steps} steps, {args.group} rollouts each")
+        axes.legend(fontsize=8)
+        figure.tight_layout()
+        figure.savefig(args.plot, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
