@@ -110,13 +110,14 @@ def run_setting(setting: Setting, sft_dir: Path, envs: Any, ids: list[str], args
 
         policy.update = positive_update  # type: ignore[method-assign]
     recipe = InteractiveRecipe(protocol, lambda episode: None, max_steps=4, max_length=1024, expert_episodes=0)
-    curve, started = [], time.monotonic()
+    curve, started, calls = [], time.monotonic(), envs.calls
     for iteration in range(args.iterations):
         curve.append(rl_iteration(recipe, envs, ids, args.group, policy, optimizer))
         print(f"  {iteration + 1}/{args.iterations}: mean rollout reward {curve[-1]:.3f}", flush=True)
+    rl_s, rl_env_calls = time.monotonic() - started, envs.calls - calls
     after = greedy_reward(policy, envs, ids, protocol)
-    return {"setting": setting.label,
-            "curve": curve, "greedy_before": before, "greedy_after": after, "rl_s": time.monotonic() - started}
+    return {"setting": setting.label, "curve": curve, "greedy_before": before, "greedy_after": after,
+            "rl_s": rl_s, "rl_env_calls": rl_env_calls}
 
 
 def main() -> None:
@@ -172,11 +173,13 @@ def main() -> None:
         for setting in settings:
             print(f"RL {setting.label}", flush=True)
             results.append(run_setting(setting, Path(work), envs, ids, args))
-    print(f"\n{'setting':<20} {'greedy before':>13} {'greedy after':>12} {'first 5 mean':>12} {'last 5 mean':>11} {'RL s':>6}")
+    print(f"\n{'setting':<20} {'greedy before':>13} {'greedy after':>12} {'first 5 mean':>12} {'last 5 mean':>11} "
+          f"{'RL s':>6} {'env calls':>9}")
     for r in results:
         curve = r["curve"]
         print(f"{r['setting']:<20} {r['greedy_before']:>13.3f} {r['greedy_after']:>12.3f} "
-              f"{sum(curve[:5]) / len(curve[:5]):>12.3f} {sum(curve[-5:]) / len(curve[-5:]):>11.3f} {r['rl_s']:>6.0f}")
+              f"{sum(curve[:5]) / len(curve[:5]):>12.3f} {sum(curve[-5:]) / len(curve[-5:]):>11.3f} "
+              f"{r['rl_s']:>6.0f} {r['rl_env_calls']:>9}")
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2))
     if args.plot:
