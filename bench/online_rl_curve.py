@@ -79,27 +79,26 @@ class LocalEnvs:
         return self.client.close(handles)
 
 
-def greedy_reward(policy: Any, envs: Any, ids: list[str], protocol: Any) -> float:
-    """Mean reward of greedy play over ``ids``."""
+def greedy_reward(policy: Any, envs: Any, ids: list[str], recipe: Any) -> float:
+    """Mean reward of greedy play over ``ids`` in the recipe's protocol and step limit."""
     from agent_kit.rollout import play
 
     policy.sample = False
-    played = play(policy, envs, ids, protocol, max_steps=4, concurrency=len(ids))
+    played = play(policy, envs, ids, recipe.protocol, max_steps=recipe.max_steps, concurrency=len(ids))
     return sum(e.current.reward for e in played) / len(played)
 
 
-def run_setting(setting: Setting, sft_dir: Path, envs: Any, ids: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """RL from the SFT weights under ``setting``; its curve and greedy rewards."""
+def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, ids: list[str],
+                args: argparse.Namespace) -> dict[str, Any]:
+    """RL from the SFT weights under ``setting`` with the task recipe's ``rl_iteration``; its curve and greedy rewards."""
     import torch
 
-    from agent_kit.scripted.interactive import InteractiveRecipe, rl_iteration
+    from agent_kit.scripted.interactive import rl_iteration
     from agent_kit.scripted.policy import LocalPolicy
-    from autorl.task_code.deepsearchqa.agent.protocol import DeepSearchProtocol  # type: ignore[import-not-found]
 
     torch.manual_seed(args.seed)
-    protocol = DeepSearchProtocol(max_new_tokens=48)
-    policy = LocalPolicy(sft_dir, 1024)
-    before = greedy_reward(policy, envs, ids, protocol)
+    policy = LocalPolicy(sft_dir, recipe.max_length)
+    before = greedy_reward(policy, envs, ids, recipe)
     optimizer = (torch.optim.SGD(policy.model.parameters(), lr=setting.lr) if setting.optimizer == "sgd"
                  else policy.optimizer(setting.lr))
     if setting.positive_only:
@@ -109,13 +108,12 @@ def run_setting(setting: Setting, sft_dir: Path, envs: Any, ids: list[str], args
             return update([s for s in batch if s.weight > 0], optimizer, micro_batch)
 
         policy.update = positive_update  # type: ignore[method-assign]
-    recipe = InteractiveRecipe(protocol, lambda episode: None, max_steps=4, max_length=1024, expert_episodes=0)
     curve, started, calls = [], time.monotonic(), envs.calls
     for iteration in range(args.iterations):
         curve.append(rl_iteration(recipe, envs, ids, args.group, policy, optimizer))
         print(f"  {iteration + 1}/{args.iterations}: mean rollout reward {curve[-1]:.3f}", flush=True)
     rl_s, rl_env_calls = time.monotonic() - started, envs.calls - calls
-    after = greedy_reward(policy, envs, ids, protocol)
+    after = greedy_reward(policy, envs, ids, recipe)
     return {"setting": setting.label, "curve": curve, "greedy_before": before, "greedy_after": after,
             "rl_s": rl_s, "rl_env_calls": rl_env_calls}
 
@@ -139,7 +137,7 @@ def main() -> None:
 
     import torch
 
-    from agent_kit.scripted.interactive import InteractiveRecipe, expert_samples
+    from agent_kit.scripted.interactive import expert_samples
     from agent_kit.scripted.policy import LocalPolicy
     from autorl.envs.host import local_episode_client
     from autorl.models.small import ensure_small_model
@@ -152,16 +150,14 @@ def main() -> None:
     options = {"train_size": args.train_size, "eval_size": 4, "distractor_towns": 4}
     data = build_task_data(spec, "fixture", args.cache_dir / "tasks", seed=args.seed, options=options)
     os.environ["DATA_PATH"] = str(data.public_dir)  # the recipe's expert reads the public gold answers there
-    from autorl.task_code.deepsearchqa.agent.protocol import DeepSearchProtocol
-    from autorl.task_code.deepsearchqa.agent.recipe import make_expert  # type: ignore[import-not-found]
+    from autorl.task_code.deepsearchqa.agent.recipe import make_recipe  # type: ignore[import-not-found]
 
     client = local_episode_client("deepsearchqa", "deepsearchqa", data.private_dir, eval_options(spec, "fixture", {}))
     envs: Any = LocalEnvs(client)
     rows = (data.public_dir / "questions.jsonl").read_text(encoding="utf-8").splitlines()
     ids = [json.loads(line)["episode_id"] for line in rows if line.strip()]
-    policy = LocalPolicy(ensure_small_model(args.cache_dir), 1024)
-    recipe = InteractiveRecipe(DeepSearchProtocol(max_new_tokens=48), make_expert(), max_steps=4, max_length=1024,
-                               expert_episodes=len(ids))
+    recipe = make_recipe()
+    policy = LocalPolicy(ensure_small_model(args.cache_dir), recipe.max_length)
     samples, _ = expert_samples(recipe, envs, ids, policy, deadline=time.monotonic() + 3600)
     started = time.monotonic()
     loss, _ = policy.train(samples, steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, seed=args.seed)
@@ -172,7 +168,7 @@ def main() -> None:
         policy.save(Path(work))
         for setting in settings:
             print(f"RL {setting.label}", flush=True)
-            results.append(run_setting(setting, Path(work), envs, ids, args))
+            results.append(run_setting(setting, Path(work), recipe, envs, ids, args))
     print(f"\n{'setting':<20} {'greedy before':>13} {'greedy after':>12} {'first 5 mean':>12} {'last 5 mean':>11} "
           f"{'RL s':>6} {'env calls':>9}")
     for r in results:

@@ -41,8 +41,12 @@ def make_expert() -> Callable[[Episode], str | None]:
     return expert
 
 
+def make_recipe() -> InteractiveRecipe:
+    """The recipe's protocol, expert and limits (``bench/online_rl_curve.py`` measures its RL with them too)."""
+    return InteractiveRecipe(DeepSearchProtocol(max_new_tokens=48), make_expert(), max_steps=4, max_length=1024,
+                             expert_episodes=100)
+
+
 def run(args: argparse.Namespace) -> int:
     """SFT → submit v1 → RL → submit v2."""
-    recipe = InteractiveRecipe(DeepSearchProtocol(max_new_tokens=48), make_expert(), max_steps=4, max_length=1024,
-                               expert_episodes=100)
-    return run_recipe(args, recipe, log, submit, remaining_s)
+    return run_recipe(args, make_recipe(), log, submit, remaining_s)
