@@ -153,7 +153,7 @@ class SftConfig:
 
 @dataclass
 class GrpoConfig:
-    """The scripted agent's GRPO stage (TRL's GRPOTrainer)."""
+    """The scripted agent's GRPO stage on single-turn tasks (TRL's GRPOTrainer on the task's rule reward)."""
 
     steps: int = setting("optimizer steps")
     batch_size: int = setting("completions per step")
@@ -163,11 +163,26 @@ class GrpoConfig:
 
 
 @dataclass
+class OnlineGrpoConfig:
+    """The scripted agent's RL stage on interactive tasks: GRPO on rollouts played through the grading
+    API's env endpoints (``agent_kit/scripted/interactive.py``). The field names are TRL GRPOConfig's."""
+
+    batches: int = setting("rollout batches played; each is trained on num_iterations times")
+    batch_size: int = setting("rollouts per batch")
+    num_generations: int = setting("rollouts of each training episode in a batch (the group of the group baseline)")
+    learning_rate: float = setting("AdamW learning rate (one optimizer for the whole stage)")
+    num_iterations: int = setting("optimizer steps per batch; after the first, PPO-clipped (TRL's num_iterations)")
+    epsilon: float = setting("the clip range of the probability ratio (TRL's epsilon)")
+    temperature: float = setting("sampling temperature of the rollouts; the update scores tokens at the same one")
+
+
+@dataclass
 class ScriptedAgentConfig(AgentConfig):
     """The built-in scripted agent (``agent=scripted``): SFT, then GRPO, submitting after each."""
 
     sft: SftConfig = setting("the SFT stage")
-    grpo: GrpoConfig = setting("the GRPO stage")
+    grpo: GrpoConfig = setting("the GRPO stage of single-turn tasks")
+    online_grpo: OnlineGrpoConfig = setting("the GRPO stage of interactive tasks, on env-endpoint rollouts")
 
 
 @dataclass

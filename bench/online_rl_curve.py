@@ -3,18 +3,20 @@
 Issue #14 asks for an online-RL reward that rises over training. This trains one SFT policy on a small
 DeepSearchQA fixture (``--train-size`` questions, the recipe's expert trajectories), then runs RL from
 that same policy once per ``--setting``: every iteration plays ``--group`` sampled rollouts of every
-training question through the task's env and takes one
-:func:`agent_kit.scripted.interactive.rl_iteration` step (REINFORCE with a group baseline). It prints
-and writes each setting's rollout reward per iteration and the greedy reward on the training questions
-before and after RL, and plots the curves.
+training question through the task's env and trains on them with
+:func:`agent_kit.scripted.interactive.rl_iteration` (GRPO: group-mean baseline, ``epochs`` optimizer
+steps, PPO-clipped after the first). It prints and writes each setting's rollout reward per iteration
+and the greedy reward on the training questions before and after RL, and plots the curves.
 
     python bench/online_rl_curve.py                                     # the settings below
-    python bench/online_rl_curve.py --setting adam:1e-4 adam:1e-3:positive sgd:0.05 --iterations 40
+    python bench/online_rl_curve.py --setting adam:1e-4 adam:3e-4:epochs=4:temp=0.7 sgd:0.05 --iterations 40
 
 A setting is ``optimizer:lr`` (``adam``: :meth:`LocalPolicy.optimizer`, the recipe's; ``sgd``: plain
-SGD), optionally ``:positive`` to drop the rollouts with a negative advantage. The env is the grader-side
-env the grading API's endpoints serve, in-process (no Ray, no HTTP): this measures the learning update,
-not the plumbing, which ``tests/integration/test_interactive_sweep.py`` covers. CPU, `small` model.
+SGD), then optionally ``epochs=N`` (optimizer steps per batch), ``clip=X`` (their clip range),
+``temp=T`` (rollout sampling temperature) and ``positive`` (drop the rollouts with a negative advantage).
+The last default is the recipe's (``conf/agent/scripted.yaml`` ``online_grpo``). The env is the
+grader-side env the grading API's endpoints serve, in-process (no Ray, no HTTP): this measures the
+learning update, not the plumbing, which ``tests/integration/test_online_rl.py`` covers. CPU, `small` model.
 """
 
 from __future__ import annotations
@@ -32,33 +34,57 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-DEFAULT_SETTINGS = ["adam:1e-4", "adam:1e-3", "adam:1e-3:positive", "sgd:0.05"]
+DEFAULT_SETTINGS = ["adam:1e-4", "adam:3e-4:epochs=4", "adam:3e-4:epochs=4:temp=0.7", "adam:1.5e-4:epochs=4:temp=0.7"]
 
 
 @dataclass
 class Setting:
-    """One RL configuration: optimizer, learning rate, and whether negative-advantage rollouts are kept."""
+    """One RL configuration: optimizer, learning rate, update steps per batch (PPO-clipped after the
+    first), and whether negative-advantage rollouts are kept."""
 
     optimizer: str
     lr: float
-    positive_only: bool
+    epochs: int = 1
+    clip: float = 0.2
+    temperature: float = 1.0
+    positive_only: bool = False
 
     @classmethod
     def parse(cls, text: str) -> Setting:
-        """``"adam:1e-4"`` or ``"sgd:0.05:positive"``.
+        """``optimizer:lr`` then optional ``epochs=N``, ``clip=X``, ``temp=T`` (sampling temperature), ``positive``.
 
-        >>> Setting.parse("adam:1e-3:positive")
-        Setting(optimizer='adam', lr=0.001, positive_only=True)
+        >>> Setting.parse("adam:1e-3:epochs=4:positive")
+        Setting(optimizer='adam', lr=0.001, epochs=4, clip=0.2, temperature=1.0, positive_only=True)
         """
-        parts = text.split(":")
-        if len(parts) not in (2, 3) or parts[0] not in ("adam", "sgd") or parts[2:] not in ([], ["positive"]):
-            raise SystemExit(f"--setting {text!r}: expected adam|sgd:<lr>[:positive], e.g. adam:1e-4")
-        return cls(parts[0], float(parts[1]), parts[2:] == ["positive"])
+        usage = f"--setting {text!r}: expected adam|sgd:<lr>[:epochs=N][:clip=X][:temp=T][:positive], e.g. adam:3e-4:epochs=4"
+        optimizer, _, rest = text.partition(":")
+        lr, *options = rest.split(":")
+        if optimizer not in ("adam", "sgd"):
+            raise SystemExit(usage)
+        try:
+            setting = cls(optimizer, float(lr))
+            for option in options:
+                key, _, value = option.partition("=")
+                if key == "positive" and not value:
+                    setting.positive_only = True
+                elif key == "epochs":
+                    setting.epochs = int(value)
+                elif key == "clip":
+                    setting.clip = float(value)
+                elif key == "temp":
+                    setting.temperature = float(value)
+                else:
+                    raise SystemExit(usage)
+        except ValueError:
+            raise SystemExit(usage) from None
+        return setting
 
     @property
     def label(self) -> str:
-        """The setting as given on the command line (``adam:0.001:positive``)."""
-        return f"{self.optimizer}:{self.lr:g}{':positive' if self.positive_only else ''}"
+        """The setting in the command line's form (``adam:0.001:epochs=4:positive``)."""
+        extra = f":epochs={self.epochs}:clip={self.clip:g}" if self.epochs > 1 else ""
+        extra += f":temp={self.temperature:g}" if self.temperature != 1 else ""
+        return f"{self.optimizer}:{self.lr:g}{extra}{':positive' if self.positive_only else ''}"
 
 
 class LocalEnvs:
@@ -99,18 +125,20 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, ids: li
     torch.manual_seed(args.seed)
     policy = LocalPolicy(sft_dir, recipe.max_length)
     before = greedy_reward(policy, envs, ids, recipe)
+    policy.temperature = setting.temperature
     optimizer = (torch.optim.SGD(policy.model.parameters(), lr=setting.lr) if setting.optimizer == "sgd"
                  else policy.optimizer(setting.lr))
     if setting.positive_only:
-        update = policy.update
+        update = policy.clipped_update
 
-        def positive_update(batch: list[Any], optimizer: Any, micro_batch: int = 8) -> float:
-            return update([s for s in batch if s.weight > 0], optimizer, micro_batch)
+        def positive_update(batch: list[Any], optimizer: Any, **options: Any) -> float:
+            return update([s for s in batch if s.weight > 0], optimizer, **options)
 
-        policy.update = positive_update  # type: ignore[method-assign]
+        policy.clipped_update = positive_update  # type: ignore[method-assign]
     curve, started, calls = [], time.monotonic(), envs.calls
     for iteration in range(args.iterations):
-        curve.append(rl_iteration(recipe, envs, ids, args.group, policy, optimizer))
+        curve.append(rl_iteration(recipe, envs, ids, args.group, policy, optimizer, epochs=setting.epochs,
+                                  clip=setting.clip))
         print(f"  {iteration + 1}/{args.iterations}: mean rollout reward {curve[-1]:.3f}", flush=True)
     rl_s, rl_env_calls = time.monotonic() - started, envs.calls - calls
     after = greedy_reward(policy, envs, ids, recipe)
@@ -120,7 +148,7 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, ids: li
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--setting", nargs="+", default=DEFAULT_SETTINGS, help="optimizer:lr[:positive], one run each")
+    parser.add_argument("--setting", nargs="+", default=DEFAULT_SETTINGS, help="optimizer:lr[:epochs=N][:clip=X][:temp=T][:positive], one run each")
     parser.add_argument("--train-size", type=int, default=8, help="training questions (two per town)")
     parser.add_argument("--sft-steps", type=int, default=70, help="SFT steps before RL (the recipe's expert trajectories)")
     parser.add_argument("--sft-batch", type=int, default=8, help="packed episodes per SFT step")

@@ -5,9 +5,10 @@
    or an answer known from the public split).
    Each step becomes a (prompt in the eval protocol, expert completion) pair, an episode's pairs packed
    into one sequence where each prompt extends the last; SFT on them; submit.
-2. Online RL (REINFORCE with a group baseline, GRPO-style): each iteration plays ``group`` sampled
+2. Online RL (GRPO without a KL term, ``agent.online_grpo``): each iteration plays ``group`` sampled
    rollouts of a few training episodes through the env endpoints, gives every step of a rollout the
-   advantage ``episode reward - group mean``, and takes one policy-gradient step; submit.
+   advantage ``episode reward - group mean``, and takes ``num_iterations`` policy-gradient steps on them,
+   PPO-clipped after the first; submit.
 """
 
 from __future__ import annotations
@@ -99,9 +100,9 @@ def expert_samples(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str],
 
 
 def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], group: int, policy: LocalPolicy,
-                 optimizer: Any) -> float:
-    """One REINFORCE step (:meth:`LocalPolicy.update` with ``optimizer``) on ``group`` sampled rollouts of
-    each of ``ids``, every rollout's steps in it once; returns their mean reward."""
+                 optimizer: Any, *, epochs: int = 1, clip: float = 0.2) -> float:
+    """``epochs`` clipped policy-gradient steps (:meth:`LocalPolicy.clipped_update` with ``optimizer``) on
+    ``group`` sampled rollouts of each of ``ids``, every rollout's steps in it once; returns their mean reward."""
     recorder = _Recording(recipe.protocol, policy)
     policy.sample = True
     played = play(policy, envs, [e for e in ids for _ in range(group)], recorder, max_steps=recipe.max_steps,
@@ -117,7 +118,7 @@ def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], g
                 continue
             samples += pack(recorder.prompts[id(episode)], episode.raw_outputs, weight=advantage)
     if samples:
-        policy.update(samples, optimizer)
+        policy.clipped_update(samples, optimizer, epochs=epochs, clip=clip)
     policy.sample = False
     return sum(rewards) / max(1, len(rewards))
 
@@ -147,17 +148,19 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
         f"{len(samples)} sequences), last loss {loss:.3f}")
     policy.save(output / "v1")
     submit("output/v1")
-    group = max(2, args.grpo_generations)
-    per_iteration = max(1, args.grpo_batch_size // group)
-    optimizer = policy.optimizer(args.grpo_lr)  # one Adam for all iterations (see LocalPolicy.update)
-    for iteration in range(args.grpo_steps):
+    group = max(2, args.online_grpo_generations)
+    per_iteration = max(1, args.online_grpo_batch_size // group)
+    policy.temperature = args.online_grpo_temperature
+    optimizer = policy.optimizer(args.online_grpo_lr)  # one Adam for all iterations (see LocalPolicy.update)
+    for iteration in range(args.online_grpo_batches):
         if remaining_s() < 60:
             log("less than 60 s left; stopping RL")
             break
         batch = rng.sample(ids, min(per_iteration, len(ids)))
         calls = envs.calls
-        mean = rl_iteration(recipe, envs, batch, group, policy, optimizer)
-        log(f"RL iteration {iteration + 1}/{args.grpo_steps}: {len(batch) * group} rollouts, "
+        mean = rl_iteration(recipe, envs, batch, group, policy, optimizer, epochs=args.online_grpo_iterations,
+                            clip=args.online_grpo_epsilon)
+        log(f"RL iteration {iteration + 1}/{args.online_grpo_batches}: {len(batch) * group} rollouts, "
             f"{envs.calls - calls} env-endpoint calls ({envs.calls} in all), mean rollout reward {mean:.3f}")
     policy.save(output / "v2")
     submit("output/v2")

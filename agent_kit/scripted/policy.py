@@ -1,5 +1,5 @@
 """Agent-side helpers for interactive tasks: the grading API's env endpoints as an env client, a
-sampling engine, and small SFT and REINFORCE loops over (prompt, completion) pairs.
+sampling engine, and small SFT and policy-gradient (GRPO) loops over (prompt, completion) pairs.
 
 Used by the scripted recipes of interactive tasks (`tasks/<id>/agent/recipe.py`);
 a coding agent would write the same. Everything runs in the agent's own process on its own CPUs.
@@ -12,6 +12,7 @@ import os
 import random
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ def pack(prompts: list[str], completions: list[str], weight: float = 1.0) -> lis
 
 
 class LocalPolicy:
-    """A causal LM being trained: sampling or greedy generation, SFT and REINFORCE updates."""
+    """A causal LM being trained: sampling or greedy generation, SFT and policy-gradient updates."""
 
     def __init__(self, model_dir: str | Path, max_length: int) -> None:
         """Load model and tokenizer; sequences are cut to ``max_length`` tokens (prompt cut on the left)."""
@@ -123,6 +124,9 @@ class LocalPolicy:
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         self.max_length = max_length
         self.sample = True
+        # Sampling temperature; the policy-gradient updates score tokens at the same temperature, so
+        # what they train is the distribution the rollouts were drawn from (TRL GRPO's ``temperature``).
+        self.temperature = 1.0
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str:
         """A conversation rendered with the model's chat template, ready for the assistant turn."""
@@ -146,7 +150,7 @@ class LocalPolicy:
                 **enc,
                 max_new_tokens=max_new_tokens,
                 do_sample=self.sample,
-                temperature=1.0 if self.sample else None,
+                temperature=self.temperature if self.sample else None,
                 top_k=0 if self.sample else None,
                 pad_token_id=self.tokenizer.pad_token_id,
             )
@@ -155,8 +159,9 @@ class LocalPolicy:
 
     # ---- training -----------------------------------------------------------------------------
 
-    def _batch_loss(self, batch: list[Sample]) -> Any:
-        """Weighted mean over samples of the completion tokens' negative log-likelihood."""
+    def _token_logps(self, batch: list[Sample], temperature: float = 1.0) -> tuple[Any, Any]:
+        """Each sequence's per-token log-probability of its next token (logits divided by ``temperature``),
+        and the mask of the tokens learned (its completions'), both ``(len(batch), width - 1)``."""
         torch = self.torch
         rows, masks = [], []
         for s in batch:
@@ -175,34 +180,72 @@ class LocalPolicy:
         mask = torch.tensor([[0] * (width - len(m)) + m for m in masks], dtype=torch.float32)
         attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
         logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1]
-        logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        per_sample = -(logp * mask[:, 1:]).sum(1) / mask[:, 1:].sum(1).clamp(min=1)
-        weights = torch.tensor([s.weight for s in batch])
+        logp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        return logp, mask[:, 1:]
+
+    def _batch_loss(self, batch: list[Sample]) -> Any:
+        """Weighted mean over samples of the completion tokens' negative log-likelihood."""
+        logp, mask = self._token_logps(batch)
+        per_sample = -(logp * mask).sum(1) / mask.sum(1).clamp(min=1)
+        weights = self.torch.tensor([s.weight for s in batch])
         return (per_sample * weights).mean()
 
     def optimizer(self, lr: float) -> Any:
         """A fresh AdamW over the model's parameters."""
         return self.torch.optim.AdamW(self.model.parameters(), lr=lr)
 
-    def update(self, batch: list[Sample], optimizer: Any, micro_batch: int = 8) -> float:
-        """One optimizer step on exactly ``batch`` (gradients accumulated over micro-batches of
-        ``micro_batch`` sequences, so a large RL batch fits in memory); returns the batch's loss.
-
-        ``optimizer`` (from :meth:`optimizer`) carries Adam's moment estimates across calls, as online RL's
-        one-step iterations need: a fresh Adam's first step moves every weight by ``lr`` whatever its gradient.
-        """
+    def _step(self, batch: list[Sample], optimizer: Any, micro_batch: int,
+              loss_of: Callable[[int, list[Sample]], Any]) -> float:
+        """One optimizer step on exactly ``batch``: gradients of ``loss_of(index, part)`` (a part's mean
+        loss) accumulated over the ``micro_batch``-sized parts, so a large RL batch fits in memory; the
+        gradient norm clipped to 1. Returns the batch's loss."""
         self.model.train()
         optimizer.zero_grad()
         total = 0.0
-        for start in range(0, len(batch), micro_batch):
+        for index, start in enumerate(range(0, len(batch), micro_batch)):
             part = batch[start:start + micro_batch]
-            loss = self._batch_loss(part) * (len(part) / len(batch))  # the batch mean, part by part
+            loss = loss_of(index, part) * (len(part) / len(batch))  # the batch mean, part by part
             loss.backward()
             total += float(loss.detach())
         self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         optimizer.step()
         self.model.eval()
         return total
+
+    def update(self, batch: list[Sample], optimizer: Any, micro_batch: int = 8) -> float:
+        """One optimizer step on ``batch``'s weighted negative log-likelihood (SFT; with advantages as
+        weights, REINFORCE); returns the batch's loss.
+
+        ``optimizer`` (from :meth:`optimizer`) carries Adam's moment estimates across calls, as online RL's
+        iterations need: a fresh Adam's first step moves every weight by ``lr`` whatever its gradient.
+        """
+        return self._step(batch, optimizer, micro_batch, lambda _, part: self._batch_loss(part))
+
+    def clipped_update(self, batch: list[Sample], optimizer: Any, *, epochs: int, clip: float,
+                       micro_batch: int = 8) -> float:
+        """``epochs`` optimizer steps on ``batch`` with PPO's clipped objective, each sample's ``weight``
+        its advantage, tokens scored at :attr:`temperature` (TRL GRPO's ``num_iterations``, ``epsilon``);
+        returns the first step's loss.
+
+        The first step is :meth:`update`'s REINFORCE step (the probability ratio to the rollout policy is 1).
+        Later steps reuse the same rollouts; a token whose probability has already moved by more than
+        ``clip`` (relative) in its advantage's direction stops pulling, so several steps per batch learn
+        more from each rollout without running away from the policy that played it.
+        """
+        torch = self.torch
+        rollout_logps: list[Any] = []  # per micro-batch, the log-probabilities under the rollout policy
+
+        def clipped_loss(index: int, part: list[Sample]) -> Any:
+            logp, mask = self._token_logps(part, self.temperature)
+            if index == len(rollout_logps):  # the first step: the weights are still the rollout policy's
+                rollout_logps.append(logp.detach())
+            ratio = torch.exp(logp - rollout_logps[index])
+            advantage = torch.tensor([s.weight for s in part]).unsqueeze(1)
+            objective = torch.minimum(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage)
+            return (-(objective * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+
+        losses = [self._step(batch, optimizer, micro_batch, clipped_loss) for _ in range(epochs)]
+        return losses[0] if losses else 0.0
 
     def train(self, samples: list[Sample], *, steps: int, batch_size: int, lr: float, seed: int = 0,
               deadline: float | None = None) -> tuple[float, int]:

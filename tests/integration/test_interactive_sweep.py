@@ -17,7 +17,8 @@ pytestmark = pytest.mark.integration
 TASKS = ("alfworld", "webshop", "deepsearchqa")
 SMALL = [
     "agent.sft.steps=4", "agent.sft.batch_size=2", "agent.grpo.steps=1", "agent.grpo.batch_size=2",
-    "agent.grpo.num_generations=2", "budget.seconds=240",
+    "agent.grpo.num_generations=2", "agent.online_grpo.batches=1", "agent.online_grpo.batch_size=2",
+    "agent.online_grpo.num_generations=2", "agent.online_grpo.num_iterations=2", "budget.seconds=240",
     # ++: the keys exist in every interactive task's config but not in the default task's.
     "++task.eval.fixture.limit=4", "++task.eval.fixture.max_steps=3", "++task.eval.fixture.max_new_tokens=8",
     "++task.env_pool.actors=1",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,50 @@ def test_a_truncated_step_starts_a_new_sequence() -> None:
     assert [s.turns() for s in samples] == [[("abc>", " x|"), ("def>", " y|")], [("c> x|def> y|g>", " z|")]]
     assert {s.weight for s in samples} == {-0.5}
 
+
+def _weights(policy: LocalPolicy) -> Any:
+    import torch
+
+    return torch.cat([p.detach().flatten() for p in policy.model.parameters()])
+
+
+def test_the_first_clipped_step_is_the_reinforce_step(tiny_model_dir: Path) -> None:
+    """At the rollout policy the probability ratio is 1 and nothing is clipped: GRPO's first step on a batch
+    moves the weights exactly as REINFORCE's (:meth:`LocalPolicy.update`) does."""
+    import torch
+
+    batch = [Sample("Q: 2+2?\nA:", " 4", 0.75), Sample("Q: 3+3?\nA:", " 9", -0.25), Sample("Q: 1+1?\nA:", " 2", -0.5)]
+    moved = []
+    for clipped in (False, True):
+        policy = LocalPolicy(tiny_model_dir, max_length=64)
+        optimizer = torch.optim.SGD(policy.model.parameters(), lr=0.5)
+        if clipped:
+            policy.clipped_update(batch, optimizer, epochs=1, clip=0.2, micro_batch=2)
+        else:
+            policy.update(batch, optimizer, micro_batch=2)
+        moved.append(_weights(policy))
+    assert torch.allclose(moved[0], moved[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_clipping_bounds_how_far_several_steps_move_a_rollout(tiny_model_dir: Path, advantage: float) -> None:
+    """Many steps on one rollout: unclipped, its likelihood keeps moving in its advantage's direction;
+    clipped, a token stops pulling once its probability ratio leaves [1 - clip, 1 + clip] that way."""
+    import torch
+
+    sample = Sample("Q: 2+2?\nA:", " four, I think", advantage)
+    moved = {}  # clip -> geometric mean over the completion's tokens of the ratio, in the advantage's direction
+    for clip in (0.2, 1e9):
+        policy = LocalPolicy(tiny_model_dir, max_length=64)
+        with torch.no_grad():
+            before, mask = policy._token_logps([sample])
+        policy.clipped_update([sample], torch.optim.SGD(policy.model.parameters(), lr=0.05), epochs=12, clip=clip)
+        with torch.no_grad():
+            after, _ = policy._token_logps([sample])
+        moved[clip] = float(torch.exp((after - before)[mask.bool()].mean() * advantage))
+    assert moved[1e9] > 4
+    # Shared weights still carry a clipped token a little further while the others pull: not exactly 1.2.
+    assert 1.1 < moved[0.2] < 2.5
 
 
 def test_sft_stops_at_its_share_of_the_budget(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -29,7 +29,7 @@ class ScriptedAgent:
                 f"agent {agent.name!r} runs the scripted agent: "
                 "its conf/agent file must start with `defaults: [_scripted, _self_]`"
             )
-        sft, grpo = agent.sft, agent.grpo
+        sft, grpo, online = agent.sft, agent.grpo, agent.online_grpo
         if ctx.task_agent_dir is None:
             raise ConfigError("the scripted agent needs the task's agent-side folder (LaunchContext.task_agent_dir)")
         # Its parent goes on PYTHONPATH (and into a sealed cell): it must be the copy, never tasks/<id> itself.
@@ -44,7 +44,11 @@ class ScriptedAgent:
             "--sft-lr", str(sft.learning_rate), "--sft-max-length", str(sft.max_length),
             "--grpo-steps", str(grpo.steps), "--grpo-batch-size", str(grpo.batch_size),
             "--grpo-generations", str(grpo.num_generations), "--grpo-lr", str(grpo.learning_rate),
-            "--grpo-max-completion", str(grpo.max_completion_length), "--seed", str(ctx.seed),
+            "--grpo-max-completion", str(grpo.max_completion_length),
+            "--online-grpo-batches", str(online.batches), "--online-grpo-batch-size", str(online.batch_size),
+            "--online-grpo-generations", str(online.num_generations), "--online-grpo-lr", str(online.learning_rate),
+            "--online-grpo-iterations", str(online.num_iterations), "--online-grpo-epsilon", str(online.epsilon),
+            "--online-grpo-temperature", str(online.temperature), "--seed", str(ctx.seed),
         ]
         # copy_agent_code lays agent_kit/ beside the task's package: their common folder makes both importable.
         path = ctx.env.get("PYTHONPATH")
