@@ -165,7 +165,8 @@ class GrpoConfig:
 @dataclass
 class OnlineGrpoConfig:
     """The scripted agent's RL stage on interactive tasks: GRPO on rollouts played through the grading
-    API's env endpoints (``agent_kit/scripted/interactive.py``). The field names are TRL GRPOConfig's."""
+    API's env endpoints (``agent_kit/scripted/interactive.py``). Fields named as TRL's GRPOConfig's mean what
+    they mean there."""
 
     batches: int = setting("rollout batches played; each is trained on num_iterations times")
     batch_size: int = setting("rollouts per batch")

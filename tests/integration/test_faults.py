@@ -52,19 +52,24 @@ def cluster() -> Iterator[Any]:
 
     temp_dir = tempfile.mkdtemp(prefix="arf-", dir="/tmp")
     started = time.monotonic()
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "resources": {"grader_slot": 1}, "include_dashboard": False, "temp_dir": temp_dir,
-        "_system_config": FAST_HEALTH,
-    })
-    try:
-        for _ in range(2):
-            cluster.add_node(num_cpus=1, temp_dir=temp_dir)
-        cluster.wait_for_nodes()
-        print(f"cluster of 3 nodes up in {time.monotonic() - started:.1f} s", file=sys.stderr)
-        yield cluster
-    finally:
-        cluster.shutdown()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    with pytest.MonkeyPatch.context() as patch:
+        # Cluster writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster (default /tmp/ray/...),
+        # which other Ray users on the machine read and which a fresh machine does not have: use our own.
+        patch.setenv("RAY_TMPDIR", temp_dir)
+        os.makedirs(os.path.join(temp_dir, "ray"))
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 1, "resources": {"grader_slot": 1}, "include_dashboard": False, "temp_dir": temp_dir,
+            "_system_config": FAST_HEALTH,
+        })
+        try:
+            for _ in range(2):
+                cluster.add_node(num_cpus=1, temp_dir=temp_dir)
+            cluster.wait_for_nodes()
+            print(f"cluster of 3 nodes up in {time.monotonic() - started:.1f} s", file=sys.stderr)
+            yield cluster
+        finally:
+            cluster.shutdown()
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _command(cluster: Any, out_dir: Path, sweep_id: str, seed: int, hold: Path, gate: Path) -> list[str]:

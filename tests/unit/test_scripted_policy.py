@@ -10,6 +10,13 @@ import pytest
 from agent_kit.scripted.policy import LocalPolicy, Sample, pack
 
 
+def _weights(policy: LocalPolicy) -> Any:
+    """All the model's weights as one vector."""
+    import torch
+
+    return torch.cat([p.detach().flatten() for p in policy.model.parameters()])
+
+
 def test_packed_episode_loss_equals_its_steps_losses(tiny_model_dir: Path) -> None:
     """One forward pass over a packed episode gives each action the log-probability it gets in its own
     prompt (a causal LM), so the packed loss is the token-weighted mean of the per-step losses."""
@@ -44,7 +51,7 @@ def test_an_rl_update_takes_every_rollout_once_in_micro_batches(tiny_model_dir: 
         policy.update(batch, torch.optim.SGD(policy.model.parameters(), lr=0.5), micro_batch=micro_batch)
         after = [policy._batch_loss([Sample(s.prompt, s.completion)]).item() for s in batch]
         assert after[0] < before[0] and after[1] > before[1]  # the loss is the negative log-likelihood
-        moved.append(torch.cat([p.detach().flatten() for p in policy.model.parameters()]))
+        moved.append(_weights(policy))
     assert torch.allclose(moved[0], moved[1], atol=1e-6)
 
 
@@ -53,12 +60,6 @@ def test_a_truncated_step_starts_a_new_sequence() -> None:
     samples = pack(["abc>", "abc> x|def>", "c> x|def> y|g>"], [" x|", " y|", " z|"], weight=-0.5)
     assert [s.turns() for s in samples] == [[("abc>", " x|"), ("def>", " y|")], [("c> x|def> y|g>", " z|")]]
     assert {s.weight for s in samples} == {-0.5}
-
-
-def _weights(policy: LocalPolicy) -> Any:
-    import torch
-
-    return torch.cat([p.detach().flatten() for p in policy.model.parameters()])
 
 
 def test_the_first_clipped_step_is_the_reinforce_step(tiny_model_dir: Path) -> None:
