@@ -152,14 +152,18 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
     per_iteration = max(1, args.online_grpo_batch_size // group)
     policy.temperature = args.online_grpo_temperature
     optimizer = policy.optimizer(args.online_grpo_lr)  # one Adam for all iterations (see LocalPolicy.update)
+    last_s = 0.0  # the last iteration's time: the next one must end with 60 s left for the final submission
     for iteration in range(args.online_grpo_batches):
-        if remaining_s() < 60:
-            log("less than 60 s left; stopping RL")
+        if remaining_s() < 60 + last_s:
+            log(f"{remaining_s():.0f} s left: not enough for another iteration ({last_s:.0f} s) and 60 s to "
+                "submit; stopping RL")
             break
+        started = time.monotonic()
         batch = rng.sample(ids, min(per_iteration, len(ids)))
         calls = envs.calls
         mean = rl_iteration(recipe, envs, batch, group, policy, optimizer, epochs=args.online_grpo_iterations,
                             clip=args.online_grpo_epsilon)
+        last_s = time.monotonic() - started
         log(f"RL iteration {iteration + 1}/{args.online_grpo_batches}: {len(batch) * group} rollouts, "
             f"{envs.calls - calls} env-endpoint calls ({envs.calls} in all), mean rollout reward {mean:.3f}")
     policy.save(output / "v2")
