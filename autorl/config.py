@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autorl.agent_schema import CommandAgentConfig
 from autorl.config_errors import config_error
 from autorl.errors import ConfigError
 from autorl.gateway.settings import TRANSLATABLE
 from autorl.registry import AXES, CONF_DIR, GROUPS, check_names, option_names
-from autorl.schema import CommandAgentConfig, DriverConfig, ModelKind, Provider, RunConfig, register_schemas
+from autorl.schema import DriverConfig, ModelKind, Provider, RunConfig, register_schemas
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

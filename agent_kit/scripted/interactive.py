@@ -100,7 +100,7 @@ def expert_samples(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str],
 
 
 def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], group: int, policy: LocalPolicy,
-                 optimizer: Any, *, epochs: int = 1, clip: float = 0.2) -> float:
+                 optimizer: Any, *, epochs: int, clip: float) -> float:
     """``epochs`` clipped policy-gradient steps (:meth:`LocalPolicy.clipped_update` with ``optimizer``) on
     ``group`` sampled rollouts of each of ``ids``, every rollout's steps in it once; returns their mean reward."""
     recorder = _Recording(recipe.protocol, policy)

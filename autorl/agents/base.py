@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from autorl.agent_schema import AgentConfig
 from autorl.registry import load_object
-from autorl.schema import AgentConfig, DriverConfig
+from autorl.schema import DriverConfig
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autorl.agent_schema import ClaudeCodeAgentConfig
 from autorl.agents.base import LaunchContext
 from autorl.agents.cli import CLIAgent
 from autorl.errors import ConfigError
-from autorl.schema import ClaudeCodeAgentConfig
 
 
 class ClaudeCodeAgent(CLIAgent):

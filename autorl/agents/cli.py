@@ -27,11 +27,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from autorl.agent_schema import CliAgentConfig, InstallManager
 from autorl.agents.base import AgentLaunch, LaunchContext
 from autorl.agents.prompt import build_prompt
 from autorl.errors import ConfigError
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV
-from autorl.schema import CliAgentConfig, InstallManager
 from autorl.seal.toolchain import venv_base_prefix
 
 REPO_DIR = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def install_dir(agent_cfg: CliAgentConfig) -> Path:
 def installed_path(agent_cfg: CliAgentConfig) -> Path:
     """Where :func:`install_commands` puts the agent's CLI executable.
 
-    >>> from autorl.schema import InstallConfig
+    >>> from autorl.agent_schema import InstallConfig
     >>> install = InstallConfig(manager=InstallManager.npm, bin="codex")
     >>> installed_path(CliAgentConfig(name="codex", agents_dir="/x", install=install))
     PosixPath('/x/codex/node_modules/.bin/codex')
@@ -122,7 +122,7 @@ def install_commands(agent_cfg: CliAgentConfig, python: str | None = None) -> li
     npm records the pin in the prefix's own ``package.json`` (``--save-exact``), so a later
     ``npm install`` there keeps it.
 
-    >>> from autorl.schema import InstallConfig
+    >>> from autorl.agent_schema import InstallConfig
     >>> npm = InstallConfig(manager=InstallManager.npm, package="@openai/codex", version="1.0", bin="codex")
     >>> install_commands(CliAgentConfig(name="codex", agents_dir="/x", install=npm))
     [['npm', 'install', '--prefix', '/x/codex', '--no-audit', '--no-fund', '--save-exact', '@openai/codex@1.0']]
@@ -261,7 +261,7 @@ def cli_config(ctx: LaunchContext) -> CliAgentConfig:
     if not isinstance(ctx.agent_cfg, CliAgentConfig):
         raise ConfigError(
             f"agent {ctx.agent_cfg.name!r} has a CLI adapter but its conf/agent file does not start with "
-            "`defaults: [_cli, _self_]` (autorl/schema.py CliAgentConfig)"
+            "`defaults: [_cli, _self_]` (autorl/agent_schema.py CliAgentConfig)"
         )
     return ctx.agent_cfg
 

@@ -16,9 +16,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from autorl.agent_schema import CommandAgentConfig
 from autorl.agents.base import AgentLaunch, LaunchContext
 from autorl.errors import ConfigError
-from autorl.schema import CommandAgentConfig
 
 _EXAMPLE = "agent.command=[python3,-I,'{home}/probe.py'] agent.files=[/abs/path/probe.py]"
 

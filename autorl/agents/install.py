@@ -20,11 +20,11 @@ import dataclasses
 import subprocess
 import sys
 
+from autorl.agent_schema import CliAgentConfig, InstallManager
 from autorl.agents.cli import install_commands, install_dir, installed_path, installed_version, resolve_python
 from autorl.config import compose
 from autorl.errors import AutorlError
 from autorl.registry import check_names
-from autorl.schema import CliAgentConfig, InstallManager
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,9 +14,9 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from autorl.agent_schema import CliAgentConfig
 from autorl.errors import ConfigError
 from autorl.gateway.settings import missing_key_message
-from autorl.schema import CliAgentConfig
 
 if TYPE_CHECKING:
     from autorl.config import CellSpec

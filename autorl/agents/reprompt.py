@@ -17,7 +17,7 @@ OpenCode ``run --continue``, OpenHands ``--resume --last``) with that message as
 
 from __future__ import annotations
 
-from autorl.schema import RepromptConfig
+from autorl.agent_schema import RepromptConfig
 
 # Only an agent that ended by itself is resumed: a budget timeout, a cancel, a resource limit or
 # a crash by signal ends the cell as before.
@@ -38,7 +38,7 @@ def should_resume(exit_class: str, remaining_s: float, cfg: RepromptConfig, resu
     (False, False)
 
     Raises:
-        ConfigError: see :meth:`autorl.schema.RepromptConfig.check`.
+        ConfigError: see :meth:`autorl.agent_schema.RepromptConfig.check`.
     """
     cfg.check()
     return cfg.max > 0 and resumes_done < cfg.max and exit_class in RESUMABLE_EXITS and remaining_s > cfg.min_remaining_s

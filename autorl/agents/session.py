@@ -10,12 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from autorl.agent_schema import AgentConfig
 from autorl.agents.cli import PROVIDER_ENV
 from autorl.agents.trace import TraceFollower
 from autorl.gateway.cell import CellGateway, DriverCallSink
 from autorl.gateway.settings import GATEWAY_URL_ENV
 from autorl.records.types import TraceSummary
-from autorl.schema import AgentConfig, DriverConfig
+from autorl.schema import DriverConfig
 from autorl.serving import Endpoints
 
 TRACE_FILE = "trace.jsonl"

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from autorl.agent_schema import ApiProtocol
 from autorl.errors import ConfigError
-from autorl.schema import ApiProtocol, DriverConfig, Provider
+from autorl.schema import DriverConfig, Provider
 
 PROVIDERS = tuple(Provider)
 # The wire protocols the gateway serves, each on its own route (see autorl.gateway.app).

@@ -31,10 +31,10 @@ from typing import Any
 
 import pytest
 
+from autorl.agent_schema import CliAgentConfig
 from autorl.agents.cli import find_binary, installed_path, installed_version
 from autorl.config import compose
 from autorl.errors import ConfigError
-from autorl.schema import CliAgentConfig
 from autorl.seal.toolchain import toolchain_dir, toolchain_python
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 from tests.integration.conftest import query, sweep_env

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from autorl.agent_schema import CliAgentConfig, InstallManager
 from autorl.agents import install
 from autorl.agents.cli import (
     cli_read_only,
@@ -33,7 +34,6 @@ from autorl.agents.cli import (
 from autorl.config import compose
 from autorl.errors import ConfigError
 from autorl.registry import option_names
-from autorl.schema import CliAgentConfig, InstallManager
 
 FAKE_NPM = """\
 import json, os, shutil, sys

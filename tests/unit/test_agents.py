@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from autorl.agent_schema import CliAgentConfig
 from autorl.agents.base import LaunchContext, load_adapter
 from autorl.agents.cli import find_binary, install_commands
 from autorl.agents.prompt import MODES, build_prompt
@@ -23,7 +24,6 @@ from autorl.errors import ConfigError
 from autorl.gateway.app import Gateway
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, DriverSettings
 from autorl.registry import option_names
-from autorl.schema import CliAgentConfig
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 
 CLI_AGENTS = ("claude-code", "codex", "gemini-cli", "opencode", "openhands")
@@ -107,7 +107,7 @@ def test_claude_code_env(tmp_path: Path) -> None:
     assert env["ANTHROPIC_BASE_URL"] == GATEWAY and env["ANTHROPIC_API_KEY"] == TOKEN
     assert env["ANTHROPIC_SMALL_FAST_MODEL"] == env["ANTHROPIC_MODEL"] == "claude-sonnet-4-5"
     assert env["CLAUDE_CONFIG_DIR"] == str(home / ".claude") and env["BASH_MAX_TIMEOUT_MS"] == "43200000"
-    assert ["--output-format", "stream-json"] == launch.command[3:5] and "--dangerously-skip-permissions" in launch.command
+    assert launch.command[3:5] == ["--output-format", "stream-json"] and "--dangerously-skip-permissions" in launch.command
 
 
 def test_gemini_cli_settings(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_gemini_cli_settings(tmp_path: Path) -> None:
     settings = json.loads((home / ".gemini" / "settings.json").read_text())
     assert settings["security"]["auth"]["selectedType"] == "gemini-api-key" and settings["telemetry"]["enabled"] is False
     assert launch.env["GOOGLE_GEMINI_BASE_URL"] == GATEWAY and launch.env["GEMINI_API_KEY"] == TOKEN
-    assert launch.command[-2] == "--prompt" and ["--output-format", "stream-json"] == launch.command[4:6]
+    assert launch.command[-2] == "--prompt" and launch.command[4:6] == ["--output-format", "stream-json"]
 
 
 def test_opencode_config(tmp_path: Path) -> None:

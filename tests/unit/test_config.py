@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from autorl import ls, sweep
+from autorl.agent_schema import AgentMode, ApiProtocol, ClaudeCodeAgentConfig, CliAgentConfig, ScriptedAgentConfig
 from autorl.config import (
     check_combinations,
     compose,
@@ -24,17 +25,7 @@ from autorl.config import (
 )
 from autorl.errors import ConfigError
 from autorl.registry import CONF_DIR, GROUPS, list_options, option_names
-from autorl.schema import (
-    AgentMode,
-    ApiProtocol,
-    ClaudeCodeAgentConfig,
-    CliAgentConfig,
-    DriverConfig,
-    Provider,
-    RunConfig,
-    ScriptedAgentConfig,
-    WandbMode,
-)
+from autorl.schema import DriverConfig, Provider, RunConfig, WandbMode
 
 
 def test_parse_argv_splits_axes_from_passthrough() -> None:

@@ -10,11 +10,11 @@ import re
 
 import pytest
 
+from autorl.agent_schema import RepromptConfig
 from autorl.agents.reprompt import continuation_prompt, should_resume
 from autorl.config import compose, plan_sweep
 from autorl.errors import ConfigError
 from autorl.registry import option_names
-from autorl.schema import RepromptConfig
 
 ON = RepromptConfig(max=2, min_remaining_s=1800)
 

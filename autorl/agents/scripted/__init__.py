@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import sys
 
+from autorl.agent_schema import ScriptedAgentConfig
 from autorl.agents.base import AgentLaunch, LaunchContext
 from autorl.errors import ConfigError
-from autorl.schema import ScriptedAgentConfig
 
 
 class ScriptedAgent:
