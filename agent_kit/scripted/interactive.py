@@ -128,7 +128,7 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
     """SFT on expert trajectories → submit ``output/v1`` → online RL → submit ``output/v2``."""
     envs = ApiEpisodes()
     ids = envs.episodes()
-    rng = random.Random(0)
+    rng = random.Random(args.seed)  # RL's episode batches, like SFT's batches, follow the cell's seed
     output = Path(os.environ["OUTPUT_DIR"])
     policy = LocalPolicy(os.environ["MODEL_PATH"], recipe.max_length)
     # One packed SFT sequence per episode: enough episodes for every sequence SFT can draw, at most the cap.
@@ -142,7 +142,7 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
     # sft.batch_size counts actions; a sample is a packed episode of several.
     actions = sum(len(sample.turns()) for sample in samples)
     per_step = max(1, round(args.sft_batch_size * len(samples) / max(1, actions)))
-    loss, taken = policy.train(samples, steps=args.sft_steps, batch_size=per_step, lr=args.sft_lr,
+    loss, taken = policy.train(samples, steps=args.sft_steps, batch_size=per_step, lr=args.sft_lr, seed=args.seed,
                                deadline=time.monotonic() + 0.5 * left)
     log(f"SFT done: {taken} of {args.sft_steps} steps of {per_step} sequences ({actions} actions in "
         f"{len(samples)} sequences), last loss {loss:.3f}")

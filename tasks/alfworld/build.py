@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .fixture import write_fixture_split
+from .fixture import RoomSize, write_fixture_split
 from .games import collect_games, task_short_name
 
 
@@ -46,15 +46,17 @@ def _rows(prefix: str, games: list[tuple[str, Path]], relative_to: Path | None) 
 
 
 def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
-    """Write generated games: ``options`` ``train_size`` / ``eval_size`` (defaults in
+    """Write generated games: ``options`` ``train_size`` / ``eval_size`` and the room size
+    (``extra_receptacle_kinds``, ``max_copies``, ``distractor_objects``; defaults in
     ``conf/task/alfworld.yaml`` ``build.fixture``).
 
     Train games go to ``public/games/`` (scenes 1…), eval games to ``private/games/`` (scenes
     10001…), each listed in that folder's ``episodes.jsonl``.
     """
     rng = random.Random(seed)
-    train = write_fixture_split(public, "games", int(options["train_size"]), rng, first_scene=1)
-    evals = write_fixture_split(private, "games", int(options["eval_size"]), rng, first_scene=10_001)
+    size = RoomSize(int(options["extra_receptacle_kinds"]), int(options["max_copies"]), int(options["distractor_objects"]))
+    train = write_fixture_split(public, "games", int(options["train_size"]), rng, first_scene=1, size=size)
+    evals = write_fixture_split(private, "games", int(options["eval_size"]), rng, first_scene=10_001, size=size)
     _write_rows(public, _rows("train", train, public))
     _write_rows(private, _rows("eval", evals, private))
 

@@ -59,6 +59,22 @@ _LAMP_RECEPS = ("Desk", "SideTable", "Dresser")
 _TYPE_NEEDS = {"clean": "SinkBasin", "heat": "Microwave", "cool": "Fridge"}
 _TYPE_PROP = {"clean": "cleanable", "heat": "heatable", "cool": "coolable"}
 _LONG_TYPE = {short: long for long, short in TASK_TYPES.items()}
+_SINGLE = ("Fridge", "Microwave", "SinkBasin", "GarbageCan", "DiningTable", "Desk")  # one of each in a room
+
+
+@dataclass(frozen=True)
+class RoomSize:
+    """How much a generated room holds beyond what its task needs (``conf/task/alfworld.yaml`` ``build.fixture``).
+
+    Attributes:
+        extra_receptacle_kinds: Receptacle types added at random (each 1 to ``max_copies`` copies).
+        max_copies: Most copies of a receptacle type other than the single ones (fridge, microwave, ...).
+        distractor_objects: Objects of other types placed at random.
+    """
+
+    extra_receptacle_kinds: int
+    max_copies: int
+    distractor_objects: int
 
 
 def _mangle(kind: str, index: int) -> str:
@@ -81,9 +97,9 @@ def _pick_target(rng: random.Random, short: str) -> tuple[str, str, str]:
 
 
 def generate_game(
-    rng: random.Random, short: str, goal_templates: dict[str, Any], domain: str, grammar: str
+    rng: random.Random, short: str, goal_templates: dict[str, Any], domain: str, grammar: str, size: RoomSize
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """One solvable-by-construction ALFWorld game of task type ``short``.
+    """One solvable-by-construction ALFWorld game of task type ``short`` in a room of ``size``.
 
     Returns:
         (folder name without scene suffix, ``game.tw-pddl`` content, ``traj_data.json`` content).
@@ -96,11 +112,11 @@ def generate_game(
         kinds.add(rng.choice(_LAMP_RECEPS))
     start_options = [r for r in _OBJECTS[obj][1] if r != target and r not in ("SinkBasin",)]
     kinds.add(rng.choice(start_options))
-    kinds |= set(rng.sample(sorted(_RECEPS), 3))
+    kinds |= set(rng.sample(sorted(_RECEPS), size.extra_receptacle_kinds))
     receps: list[tuple[str, str]] = []  # (id, kind)
     counter = 0
     for kind in sorted(kinds):
-        copies = 1 if kind in ("Fridge", "Microwave", "SinkBasin", "GarbageCan", "DiningTable", "Desk") else rng.randint(1, 2)
+        copies = 1 if kind in _SINGLE or size.max_copies == 1 else rng.randint(1, size.max_copies)
         for _ in range(copies):
             counter += 1
             receps.append((_mangle(kind, counter), kind))
@@ -118,7 +134,7 @@ def generate_game(
         place(obj, tuple(start_options))
     if short == "examine":
         place("DeskLamp", _LAMP_RECEPS)
-    for kind in rng.sample(sorted(_OBJECTS), 3):
+    for kind in rng.sample(sorted(_OBJECTS), size.distractor_objects):
         if kind != obj:
             place(kind, tuple(r for r in _OBJECTS[kind][1] if r != target))
     if sum(1 for _, k, _ in placed if k == obj) < needed:
@@ -158,8 +174,10 @@ def generate_game(
     return f"{long_type}-{obj}-None-{target}", game, traj
 
 
-def write_fixture_split(root: Path, split: str, count: int, rng: random.Random, first_scene: int) -> list[tuple[str, Path]]:
-    """Write ``count`` generated games (task types in turn) under ``root/<split>/``; returns (name, file)."""
+def write_fixture_split(root: Path, split: str, count: int, rng: random.Random, first_scene: int,
+                        size: RoomSize) -> list[tuple[str, Path]]:
+    """Write ``count`` generated games (task types in turn, rooms of ``size``) under ``root/<split>/``;
+    returns (name, file)."""
     from alfworld.gen import goal_library
     from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
 
@@ -168,7 +186,7 @@ def write_fixture_split(root: Path, split: str, count: int, rng: random.Random, 
     games = []
     for index in range(count):
         short = SHORT_TYPES[index % len(SHORT_TYPES)]
-        stem, game, traj = generate_game(rng, short, goal_library.gdict, domain, grammar)
+        stem, game, traj = generate_game(rng, short, goal_library.gdict, domain, grammar, size)
         folder = root / split / f"{stem}-{first_scene + index}" / "trial_00001"
         folder.mkdir(parents=True)
         (folder / "game.tw-pddl").write_text(json.dumps(game), encoding="utf-8")

@@ -15,7 +15,7 @@ from autorl.task_code.alfworld.agent.protocol import (
     render_prompt,
 )
 from autorl.task_code.alfworld.env import AlfworldEnv, load_episodes
-from autorl.task_code.alfworld.fixture import write_fixture_split
+from autorl.task_code.alfworld.fixture import RoomSize, write_fixture_split
 from autorl.task_code.alfworld.games import SHORT_TYPES
 
 from autorl.envs.base import EnvData, EnvSource, EpisodeSpec
@@ -70,6 +70,23 @@ def test_every_task_type_is_generated_and_won_by_the_planner(data: TaskData, tmp
     assert not {e.split("/", 1)[1] for e in evals} & {r["episode_id"].split("/", 1)[1] for r in train}
 
 
+def _room(game_file: Path) -> tuple[int, int]:
+    """(receptacles, objects) of a generated game's PDDL problem."""
+    init = json.loads(game_file.read_text())["pddl_problem"].split("(:init")[1].split("(:goal")[0]
+    return init.count("(receptacleType "), init.count("(objectType ")
+
+
+def test_room_size_options_bound_what_a_room_holds(tmp_path: Path) -> None:
+    small = write_fixture_split(tmp_path / "small", "g", 24, random.Random(0), 1, RoomSize(1, 1, 1))
+    large = write_fixture_split(tmp_path / "large", "g", 24, random.Random(0), 1, RoomSize(3, 2, 3))
+    small_rooms, large_rooms = [_room(f) for _, f in small], [_room(f) for _, f in large]
+    # A task needs at most 4 receptacle types (countertop, target, appliance or lamp's, start) and 3 objects
+    # (two of ``puttwo``, or the object and the lamp); one more type and one distractor at most.
+    assert max(r for r, _ in small_rooms) <= 5 and max(o for _, o in small_rooms) <= 3
+    assert sum(r for r, _ in large_rooms) > 1.5 * sum(r for r, _ in small_rooms)
+    assert sum(o for _, o in large_rooms) > sum(o for _, o in small_rooms)
+
+
 class _Oracle:
     """Plays each game's planner walkthrough; finds the game by the task statement in the prompt."""
 
@@ -120,8 +137,8 @@ def test_hub_build_reads_the_alfworld_download_layout(tmp_path: Path) -> None:
     (root / "logic").mkdir(parents=True)
     shutil.copyfile(ALFRED_PDDL_PATH, root / "logic" / "alfred.pddl")
     rng = random.Random(3)
-    write_fixture_split(root / "json_2.1.1", "train", 6, rng, 1)
-    valid = write_fixture_split(root / "json_2.1.1", "valid_unseen", 7, rng, 500)
+    write_fixture_split(root / "json_2.1.1", "train", 6, rng, 1, RoomSize(1, 1, 1))
+    valid = write_fixture_split(root / "json_2.1.1", "valid_unseen", 7, rng, 500, RoomSize(1, 1, 1))
     # ALFWorld's own selection skips unsolvable games and movable-receptacle variants.
     unsolvable = json.loads(valid[0][1].read_text())
     valid[0][1].write_text(json.dumps(unsolvable | {"solvable": False}))

@@ -39,7 +39,7 @@ SMALL = {"train_size": 300, "eval_size": 40}
 # The data a sweep builds by default (conf/task/<id>.yaml build.fixture, seed 0). Changing a fixture
 # generator or a default size changes every score: bump the task's version and pin the new digest.
 PINNED_FIXTURE_DIGESTS = {
-    "alfworld": "611f8d773cc89bc29b3dc7b3c3405dc6e41b3a074bf40a14296b82a2952f70fd",  # v3: 300 training games
+    "alfworld": "dc896c64099d413617e970b420b43ef141f6569753b6bcb032329566edfdb2d5",  # v4: smaller rooms
     "alpacaeval": "2d4dac45f81b67ae9b0e2a24216c4e0932d5684748e92393ac0d88f51062a2a2",
     "deepsearchqa": "b7140195b7d28d2ebd7069336bd435ed4258d68e0616639d0e94e3fea2aaaab6",
     "gsm8k": "f130f382b0150c0529e955ad1cb81fbce31df121edee987e2884a2f6c3a228cf",
