@@ -154,9 +154,9 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
     optimizer = policy.optimizer(args.online_grpo_lr)  # one Adam for all iterations (see LocalPolicy.update)
     last_s = 0.0  # the last iteration's time: the next one must end with 60 s left for the final submission
     for iteration in range(args.online_grpo_batches):
-        if remaining_s() < 60 + last_s:
-            log(f"{remaining_s():.0f} s left: not enough for another iteration ({last_s:.0f} s) and 60 s to "
-                "submit; stopping RL")
+        left_now = remaining_s()
+        if left_now < 60 + last_s:
+            log(f"{left_now:.0f} s left: not enough for another iteration ({last_s:.0f} s) and 60 s to submit; stopping RL")
             break
         started = time.monotonic()
         batch = rng.sample(ids, min(per_iteration, len(ids)))

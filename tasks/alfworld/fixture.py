@@ -116,6 +116,7 @@ def generate_game(
     receps: list[tuple[str, str]] = []  # (id, kind)
     counter = 0
     for kind in sorted(kinds):
+        # One-copy rooms draw nothing here, so their games do not depend on this draw.
         copies = 1 if kind in _SINGLE or size.max_copies == 1 else rng.randint(1, size.max_copies)
         for _ in range(copies):
             counter += 1
