@@ -54,7 +54,8 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, 
     10001…), each listed in that folder's ``episodes.jsonl``.
     """
     rng = random.Random(seed)
-    size = RoomSize(int(options["extra_receptacle_kinds"]), int(options["max_copies"]), int(options["distractor_objects"]))
+    size = RoomSize(extra_receptacle_kinds=int(options["extra_receptacle_kinds"]), max_copies=int(options["max_copies"]),
+                    distractor_objects=int(options["distractor_objects"]))
     train = write_fixture_split(public, "games", int(options["train_size"]), rng, first_scene=1, size=size)
     evals = write_fixture_split(private, "games", int(options["eval_size"]), rng, first_scene=10_001, size=size)
     _write_rows(public, _rows("train", train, public))
