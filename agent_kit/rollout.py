@@ -25,8 +25,8 @@ class Episode:
         handle: The env client's handle of the running episode.
         first: The reset result (the task statement).
         history: ``(action, observation)`` pairs so far.
-        last: The latest env result.
-        steps: Actions taken.
+        results: The env result of each action so far (its page's actions too, which a multi-turn
+            prompt shows for every step).
         raw_outputs: The model's raw generations, one per step.
     """
 
@@ -34,14 +34,24 @@ class Episode:
     handle: str
     first: StepResult
     history: list[tuple[str, str]] = field(default_factory=list)
-    last: StepResult | None = None
-    steps: int = 0
+    results: list[StepResult] = field(default_factory=list)
     raw_outputs: list[str] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        """Actions taken."""
+        return len(self.results)
 
     @property
     def current(self) -> StepResult:
         """The latest env result (the reset result before any step)."""
-        return self.last or self.first
+        return self.results[-1] if self.results else self.first
+
+    def record(self, output: str, action: str, result: StepResult) -> None:
+        """One step: the model's raw output, the action sent and the env's result."""
+        self.raw_outputs.append(output)
+        self.history.append((action, result.observation))
+        self.results.append(result)
 
 
 class EpisodeProtocol(Protocol):
@@ -152,10 +162,7 @@ def play(
             still: list[tuple[int, Episode]] = []
             done_handles = []
             for (position, episode), output, action, result in zip(live, outputs, actions, results, strict=True):
-                episode.raw_outputs.append(output)
-                episode.history.append((action, result.observation))
-                episode.last = result
-                episode.steps += 1
+                episode.record(output, action, result)
                 if result.done or episode.steps >= max_steps:
                     finished[position] = episode
                     done_handles.append(episode.handle)

@@ -2,7 +2,8 @@
 
 Protocol (reference ``benchmarks/webshop/eval.py``): sessions 0-99, the model's chat template with
 the reference's system message and user prompt (verbatim): the instruction, available actions, rules and the last 5
-observation/action pairs (:mod:`.agent.protocol`), greedy, at most 100 tokens, stop
+observation/action pairs (:mod:`.agent.protocol`; the fixture's ``multi_turn`` splits it into one chat turn per
+step), greedy, at most 100 tokens, stop
 ``"\\n"``, at most 50 steps. A session succeeds when its purchase reward is at least 0.5
 (the reference's threshold); one not finished within the steps gets reward 0. All sessions advance
 together: one batched engine call per step, env steps in parallel in the EnvPool (``ctx.envs``).
@@ -31,7 +32,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         engine: Greedy generation engine.
         ctx: ``private_dir`` holds ``goals.jsonl`` (the eval sessions); ``options`` (every one
             required; defaults and meanings in ``conf/task/webshop.yaml`` ``eval``): ``max_steps``,
-            ``max_new_tokens``, ``history_window``, ``success_threshold``, ``concurrency``,
+            ``max_new_tokens``, ``history_window``, ``multi_turn``, ``success_threshold``, ``concurrency``,
             ``limit``, ``backend`` (``builtin``, ``textenv`` or ``server``), ``server_url``,
             ``server_timeout_s``; ``envs``: episodes bound to this task's data in the EnvPool,
             ``None``: play in-process.
@@ -50,7 +51,8 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     if not ids:
         raise TaskError(f"no eval sessions in {path}")
     client = ctx.envs or local_episode_client("webshop", "webshop", private_dir, opts)
-    protocol = WebShopProtocol(max_new_tokens=int(opts["max_new_tokens"]), history_window=int(opts["history_window"]))
+    protocol = WebShopProtocol(max_new_tokens=int(opts["max_new_tokens"]), history_window=int(opts["history_window"]),
+                               multi_turn=bool(opts["multi_turn"]))
     stats = PlayStats()
     played = play(engine, client, ids, protocol, max_steps=int(opts["max_steps"]), concurrency=int(opts["concurrency"]),
                   stats=stats)

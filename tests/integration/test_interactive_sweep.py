@@ -45,9 +45,9 @@ def test_interactive_tasks_sweep_end_to_end(tmp_path: Path, ray_tmp: Path, cache
         # At most sft.steps x sft.batch_size episodes (ALFWorld's recipe takes three times the SFT steps).
         assert played and 2 <= int(played.group(1)) <= (3 if task == "alfworld" else 1) * 4 * 2, task
         # The experts play through the env endpoints: DeepSearchQA's knows the answer; WebShop's shopper buys
-        # from the page text (every session above the 0.5 success threshold). ALFWorld's explorer needs more
-        # than the 3 steps this test allows an episode.
-        assert float(played.group(2)) >= {"alfworld": 0.0, "webshop": 0.5, "deepsearchqa": 1.0}[task], task
+        # a product of the instruction's kind from the page text (reward 0.25 to 0.75 a session on the first
+        # 8). ALFWorld's explorer needs more than the 3 steps this test allows an episode.
+        assert float(played.group(2)) >= {"alfworld": 0.0, "webshop": 0.25, "deepsearchqa": 1.0}[task], task
     subs = query(sweep_dir / "records.sqlite", "SELECT status, details_json FROM submissions")
     assert {s[0] for s in subs} <= {"scored", "duplicate"}
     assert all('"env_client": "PoolEnvClient"' in s[1] for s in subs if s[0] == "scored")  # graded in envpool:<kind>

@@ -36,8 +36,7 @@ def test_explorer_wins_every_eval_game_within_the_fixture_step_limit(data: TaskD
             action = next_action(episode)
             assert action, f"expert gave up in {episode_id}: {episode.history}"
             (result,) = client.step([(handle, action)])
-            episode.history.append((action, result.observation))
-            episode.last, episode.steps = result, episode.steps + 1
+            episode.record(action, action, result)
         client.close([handle])
         assert episode.current.info["won"], f"{episode_id} lost: {episode.history}"
         won[str(first.info["task_type"])] += 1  # won before the env's max_steps ended the episode

@@ -153,14 +153,16 @@ class _BuyTheTarget:
         products = {p["asin"]: p for p in map(json.loads, (data.public_dir / "catalogue.jsonl").read_text().splitlines())}
         self.by_instruction = {g["instruction_text"]: products[g["asin"]] for g in goals}
         self.calls = 0
+        self.longest = 0  # messages in the longest conversation
 
     def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
         self.calls += 1
         replies = []
         for conversation in conversations:
-            user = conversation[-1]["content"]
-            product = next(p for text, p in self.by_instruction.items() if f"Instruction: {text}\n" in user)
-            current = user.rsplit("\nObservation ", 1)[1]
+            self.longest = max(self.longest, len(conversation))
+            # The instruction is in the first user turn; the current page ends the last one.
+            product = next(p for text, p in self.by_instruction.items() if f"Instruction: {text}\n" in conversation[1]["content"])
+            current = conversation[-1]["content"].rsplit("Observation ", 1)[1]
             if "[SEP] Search" in current:
                 replies.append(f"Action: search[{product['Title']}]\nmore")
             elif "Total results" in current:
@@ -174,6 +176,7 @@ def test_evaluator_plays_all_sessions_together(data: TaskData) -> None:
     engine = _BuyTheTarget(data)
     result = load_evaluator(SPEC)(engine, EvalContext.for_task(SPEC, "fixture", data.private_dir, {"max_steps": 6}))
     assert result.num_examples == 8 and engine.calls == 3  # 8 sessions, 3 steps each, one engine call per step
+    assert engine.longest == 6  # the fixture's multi-turn prompt: system, then user/assistant turns, a user turn last
     assert 0.0 < result.details["avg_reward"] < 1.0  # options never chosen
     assert result.details["samples"][0]["actions"][-1] == "click[Buy Now]"
     assert result.score == pytest.approx(100.0 * result.details["success_count"] / 8)

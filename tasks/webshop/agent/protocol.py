@@ -8,6 +8,12 @@ one ``click[…]`` per clickable, each indented two spaces), its rules and the l
 tokens, stop ``"\\n"``. The reply is cleaned as the reference does (an ``Action:`` prefix
 dropped, ``choose[`` mapped to ``click[``).
 
+``multi_turn`` (the fixture's prompt) keeps the same words in another shape: the first user turn is
+the reference's prompt for the first page, then each action is an assistant turn and each page it
+led to a user turn with its own available actions. Each step's conversation then extends the last,
+so an episode's steps pack into one training sequence (the reference's prompt puts the actions
+before the history, so its steps never extend one another).
+
 Agent side: imports nothing from the task's grader side.
 """
 
@@ -89,12 +95,46 @@ def render_messages(first_observation: str, history: list[tuple[str, str]], curr
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
+def render_turns(first_observation: str, first_actions: list[str], steps: list[tuple[str, str, list[str]]],
+                 window: int) -> list[ChatMessage]:
+    """The multi-turn conversation for the next action: the reference's prompt for the first page,
+    then the last ``window`` steps, each an assistant turn (the action) and a user turn (the page it
+    led to, with that page's available actions).
+
+    Args:
+        first_observation: The first page.
+        first_actions: The first page's available actions.
+        steps: ``(action, page it led to, that page's available actions)`` per step so far.
+        window: Steps shown at most (older ones are dropped, the first user turn stays).
+
+    >>> turns = render_turns("Instruction: [SEP] a mug [SEP] Search", ["search[<your query>]"],
+    ...                      [("search[mug]", "Results", ["click[b01]"])], 5)
+    >>> [t["role"] for t in turns], turns[1]["content"].split("Now it's your turn:\\n")[1]
+    (['system', 'user', 'assistant', 'user'], '\\nObservation 1: Instruction: [SEP] a mug [SEP] Search\\nAction 1:')
+    >>> turns[3]["content"]
+    'Observation 2: Results\\nAvailable actions:\\n  click[b01]\\nAction 2:'
+    """
+    def listed(actions: list[str]) -> str:
+        return "\n".join(f"  {a}" for a in actions)
+
+    user = PROMPT_HEAD.format(instruction=instruction_of(first_observation), available_actions=listed(first_actions))
+    messages: list[ChatMessage] = [{"role": "system", "content": SYSTEM},
+                                   {"role": "user", "content": f"{user}\nObservation 1: {first_observation}\nAction 1:"}]
+    start = max(0, len(steps) - window)
+    for n, (action, page, actions) in enumerate(steps[start:], start=start + 2):
+        messages.append({"role": "assistant", "content": action})
+        user = f"Observation {n}: {page}\nAvailable actions:\n{listed(actions)}\nAction {n}:"
+        messages.append({"role": "user", "content": user})
+    return messages
+
+
 @dataclass
 class WebShopProtocol:
-    """:class:`agent_kit.rollout.EpisodeProtocol` for WebShop."""
+    """:class:`agent_kit.rollout.EpisodeProtocol` for WebShop (``multi_turn``: :func:`render_turns`)."""
 
     max_new_tokens: int = 100
     history_window: int = 5
+    multi_turn: bool = False
     mode: str = "chat"
     stop: list[str] | None = None
 
@@ -106,6 +146,10 @@ class WebShopProtocol:
     def render(self, episode: Episode) -> list[ChatMessage]:
         """The conversation for the episode's next action."""
         current = episode.current
+        if self.multi_turn:
+            steps = [(action, result.observation, result.admissible_actions)
+                     for (action, _), result in zip(episode.history, episode.results, strict=True)]
+            return render_turns(episode.first.observation, episode.first.admissible_actions, steps, self.history_window)
         return render_messages(episode.first.observation, episode.history, current.observation,
                                current.admissible_actions, self.history_window)
 
