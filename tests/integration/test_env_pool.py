@@ -36,13 +36,14 @@ class _Shopper:
             self.kill()  # type: ignore[operator]
         replies = []
         for conversation in conversations:
+            # Either prompt shape: the fixture's multi-turn chat (the current page's actions end the last user
+            # turn, past actions are assistant turns) or the reference's single user turn.
             user = conversation[-1]["content"]
             listed = user.split("Available actions:\n", 1)[1].split("\n\n", 1)[0].splitlines()
-            actions = [line.strip() for line in listed]  # the reference's prompt indents them
-            current = user.rsplit("\nObservation ", 1)[1]
-            instruction = user.split("Instruction: ", 1)[1].split("\n", 1)[0]
+            actions = [line.strip() for line in listed if line.startswith("  ")]  # both prompts indent them
+            instruction = conversation[1]["content"].split("Instruction: ", 1)[1].split("\n", 1)[0]
             products = [a for a in actions if re.fullmatch(r"click\[b\d+\]", a)]
-            previous = re.findall(r"\nAction \d+: (.*)", user)
+            previous = [m["content"] for m in conversation if m["role"] == "assistant"] or re.findall(r"\nAction \d+: (.*)", user)
             if actions == ["search[<your query>]"]:
                 replies.append(f"search[{instruction.split(', with')[0]}]")
             elif products:
