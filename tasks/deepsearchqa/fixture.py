@@ -35,11 +35,13 @@ class FixtureData:
 
 
 def _name(rng: random.Random, parts: int) -> str:
-    return "".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
+    """A hyphenated name of ``parts`` syllables (``Sel-tor``): every name, asked about in training or
+    eval, is a sequence of the same syllable tokens, so copying one is the same skill in both splits."""
+    return "-".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
 
 
 def _town(rng: random.Random, used: set[str]) -> dict[str, Any]:
-    while (name := _name(rng, 3)) in used:
+    while (name := _name(rng, 2)) in used:
         pass
     used.add(name)
     rivers = sorted({_name(rng, 2) for _ in range(rng.randint(2, 3))})
@@ -75,10 +77,13 @@ def fixture_data(seed: int, train_size: int, eval_size: int, distractor_towns: i
     >>> {q["problem"].rsplit("town of ", 1)[1] for q in data.eval} & {q["problem"].rsplit("town of ", 1)[1] for q in data.train}
     set()
     """
+    asked = (train_size + eval_size + 1) // 2
+    if asked + distractor_towns > len(_SYLLABLES) ** 2:
+        raise ValueError(f"{asked + distractor_towns} towns needed (one per two questions, plus distractor_towns), but "
+                         f"two-syllable names allow {len(_SYLLABLES) ** 2}: lower train_size, eval_size or distractor_towns")
     rng = random.Random(seed)
     used: set[str] = set()
-    towns = [_town(rng, used) for _ in range((train_size + eval_size + 1) // 2 + distractor_towns)]
-    asked = (train_size + eval_size + 1) // 2
+    towns = [_town(rng, used) for _ in range(asked + distractor_towns)]
     eval_towns = towns[: (eval_size + 1) // 2]
     train_towns = towns[(eval_size + 1) // 2: asked]
     evals = [q for t in eval_towns for q in _questions(rng, t)][:eval_size]

@@ -79,12 +79,22 @@ def is_correct_reply(reply: str) -> bool:
     return verdict_of(reply) == "correct"
 
 
+#: Words a strict answer may wrap around its key information ("It was founded in 1742.").
+_FILLER = frozenset({"a", "an", "the", "it", "its", "is", "was", "were", "in", "of", "by", "from", "and", "or", "town",
+                     "founded", "year", "trade", "made", "rich", "rivers", "river", "run", "runs", "through", "answer"})
+
+
 def _norm(text: str) -> str:
     return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
 
 
 def rule_judgement(answer_type: str, gold: str, prediction: str) -> bool:
-    """The fixture judge's decision: normalised containment of the gold (Single) or of every item (Set).
+    """The fixture judge's decision, as strict as the judge prompt asks: the prediction holds the gold
+    (Single) or every gold item (Set), normalised, and no other words than those and filler.
+
+    The second rule is what makes it strict: a hedge that lists candidates ("salt, wool, amber" for
+    "salt") contains the gold but is not the same key information, and a policy trained on a
+    containment-only judge learns to list every trade.
 
     >>> rule_judgement("Single Answer", "1742", "It was founded in 1742.")
     True
@@ -94,12 +104,15 @@ def rule_judgement(answer_type: str, gold: str, prediction: str) -> bool:
     False
     >>> rule_judgement("Single Answer", "1742", "")
     False
+    >>> rule_judgement("Single Answer", "salt", "salt, wool, amber")
+    False
     """
-    pred = f" {_norm(prediction)} "
-    if not pred.strip():
+    pred = _norm(prediction)
+    if not pred:
         return False
     items = [gold] if answer_type.lower().startswith("single") else [g for g in gold.split(",") if g.strip()]
-    return all(f" {_norm(item)} " in pred for item in items)
+    allowed = _FILLER.union(*(_norm(item).split() for item in items))
+    return all(f" {_norm(item)} " in f" {pred} " for item in items) and set(pred.split()) <= allowed
 
 
 class RuleQAJudge:

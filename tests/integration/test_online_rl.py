@@ -14,12 +14,13 @@ from tests.integration.conftest import sweep_command, sweep_env
 
 pytestmark = pytest.mark.integration
 BATCHES = 16
-# A fixture the `small` model learns in a minute of SFT (8 training questions about 4 towns), then GRPO
-# from that policy. The agent's cell gets both cores; the grader shares them (it is idle during RL).
+# A fixture the `small` model learns in a minute of SFT (8 training questions about 4 towns; the recipe runs
+# 4 x 30 = 120 steps of 32 / 2 actions, 8 questions), then GRPO from that policy. The agent's cell gets both
+# cores; the grader shares them (it is idle during RL).
 CELL = [
     "task=deepsearchqa", "model=small", "budget.seconds=900", "cell.cpus=2", "cluster.num_cpus=3",
     "task.build.fixture.train_size=8", "task.build.fixture.eval_size=4", "task.build.fixture.distractor_towns=4",
-    "agent.sft.steps=70", "agent.sft.batch_size=16", f"agent.online_grpo.batches={BATCHES}",
+    "agent.sft.steps=30", "agent.sft.batch_size=32", f"agent.online_grpo.batches={BATCHES}",
     "agent.online_grpo.batch_size=32", "agent.online_grpo.num_generations=4", "progress=false",
 ]
 ITERATION = re.compile(r"RL iteration (\d+)/\d+: (\d+) rollouts, (\d+) env-endpoint calls \((\d+) in all\), "

@@ -60,8 +60,8 @@ def test_hub_split_is_the_references_100_200_after_shuffle_seed_42(tmp_path: Pat
 
 
 def test_fixture_data_is_unchanged(data: TaskData) -> None:
-    # The digest of the fixture build before the task moved into its folder (issue 9): same bytes.
-    assert data.digest == "0ce769a9f372436d44b0d76fc36ed8d99a105f8702689ff96dec2d1028885746"
+    # The digest of the version-3 fixture build (hyphenated two-syllable names): the generator's output is pinned.
+    assert data.digest == "a2b7cd2d5cd29208486d6853623ca5f8f06838ef364e0b3f1865b05437b1a0ea"
 
 
 def test_bm25_search_finds_the_town(data: TaskData) -> None:
@@ -127,12 +127,14 @@ def test_search_settings_are_all_required_per_backend(data: TaskData) -> None:
         make_search({"backend": "google", "num_results": 2}, data.private_dir)
 
 
-def test_judge_never_accepts_an_empty_answer_and_checks_every_set_item() -> None:
+def test_judge_never_accepts_an_empty_answer_a_hedge_or_a_missing_set_item() -> None:
     with open_judge({"judge_driver": None, "judge_server": "rules", "judge_params": {}, "judge_concurrency": 2}, None) as judge:
         verdicts = judge_answers(judge, [("Single Answer", "1742", ""), ("Single Answer", "1742", "in 1742"),
-                                         ("Set Answer", "Ostra, Lindel", "Lindel and Ostra"), ("Set Answer", "Ostra, Lindel", "Ostra")])
-        assert verdicts == [False, True, True, False]
-        assert judge.usage.requests == 3  # the empty answer was never sent
+                                         ("Set Answer", "Ostra, Lindel", "Lindel and Ostra"), ("Set Answer", "Ostra, Lindel", "Ostra"),
+                                         ("Single Answer", "salt", "salt wool amber glass timber copper silk"),
+                                         ("Set Answer", "Ostra, Lindel", "Ostra, Lindel, Varn")])
+        assert verdicts == [False, True, True, False, False, False]
+        assert judge.usage.requests == 5  # the empty answer was never sent
 
 
 class _SearchThenAnswer:
