@@ -93,8 +93,8 @@ def rule_judgement(answer_type: str, gold: str, prediction: str) -> bool:
     (Single) or every gold item (Set), normalised, and no other words than those and filler.
 
     The second rule is what makes it strict: a hedge that lists candidates ("salt, wool, amber" for
-    "salt") contains the gold but is not the same key information, and a policy trained on a
-    containment-only judge learns to list every trade.
+    "salt") contains the gold but is not the same key information; under containment alone, listing all
+    ten trades was right on every trade question.
 
     >>> rule_judgement("Single Answer", "1742", "It was founded in 1742.")
     True
