@@ -111,8 +111,9 @@ def rule_judgement(answer_type: str, gold: str, prediction: str) -> bool:
     if not pred:
         return False
     items = [gold] if answer_type.lower().startswith("single") else [g for g in gold.split(",") if g.strip()]
-    allowed = _FILLER.union(*(_norm(item).split() for item in items))
-    return all(f" {_norm(item)} " in f" {pred} " for item in items) and set(pred.split()) <= allowed
+    normalised = [_norm(item) for item in items]
+    allowed = _FILLER.union(*(item.split() for item in normalised))
+    return all(f" {item} " in f" {pred} " for item in normalised) and set(pred.split()) <= allowed
 
 
 class RuleQAJudge:

@@ -3,8 +3,8 @@
 The expert trajectory of a training question searches the question itself (the env's real search
 tool answers) and then answers the public gold answer of ``data/questions.jsonl`` inside the phrase
 of the search result that states it (:func:`quoted_answer`); the prompts are the evaluator's ReAct
-prompts (:mod:`.protocol`). RL rewards come from the judge, through the env
-endpoints. Agent side: the search tool and the judge are reached only through the grading API.
+prompts (:mod:`.protocol`). RL rewards come from the judge, through the env endpoints. Agent side:
+the search tool and the judge are reached only through the grading API.
 """
 
 from __future__ import annotations
@@ -46,11 +46,11 @@ def quoted_answer(question: str, gold: str) -> str:
     >>> quoted_answer("What is the capital of France?", "Paris")
     'Paris'
     """
-    if question.startswith("Which rivers"):
+    opening = next((o for o in _PHRASES if question.startswith(o)), None)
+    if opening == "Which rivers":
         *rest, last = gold.split(", ")
         gold = f"{', '.join(rest)} and {last}" if rest else last
-    phrase = next((p for opening, p in _PHRASES.items() if question.startswith(opening)), "{}")
-    return phrase.format(gold)
+    return _PHRASES.get(opening or "", "{}").format(gold)
 
 
 def make_expert() -> Callable[[Episode], str | None]:
