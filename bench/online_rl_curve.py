@@ -1,15 +1,24 @@
 """Measurement: the scripted recipe's online-RL update, side by side under several settings (issue #14).
 
-Issue #14 asks for an online-RL reward that rises over training. This trains one SFT policy on a small
-DeepSearchQA fixture (``--train-size`` questions, the recipe's expert trajectories), then runs RL from
-that same policy once per ``--setting``: every iteration plays ``--group`` sampled rollouts of every
-training question through the task's env and trains on them with
-:func:`agent_kit.scripted.interactive.rl_iteration` (GRPO: group-mean baseline, ``epochs`` optimizer
-steps, PPO-clipped after the first). It prints and writes each setting's rollout reward per iteration
-and the greedy reward on the training questions before and after RL, and plots the curves.
+Issue #14 asks for an online-RL reward that rises over training. From one SFT policy, RL runs once per
+``--setting``: every iteration plays ``--group`` sampled rollouts of each of ``--per-iteration`` training
+episodes through the task's env and trains on them with :func:`agent_kit.scripted.interactive.rl_iteration`
+(GRPO: group-mean baseline, ``epochs`` optimizer steps, PPO-clipped after the first). The iterations take
+their episodes in turn from a fixed pool of ``--pool`` training episodes, so a pool of one iteration's
+episodes replays the same ones every time (the rise then compares like with like) and a large pool
+gives every iteration fresh ones, as the recipe does. It prints and writes each setting's rollout reward
+per iteration and the greedy reward before and after RL, and plots the curves.
+
+- ``--task deepsearchqa`` (default): a small fixture (``--train-size`` questions), SFT on the recipe's
+  expert trajectories here; greedy reward on the training questions.
+- ``--task alfworld --policy DIR``: the default fixture (seed 0), RL from a saved SFT policy such as a
+  cell's ``workspace/output/v1`` (the recipe's SFT takes ~500 steps, too long to repeat per run); greedy
+  reward on the 36 eval games, which is what the grader scores.
 
     python bench/online_rl_curve.py                                     # the settings below
     python bench/online_rl_curve.py --setting adam:1e-4 adam:3e-4:epochs=4:temp=0.7 sgd:0.05 --iterations 40
+    python bench/online_rl_curve.py --task alfworld --policy <cell>/workspace/output/v1 --pool 8 \
+        --iterations 8 --setting adam:1.5e-4:epochs=4:temp=0.7 adam:1.5e-4:epochs=4:temp=0.7:positive
 
 A setting is ``optimizer:lr`` (``adam``: :meth:`LocalPolicy.optimizer`, the recipe's; ``sgd``: plain
 SGD), then optionally ``epochs=N`` (optimizer steps per batch), ``clip=X`` (their clip range),
@@ -22,6 +31,7 @@ learning update, not the plumbing, which ``tests/integration/test_online_rl.py``
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -114,9 +124,19 @@ def greedy_reward(policy: Any, envs: Any, ids: list[str], recipe: Any) -> float:
     return sum(e.current.reward for e in played) / len(played)
 
 
-def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, ids: list[str],
-                args: argparse.Namespace) -> dict[str, Any]:
-    """RL from the SFT weights under ``setting`` with the task recipe's ``rl_iteration``; its curve and greedy rewards."""
+def iteration_batches(pool: list[str], per_iteration: int, iterations: int) -> list[list[str]]:
+    """Each iteration's episodes: ``per_iteration`` at a time from ``pool`` in turn, starting over at its end.
+
+    >>> iteration_batches(["a", "b", "c"], 2, 3)
+    [['a', 'b'], ['c', 'a'], ['b', 'c']]
+    """
+    return [[pool[(i * per_iteration + k) % len(pool)] for k in range(per_iteration)] for i in range(iterations)]
+
+
+def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches: list[list[str]],
+                greedy_ids: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """RL from the SFT weights under ``setting`` with the task recipe's ``rl_iteration``, an iteration per
+    entry of ``batches``; its curve and the greedy rewards on ``greedy_ids`` before and after."""
     import torch
 
     from agent_kit.scripted.interactive import rl_iteration
@@ -124,7 +144,7 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, ids: li
 
     torch.manual_seed(args.seed)
     policy = LocalPolicy(sft_dir, recipe.max_length)
-    before = greedy_reward(policy, envs, ids, recipe)
+    before = greedy_reward(policy, envs, greedy_ids, recipe)
     policy.temperature = setting.temperature
     optimizer = (torch.optim.SGD(policy.model.parameters(), lr=setting.lr) if setting.optimizer == "sgd"
                  else policy.optimizer(setting.lr))
@@ -136,25 +156,39 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, ids: li
 
         policy.clipped_update = positive_update  # type: ignore[method-assign]
     curve, started, calls = [], time.monotonic(), envs.calls
-    for iteration in range(args.iterations):
-        curve.append(rl_iteration(recipe, envs, ids, args.group, policy, optimizer, epochs=setting.epochs,
+    for iteration, batch in enumerate(batches):
+        curve.append(rl_iteration(recipe, envs, batch, args.group, policy, optimizer, epochs=setting.epochs,
                                   clip=setting.clip))
-        print(f"  {iteration + 1}/{args.iterations}: mean rollout reward {curve[-1]:.3f}", flush=True)
+        print(f"  {iteration + 1}/{len(batches)}: mean rollout reward {curve[-1]:.3f}", flush=True)
     rl_s, rl_env_calls = time.monotonic() - started, envs.calls - calls
-    after = greedy_reward(policy, envs, ids, recipe)
+    after = greedy_reward(policy, envs, greedy_ids, recipe)
     return {"setting": setting.label, "curve": curve, "greedy_before": before, "greedy_after": after,
             "rl_s": rl_s, "rl_env_calls": rl_env_calls}
 
 
+def episode_ids(folder: Path) -> list[str]:
+    """The episode ids of a split folder's ``episodes.jsonl`` (ALFWorld) or ``questions.jsonl`` (DeepSearchQA)."""
+    (rows,) = [f for f in (folder / "episodes.jsonl", folder / "questions.jsonl") if f.is_file()]
+    return [json.loads(line)["episode_id"] for line in rows.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--setting", nargs="+", default=DEFAULT_SETTINGS, help="optimizer:lr[:epochs=N][:clip=X][:temp=T][:positive], one run each")
-    parser.add_argument("--train-size", type=int, default=8, help="training questions (two per town)")
-    parser.add_argument("--sft-steps", type=int, default=70, help="SFT steps before RL (the recipe's expert trajectories)")
+    parser.add_argument("--setting", nargs="+", default=DEFAULT_SETTINGS,
+                        help="optimizer:lr[:epochs=N][:clip=X][:temp=T][:positive], one run each")
+    parser.add_argument("--task", choices=["deepsearchqa", "alfworld"], default="deepsearchqa")
+    parser.add_argument("--policy", type=Path, help="start RL from this saved SFT policy (required for alfworld)")
+    parser.add_argument("--train-size", type=int, default=8, help="deepsearchqa: training questions (two per town)")
+    parser.add_argument("--sft-steps", type=int, default=70,
+                        help="deepsearchqa: SFT steps before RL (the recipe's expert trajectories)")
     parser.add_argument("--sft-batch", type=int, default=8, help="packed episodes per SFT step")
     parser.add_argument("--sft-lr", type=float, default=3e-3)
     parser.add_argument("--iterations", type=int, default=20, help="RL iterations per setting")
-    parser.add_argument("--group", type=int, default=4, help="sampled rollouts per question per iteration")
+    parser.add_argument("--group", type=int, default=4, help="sampled rollouts per episode per iteration")
+    parser.add_argument("--per-iteration", type=int, default=8,
+                        help="training episodes per iteration (the recipe's 32 rollouts / 4)")
+    parser.add_argument("--pool", type=int,
+                        help="training episodes the iterations take in turn, a seeded draw; default: all, in order")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("AUTORL_CACHE_DIR", Path.home() / ".cache/autorl")))
@@ -162,41 +196,63 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="write a PNG of the curves here")
     args = parser.parse_args()
     settings = [Setting.parse(s) for s in args.setting]
+    if args.task == "alfworld" and args.policy is None:
+        raise SystemExit("--task alfworld needs --policy DIR: a saved SFT policy, e.g. a cell's workspace/output/v1 "
+                         "(python -m autorl.sweep task=alfworld model=small writes one)")
+
+    import random
 
     import torch
 
-    from agent_kit.scripted.interactive import expert_samples
-    from agent_kit.scripted.policy import LocalPolicy
     from autorl.envs.host import local_episode_client
-    from autorl.models.small import ensure_small_model
     from autorl.task_spec import get_task
     from autorl.tasks import build_task_data, eval_options
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    spec = get_task("deepsearchqa")
-    options = {"train_size": args.train_size, "eval_size": 4, "distractor_towns": 4}
+    spec = get_task(args.task)
+    options = ({"train_size": args.train_size, "eval_size": 4, "distractor_towns": 4} if args.task == "deepsearchqa"
+               else {})
     data = build_task_data(spec, "fixture", args.cache_dir / "tasks", seed=args.seed, options=options)
-    os.environ["DATA_PATH"] = str(data.public_dir)  # the recipe's expert reads the public gold answers there
-    from autorl.task_code.deepsearchqa.agent.recipe import make_recipe  # type: ignore[import-not-found]
-
-    client = local_episode_client("deepsearchqa", "deepsearchqa", data.private_dir, eval_options(spec, "fixture", {}))
+    os.environ["DATA_PATH"] = str(data.public_dir)  # the DeepSearchQA expert reads the public gold answers there
+    recipe_module = importlib.import_module(f"autorl.task_code.{args.task}.agent.recipe")
+    recipe = recipe_module.make_recipe()
+    client = local_episode_client(args.task, args.task, data.private_dir, eval_options(spec, "fixture", {}))
     envs: Any = LocalEnvs(client)
-    rows = (data.public_dir / "questions.jsonl").read_text(encoding="utf-8").splitlines()
-    ids = [json.loads(line)["episode_id"] for line in rows if line.strip()]
-    recipe = make_recipe()
+    ids = episode_ids(data.public_dir)
+    pool = random.Random(args.seed).sample(ids, min(args.pool, len(ids))) if args.pool else ids
+    batches = iteration_batches(pool, min(args.per_iteration, len(pool)), args.iterations)
+    greedy_ids = ids if args.task == "deepsearchqa" else episode_ids(data.private_dir)
+    with tempfile.TemporaryDirectory(prefix="rl-curve-") as work:
+        start_dir = args.policy
+        if start_dir is None:
+            start_dir = Path(work)
+            sft(args, recipe, envs, ids, start_dir)
+        results = []
+        for setting in settings:
+            print(f"RL {setting.label}", flush=True)
+            results.append(run_setting(setting, start_dir, recipe, envs, batches, greedy_ids, args))
+    report(results, args, title=f"{args.task}, pool of {len(pool)} training episodes, {len(batches[0])} x "
+                                f"{args.group} rollouts an iteration, greedy on {len(greedy_ids)}")
+
+
+def sft(args: argparse.Namespace, recipe: Any, envs: Any, ids: list[str], target: Path) -> None:
+    """SFT ``small`` on the recipe's expert trajectories of ``ids`` and save it to ``target``."""
+    from agent_kit.scripted.interactive import expert_samples
+    from agent_kit.scripted.policy import LocalPolicy
+    from autorl.models.small import ensure_small_model
+
     policy = LocalPolicy(ensure_small_model(args.cache_dir), recipe.max_length)
     samples, _ = expert_samples(recipe, envs, ids, policy, deadline=time.monotonic() + 3600)
     started = time.monotonic()
     loss, _ = policy.train(samples, steps=args.sft_steps, batch_size=args.sft_batch, lr=args.sft_lr, seed=args.seed)
-    print(f"{len(ids)} training questions; SFT {args.sft_steps} steps, last loss {loss:.3f} "
+    print(f"{len(ids)} training episodes; SFT {args.sft_steps} steps, last loss {loss:.3f} "
           f"({time.monotonic() - started:.0f} s)", flush=True)
-    results = []
-    with tempfile.TemporaryDirectory(prefix="rl-curve-") as work:
-        policy.save(Path(work))
-        for setting in settings:
-            print(f"RL {setting.label}", flush=True)
-            results.append(run_setting(setting, Path(work), recipe, envs, ids, args))
+    policy.save(target)
+
+
+def report(results: list[dict[str, Any]], args: argparse.Namespace, title: str) -> None:
+    """Print the settings' table; write ``--json`` and plot ``--plot`` when given."""
     print(f"\n{'setting':<20} {'greedy before':>13} {'greedy after':>12} {'first 5 mean':>12} {'last 5 mean':>11} "
           f"{'RL s':>6} {'env calls':>9}")
     for r in results:
@@ -216,8 +272,8 @@ def main() -> None:
         for r in results:
             axes.plot(range(1, len(r["curve"]) + 1), r["curve"], marker=".",
                       label=f"{r['setting']} (greedy {r['greedy_before']:.2f} -> {r['greedy_after']:.2f})")
-        axes.set(xlabel="RL iteration", ylabel="mean rollout reward", ylim=(0, 1),
-                 title=f"DeepSearchQA, {len(ids)} questions, SFT {args.sft_steps} steps, {args.group} rollouts each")
+        axes.set(xlabel="RL iteration", ylabel="mean rollout reward", ylim=(0, 1), title=title)
+        axes.title.set_fontsize(9)
         axes.legend(fontsize=8)
         figure.tight_layout()
         figure.savefig(args.plot, dpi=120)

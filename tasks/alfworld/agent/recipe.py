@@ -26,6 +26,12 @@ def expert(episode: Episode) -> str | None:
     return f" {action}\n" if action else None
 
 
+def make_recipe() -> InteractiveRecipe:
+    """The recipe's protocol, expert and limits (``bench/online_rl_curve.py`` measures its RL with them too)."""
+    return InteractiveRecipe(AlfworldProtocol(max_new_tokens=16, max_prompt_chars=MAX_PROMPT_CHARS), expert,
+                             max_steps=20, max_length=1024, expert_episodes=300)
+
+
 def run(args: argparse.Namespace) -> int:
     """SFT → submit v1 → RL → submit v2.
 
@@ -35,6 +41,5 @@ def run(args: argparse.Namespace) -> int:
     (outside the sweep, 0 of 36 after 300 steps of 4 games, 3 after 600, 7 after 900; in the sweep's
     cell the budget's SFT share ends it near 550 steps; tasks/alfworld/README.md).
     """
-    recipe = InteractiveRecipe(AlfworldProtocol(max_new_tokens=16, max_prompt_chars=MAX_PROMPT_CHARS), expert,
-                               max_steps=20, max_length=1024, expert_episodes=300)
-    return run_recipe(with_overrides(args, sft_lr=1e-3, sft_steps=3 * args.sft_steps), recipe, log, submit, remaining_s)
+    return run_recipe(with_overrides(args, sft_lr=1e-3, sft_steps=3 * args.sft_steps), make_recipe(), log, submit,
+                      remaining_s)
