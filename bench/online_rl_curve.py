@@ -136,7 +136,7 @@ def iteration_batches(pool: list[str], per_iteration: int, iterations: int) -> l
 def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches: list[list[str]],
                 greedy_ids: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """RL from the SFT weights under ``setting`` with the task recipe's ``rl_iteration``, an iteration per
-    entry of ``batches``; its curve and the greedy rewards on ``greedy_ids`` before and after."""
+    entry of ``batches``; its curve and the greedy reward on ``greedy_ids`` after RL."""
     import torch
 
     from agent_kit.scripted.interactive import rl_iteration
@@ -144,7 +144,6 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches
 
     torch.manual_seed(args.seed)
     policy = LocalPolicy(sft_dir, recipe.max_length)
-    before = greedy_reward(policy, envs, greedy_ids, recipe)
     policy.temperature = setting.temperature
     optimizer = (torch.optim.SGD(policy.model.parameters(), lr=setting.lr) if setting.optimizer == "sgd"
                  else policy.optimizer(setting.lr))
@@ -162,14 +161,8 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches
         print(f"  {iteration + 1}/{len(batches)}: mean rollout reward {curve[-1]:.3f}", flush=True)
     rl_s, rl_env_calls = time.monotonic() - started, envs.calls - calls
     after = greedy_reward(policy, envs, greedy_ids, recipe)
-    return {"setting": setting.label, "curve": curve, "greedy_before": before, "greedy_after": after,
+    return {"setting": setting.label, "curve": curve, "greedy_after": after,
             "rl_s": rl_s, "rl_env_calls": rl_env_calls}
-
-
-def episode_ids(folder: Path) -> list[str]:
-    """The episode ids of a split folder's ``episodes.jsonl`` (ALFWorld) or ``questions.jsonl`` (DeepSearchQA)."""
-    (rows,) = [f for f in (folder / "episodes.jsonl", folder / "questions.jsonl") if f.is_file()]
-    return [json.loads(line)["episode_id"] for line in rows.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def main() -> None:
@@ -204,7 +197,9 @@ def main() -> None:
 
     import torch
 
+    from agent_kit.scripted.policy import LocalPolicy
     from autorl.envs.host import local_episode_client
+    from autorl.envs.training import training_episode_ids
     from autorl.task_spec import get_task
     from autorl.tasks import build_task_data, eval_options
 
@@ -219,19 +214,24 @@ def main() -> None:
     recipe = recipe_module.make_recipe()
     client = local_episode_client(args.task, args.task, data.private_dir, eval_options(spec, "fixture", {}))
     envs: Any = LocalEnvs(client)
-    ids = episode_ids(data.public_dir)
+    ids = training_episode_ids(data.public_dir)  # what the grading API's env endpoints list to the recipe
     pool = random.Random(args.seed).sample(ids, min(args.pool, len(ids))) if args.pool else ids
     batches = iteration_batches(pool, min(args.per_iteration, len(pool)), args.iterations)
-    greedy_ids = ids if args.task == "deepsearchqa" else episode_ids(data.private_dir)
+    greedy_ids = ids if args.task == "deepsearchqa" else [  # ALFWorld's eval games, as the grader plays them
+        json.loads(line)["episode_id"] for line in (data.private_dir / "episodes.jsonl").read_text().splitlines()
+        if line.strip()]
     with tempfile.TemporaryDirectory(prefix="rl-curve-") as work:
         start_dir = args.policy
         if start_dir is None:
             start_dir = Path(work)
             sft(args, recipe, envs, ids, start_dir)
+        # Every setting starts from these weights, so greedy play before RL is the same for all (played once).
+        before = greedy_reward(LocalPolicy(start_dir, recipe.max_length), envs, greedy_ids, recipe)
         results = []
         for setting in settings:
             print(f"RL {setting.label}", flush=True)
-            results.append(run_setting(setting, start_dir, recipe, envs, batches, greedy_ids, args))
+            results.append({"greedy_before": before}
+                           | run_setting(setting, start_dir, recipe, envs, batches, greedy_ids, args))
     report(results, args, title=f"{args.task}, pool of {len(pool)} training episodes, {len(batches[0])} x "
                                 f"{args.group} rollouts an iteration, greedy on {len(greedy_ids)}")
 
