@@ -55,8 +55,8 @@ sweep: setup /usr/bin/bwrap $(TOOLCHAIN) ## the embedded default: scripted agent
 dry-run: setup
 	$(BIN)/python -m autorl.sweep task=gsm8k seed=0,1 dry_run=true
 
-lint: setup ## ruff and mypy over autorl/, agent_kit/ and tasks/ (their settings are in pyproject.toml)
-	$(BIN)/ruff check autorl agent_kit tasks
+lint: setup ## ruff over autorl/, agent_kit/, tasks/ and tests/, mypy over the first three (settings in pyproject.toml)
+	$(BIN)/ruff check autorl agent_kit tasks tests
 	$(BIN)/mypy
 
 # lint before test-deps: a lint failure stops `make test` before Chromium and the agent CLIs are installed.

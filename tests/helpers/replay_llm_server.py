@@ -83,7 +83,8 @@ def shell_arguments(schema: dict[str, Any], command: str, step: int) -> dict[str
             if prop.get("enum"):
                 args[name] = prop["enum"][0]
             else:
-                args[name] = False if kind == "boolean" else 0 if kind in ("number", "integer") else [] if kind == "array" else "replay"
+                args[name] = (False if kind == "boolean" else 0 if kind in ("number", "integer")
+                              else [] if kind == "array" else "replay")
     return args
 
 
@@ -164,13 +165,15 @@ class ReplayLLM:
                 number = self.requests
                 if self.log_path is not None:
                     with open(self.log_path, "a") as log:
-                        log.write(json.dumps({"protocol": protocol, "path": request.url.path, "headers": dict(request.headers), "body": body}) + "\n")
+                        log.write(json.dumps({"protocol": protocol, "path": request.url.path,
+                                              "headers": dict(request.headers), "body": body}) + "\n")
             if number <= self.fail_first:
                 return JSONResponse({"error": {"message": "replay: injected overload", "type": "server_error"}}, status_code=503)
             kind, value = self.decide(protocol, body)
             tokens_in = max(1, len(json.dumps(body)) // 4)
             tokens_out = max(1, len(json.dumps(value)) // 4)
-            encoder = {"chat": self._chat, "responses": self._responses, "messages": self._messages, "gemini": self._gemini}[protocol]
+            encoder = {"chat": self._chat, "responses": self._responses,
+                       "messages": self._messages, "gemini": self._gemini}[protocol]
             events = list(encoder(body, kind, value, tokens_in, tokens_out))
             if body.get("stream") or request.url.path.endswith(":streamGenerateContent"):
                 return StreamingResponse(iter([e for e in events if isinstance(e, bytes)]), media_type="text/event-stream")
@@ -202,14 +205,18 @@ class ReplayLLM:
         base = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model}
         if kind == "tool":
             name, args = value
-            call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)}}
             message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
-            yield _sse(None, base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]})
-            yield _sse(None, base | {"choices": [{"index": 0, "delta": {"tool_calls": [call | {"index": 0}]}, "finish_reason": None}]})
+            yield _sse(None, base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None},
+                                                  "finish_reason": None}]})
+            yield _sse(None, base | {"choices": [{"index": 0, "delta": {"tool_calls": [call | {"index": 0}]},
+                                                  "finish_reason": None}]})
             finish = "tool_calls"
         else:
             message = {"role": "assistant", "content": value}
-            yield _sse(None, base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": value}, "finish_reason": None}]})
+            yield _sse(None, base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": value},
+                                                  "finish_reason": None}]})
             finish = "stop"
         yield _sse(None, base | {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if (body.get("stream_options") or {}).get("include_usage"):
@@ -239,25 +246,29 @@ class ReplayLLM:
             yield event("response.function_call_arguments.done", item_id=item["id"], output_index=0, arguments=arguments)
             done = item | {"status": "completed", "arguments": arguments}
         else:
-            item = {"id": f"msg_{uuid.uuid4().hex[:12]}", "type": "message", "status": "in_progress", "role": "assistant", "content": []}
+            item = {"id": f"msg_{uuid.uuid4().hex[:12]}", "type": "message", "status": "in_progress", "role": "assistant",
+                    "content": []}
             part = {"type": "output_text", "text": "", "annotations": []}
             yield event("response.output_item.added", output_index=0, item=item)
             yield event("response.content_part.added", item_id=item["id"], output_index=0, content_index=0, part=part)
             yield event("response.output_text.delta", item_id=item["id"], output_index=0, content_index=0, delta=value)
             yield event("response.output_text.done", item_id=item["id"], output_index=0, content_index=0, text=value)
-            yield event("response.content_part.done", item_id=item["id"], output_index=0, content_index=0, part=part | {"text": value})
+            yield event("response.content_part.done", item_id=item["id"], output_index=0, content_index=0,
+                        part=part | {"text": value})
             done = item | {"status": "completed", "content": [part | {"text": value}]}
         yield event("response.output_item.done", output_index=0, item=done)
         final = response | {"status": "completed", "output": [done], "usage": {
             "input_tokens": tokens_in, "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": tokens_out, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": tokens_in + tokens_out}}
+            "output_tokens": tokens_out, "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": tokens_in + tokens_out}}
         yield event("response.completed", response=final)
         yield final
 
     def _messages(self, body: dict[str, Any], kind: str, value: Any, tokens_in: int, tokens_out: int) -> Iterator[Any]:
         ident, model = f"msg_{uuid.uuid4().hex[:12]}", body.get("model", "replay")
         message: dict[str, Any] = {"id": ident, "type": "message", "role": "assistant", "model": model, "content": [],
-                                   "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": tokens_in, "output_tokens": 1}}
+                                   "stop_reason": None, "stop_sequence": None,
+                                   "usage": {"input_tokens": tokens_in, "output_tokens": 1}}
         yield _sse("message_start", {"type": "message_start", "message": message})
         if kind == "tool":
             name, args = value
@@ -267,14 +278,17 @@ class ReplayLLM:
                                                "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)}})
             content, stop = [block | {"input": args}], "tool_use"
         else:
-            yield _sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
-            yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": value}})
+            yield _sse("content_block_start", {"type": "content_block_start", "index": 0,
+                                               "content_block": {"type": "text", "text": ""}})
+            yield _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                               "delta": {"type": "text_delta", "text": value}})
             content, stop = [{"type": "text", "text": value}], "end_turn"
         yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
         yield _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                                      "usage": {"output_tokens": tokens_out}})
         yield _sse("message_stop", {"type": "message_stop"})
-        yield message | {"content": content, "stop_reason": stop, "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out}}
+        yield message | {"content": content, "stop_reason": stop,
+                         "usage": {"input_tokens": tokens_in, "output_tokens": tokens_out}}
 
     def _gemini(self, body: dict[str, Any], kind: str, value: Any, tokens_in: int, tokens_out: int) -> Iterator[Any]:
         if kind == "tool":

@@ -50,7 +50,8 @@ def create_site(catalogue_path: Path, goals_path: Path) -> Any:
     @app.get("/{session_id}", response_class=HTMLResponse)
     def index(session_id: str) -> str:
         env = shop(session_id)
-        return _html(["<h1>WebShop</h1>", *header(env, back=False), "<form><input name='search_query'><button>Search</button></form>"])
+        return _html(["<h1>WebShop</h1>", *header(env, back=False),
+                      "<form><input name='search_query'><button>Search</button></form>"])
 
     def results(env: BuiltinWebShop, keywords: str, page: int) -> None:
         assert env.session is not None and env.catalogue is not None
@@ -68,7 +69,8 @@ def create_site(catalogue_path: Path, goals_path: Path) -> Any:
         while rest and rest[0] in ("< Prev", "Next >"):
             html.append(f"<button>{escape(rest.pop(0))}</button>")
         for i in range(0, len(rest), 3):
-            html += [f"<a class='product-link'>{escape(rest[i])}</a>", f"<h4>{escape(rest[i + 1])}</h4>", f"<h5>{escape(rest[i + 2])}</h5>"]
+            html += [f"<a class='product-link'>{escape(rest[i])}</a>", f"<h4>{escape(rest[i + 1])}</h4>",
+                     f"<h5>{escape(rest[i + 2])}</h5>"]
         return _html(html)
 
     def item(env: BuiltinWebShop, asin: str, options: str) -> None:

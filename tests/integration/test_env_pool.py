@@ -11,9 +11,9 @@ import pytest
 import ray
 
 from autorl.actors.env_pool import EnvPool, find_pool_client, pool_name
-from autorl.schema import EnvPoolConfig
 from autorl.envs.base import EnvSource
 from autorl.envs.host import EpisodeClient
+from autorl.schema import EnvPoolConfig
 from autorl.tasks import EvalContext, build_task_data, eval_options, get_task, load_evaluator
 
 pytestmark = pytest.mark.integration
@@ -30,7 +30,8 @@ class _Shopper:
     def __init__(self, kill_at: int | None = None, kill: object = None) -> None:
         self.calls, self.kill_at, self.kill = 0, kill_at, kill
 
-    def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
+    def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int,
+                      stop: list[str] | None = None) -> list[str]:
         self.calls += 1
         if self.calls == self.kill_at:
             self.kill()  # type: ignore[operator]

@@ -10,10 +10,10 @@ import pytest
 import ray
 
 from autorl.actors.grader_pool import BaselineError, GraderPool
-from autorl.schema import GraderConfig
 from autorl.actors.recorder import Recorder
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget
+from autorl.schema import GraderConfig
 
 pytestmark = pytest.mark.integration
 TARGET = EvalTarget("gsm8k", 1, "fixture", 0, {"train_size": 20, "eval_size": 16}, {"num_shots": 0, "max_new_tokens": 8})
@@ -23,7 +23,8 @@ TARGET = EvalTarget("gsm8k", 1, "fixture", 0, {"train_size": 20, "eval_size": 16
 def services(tmp_path: Path, ray_tmp: Path, cache_dir: Path) -> Iterator[tuple[object, object]]:
     ray.init(address="local", num_cpus=2, include_dashboard=False, _temp_dir=str(ray_tmp), log_to_driver=False)
     try:
-        recorder = ray.remote(Recorder).options(num_cpus=0, max_restarts=-1, max_task_retries=-1).remote(str(tmp_path / "r.sqlite"))
+        recorder = (ray.remote(Recorder).options(num_cpus=0, max_restarts=-1, max_task_retries=-1)
+                    .remote(str(tmp_path / "r.sqlite")))
         grader_cfg = GraderConfig(replicas=1, cpus=1, gpus=0, batch_size=16, max_queued_per_cell=4)
         pool = ray.remote(GraderPool).options(num_cpus=0).remote(grader_cfg, str(cache_dir), recorder)
         yield pool, recorder

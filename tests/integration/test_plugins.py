@@ -74,8 +74,8 @@ def test_plugin_tasks_run_in_one_sweep_and_are_listed(tmp_path: Path, ray_tmp: P
     assert not plugin.resolve().is_relative_to(ROOT)
     ids = [new_id for new_id, _ in COPIES.values()]
 
-    listed = subprocess.run([sys.executable, "-m", "autorl.ls", "tasks"], check=False, capture_output=True, text=True, timeout=120,
-                            env=dict(os.environ) | {PLUGIN_PATH_ENV: str(plugin)})
+    listed = subprocess.run([sys.executable, "-m", "autorl.ls", "tasks"], check=False, capture_output=True, text=True,
+                            timeout=120, env=dict(os.environ) | {PLUGIN_PATH_ENV: str(plugin)})
     assert listed.returncode == 0, listed.stderr
     lines = {line.split()[0]: line for line in listed.stdout.splitlines()}
     for task_id in ids:
@@ -100,7 +100,8 @@ def test_plugin_tasks_run_in_one_sweep_and_are_listed(tmp_path: Path, ray_tmp: P
         stages = 1 if task_id == "myjudged" else 2
         assert int(row["submissions"]) >= stages and int(row["valid_submissions"]) >= stages, (task_id, row)
         log = (sweep_dir / "cells" / row["cell_id"] / "agent.log").read_text()
-        assert "SFT done" in log and re.search(rf"submitted output/v{stages}: status=(scored|duplicate)", log), (task_id, log[-2000:])
+        assert ("SFT done" in log
+                and re.search(rf"submitted output/v{stages}: status=(scored|duplicate)", log)), (task_id, log[-2000:])
         assert (cache_dir / "tasks" / task_id).is_dir(), task_id  # built by the plugin's own builder
     shop_log = (sweep_dir / "cells" / rows["myshop"]["cell_id"] / "agent.log").read_text()
     played = re.search(r"expert played (\d+) \(mean reward ([\d.]+)\)", shop_log)

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from autorl.tasks import discover_tasks
 from autorl.registry import option_names
+from autorl.tasks import discover_tasks
 from tests.integration.conftest import sweep_env
 from tests.integration.test_wandb_tracker import read_runs
 
@@ -131,7 +131,8 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator
         "task.build.fixture.train_size=200", "task.build.fixture.eval_size=40", "task.eval.fixture.max_new_tokens=24",
         f"out_dir={out_dir}",
         # 2 cells at a time plus the grader: 3 logical CPUs, or the grader waits for a free CPU forever.
-        "cluster.include_dashboard=false", "cluster.num_cpus=3", f"cluster.temp_dir={ray_tmp}", "scheduler.max_concurrent_cells=2",
+        "cluster.include_dashboard=false", "cluster.num_cpus=3", f"cluster.temp_dir={ray_tmp}",
+        "scheduler.max_concurrent_cells=2",
         "tracking.wandb.enabled=true", "tracking.wandb.mode=offline", "tracking.wandb.project=autorl-test",
     ]
     env = sweep_env(cache_dir) | {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
@@ -160,7 +161,8 @@ def test_sweep_writes_metrics_and_run_reports_from_its_records(sweep: tuple[Path
         report = json.loads((cell_dir / "run_report.json").read_text())
         assert metrics["submissions"] == int(row["submissions"]) == len(report["entries"])
         assert metrics["valid_submissions"] == int(row["valid_submissions"])
-        assert metrics["valid_submission_rate"] == (int(row["valid_submissions"]) / int(row["submissions"]) if int(row["submissions"]) else None)
+        assert metrics["valid_submission_rate"] == (int(row["valid_submissions"]) / int(row["submissions"])
+                                                    if int(row["submissions"]) else None)
         assert (metrics["best_score"] is None) == (row["best_score"] == "")
         if row["best_score"]:
             assert metrics["best_score"] == pytest.approx(float(row["best_score"]), abs=1e-4)
@@ -230,7 +232,7 @@ def test_wandb_offline_runs_and_comparison_table(sweep: tuple[Path, Any]) -> Non
     (comparison,) = [r for r in runs if r["job_type"] == "comparison"]
     (table_file,) = comparison["tables"]
     table = json.loads(table_file.read_text())
-    by_cell = {r[table["columns"].index("cell_id")]: dict(zip(table["columns"], r)) for r in table["data"]}
+    by_cell = {r[table["columns"].index("cell_id")]: dict(zip(table["columns"], r, strict=True)) for r in table["data"]}
     assert set(by_cell) == set(rows)  # one row per cell
     for cell_id, row in rows.items():
         assert by_cell[cell_id]["status"] == row["status"]

@@ -123,8 +123,8 @@ def test_offline_runs_per_cell_and_comparison_table(tmp_path: Path, monkeypatch:
     (table_file,) = runs["sw-comparison"]["tables"]
     table = json.loads(table_file.read_text())
     assert table["columns"] == list(TABLE_COLUMNS)
-    assert [dict(zip(table["columns"], r))["cell_id"] for r in table["data"]] == ["a", "b"]
-    assert dict(zip(table["columns"], table["data"][0]))["mode"] == "sft_only"
+    assert [dict(zip(table["columns"], r, strict=True))["cell_id"] for r in table["data"]] == ["a", "b"]
+    assert dict(zip(table["columns"], table["data"][0], strict=True))["mode"] == "sft_only"
 
 
 @pytest.mark.parametrize("api_key", [None, "x" * 40], ids=["no-api-key", "server-unreachable"])

@@ -87,7 +87,8 @@ def test_each_cli_has_an_install_folder_of_its_own(tmp_path: Path) -> None:
             assert commands[0][-1] == str(folders[name]) and python == str(folders[name] / "bin" / "python")
 
 
-def test_installing_a_second_cli_keeps_the_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_installing_a_second_cli_keeps_the_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     configs = {name: cfg for name, cfg in _installable().items() if name in ("codex", "gemini-cli")}
     fake_bin = tmp_path / "fake-bin"
     fake_bin.mkdir()

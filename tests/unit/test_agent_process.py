@@ -47,7 +47,8 @@ def test_budget_kills_the_whole_process_group(tmp_path: Path) -> None:
     # The agent starts a grandchild that ignores SIGTERM, then sleeps past its budget.
     code = (
         "import subprocess, sys, time;"
-        "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)']);"
+        "p = subprocess.Popen([sys.executable, '-c',"
+        " 'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)']);"
         f"open({str(tmp_path / 'child.pid')!r}, 'w').write(str(p.pid)); time.sleep(300)"
     )
     started = time.monotonic()

@@ -72,7 +72,8 @@ def _launch(agent: str, tmp_path: Path, driver: str = "gpt-5", **agent_overrides
 
 def test_registry_lists_the_five_clis_and_scripted() -> None:
     assert set(option_names("agent")) >= {*CLI_AGENTS, "scripted"}
-    assert {"gpt-5", "gpt-5.4", "gpt-5.2", "gpt-4o", "claude-opus-4.6", "claude-sonnet-4.5", "gemini-2.5-flash", "local", "none"} <= set(option_names("driver"))
+    assert {"gpt-5", "gpt-5.4", "gpt-5.2", "gpt-4o", "claude-opus-4.6", "claude-sonnet-4.5", "gemini-2.5-flash",
+            "local", "none"} <= set(option_names("driver"))
 
 
 @pytest.mark.parametrize("agent", CLI_AGENTS)
@@ -88,7 +89,8 @@ def test_every_cli_gets_the_prompt_its_gateway_and_no_provider_key(agent: str, t
     # Every config file the CLI gets is inside the cell's HOME.
     written = [p for p in home.rglob("*") if p.is_file()]
     assert all(str(p).startswith(str(home)) for p in written)
-    assert not any(p.is_file() for p in ws.rglob("*") if p.parent == ws and p.name not in ("description.md", "instructions.md", "run_meta.json"))
+    assert not any(p.is_file() for p in ws.rglob("*")
+                   if p.parent == ws and p.name not in ("description.md", "instructions.md", "run_meta.json"))
 
 
 def test_codex_provider_points_at_the_gateway(tmp_path: Path) -> None:
@@ -161,7 +163,8 @@ def test_install_commands_are_pinned_and_make_test_installs_the_e2e_cli() -> Non
     assert npm[-1][-1] == "@openai/codex@0.169.0"
     repo = Path(__file__).resolve().parents[2]
     # `make test` installs the CLI that tests/integration/test_real_cli.py runs; CI only runs `make test`.
-    [test_agents] = [line.split(":=")[1].split() for line in (repo / "Makefile").read_text().splitlines() if line.startswith("TEST_AGENTS")]
+    [test_agents] = [line.split(":=")[1].split() for line in (repo / "Makefile").read_text().splitlines()
+                     if line.startswith("TEST_AGENTS")]
     assert "codex" in test_agents
     ci = (repo / ".ci" / "run").read_text()
     assert "make test" in ci and not any(tool in ci for tool in ("npm ", "apt-get", "agents.install"))
@@ -175,7 +178,8 @@ def test_an_agent_that_needs_a_driver_refuses_driver_none() -> None:
     assert len(plan_sweep(["agent=claude-code", "driver=gpt-5"]).cells) == 1  # translated by the gateway
 
 
-def test_dry_run_without_key_prints_cells_and_real_run_stops(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_without_key_prints_cells_and_real_run_stops(monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     from autorl import sweep
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -290,7 +294,8 @@ def _run_real(agent: str, root: Path, replay: ReplayServer, continuation: str | 
     try:
         env = {"HOME": str(home), "PATH": os.environ["PATH"], GATEWAY_URL_ENV: gateway.url, GATEWAY_TOKEN_ENV: TOKEN}
         ctx = LaunchContext(ws, agent_cfg, cfg.driver, env, root / "cell")
-        launch = load_adapter(agent_cfg).launch(dataclasses.replace(ctx, continuation_prompt=continuation) if continuation else ctx)
+        launch = load_adapter(agent_cfg).launch(
+            dataclasses.replace(ctx, continuation_prompt=continuation) if continuation else ctx)
         done = subprocess.run(launch.command, cwd=ws, env=launch.env, capture_output=True, text=True, timeout=240,
                               stdin=subprocess.DEVNULL)
     finally:

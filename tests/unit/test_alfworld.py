@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from autorl.envs.base import EnvData, EnvSource, EpisodeSpec
 from autorl.task_code.alfworld.agent.protocol import (
     HEADER,
     TASK_INTRO,
@@ -17,8 +19,6 @@ from autorl.task_code.alfworld.agent.protocol import (
 from autorl.task_code.alfworld.env import AlfworldEnv, load_episodes
 from autorl.task_code.alfworld.fixture import RoomSize, write_fixture_split
 from autorl.task_code.alfworld.games import SHORT_TYPES
-
-from autorl.envs.base import EnvData, EnvSource, EpisodeSpec
 from autorl.tasks import (
     EvalContext,
     TaskData,
@@ -142,7 +142,8 @@ def test_hub_build_reads_the_alfworld_download_layout(tmp_path: Path) -> None:
     # ALFWorld's own selection skips unsolvable games and movable-receptacle variants.
     unsolvable = json.loads(valid[0][1].read_text())
     valid[0][1].write_text(json.dumps(unsolvable | {"solvable": False}))
-    moved = valid[1][1].parent.parent.with_name(valid[1][1].parent.parent.name.replace("pick_", "pick_and_place_with_movable_recep-", 1))
+    moved = valid[1][1].parent.parent.with_name(
+        valid[1][1].parent.parent.name.replace("pick_", "pick_and_place_with_movable_recep-", 1))
     valid[1][1].parent.parent.rename(moved)
     built = build_task_data(SPEC, "hub", tmp_path / "cache", options={"data_root": str(root), "download": False,
                                                                           "expect_eval_games": 5})

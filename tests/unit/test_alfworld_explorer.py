@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from autorl.task_code.alfworld.agent.explorer import next_action
-from autorl.task_code.alfworld.env import load_episodes
-from autorl.task_code.alfworld.games import SHORT_TYPES
 
 from agent_kit.rollout import Episode
 from autorl.envs.host import local_episode_client
+from autorl.task_code.alfworld.agent.explorer import next_action
+from autorl.task_code.alfworld.env import load_episodes
+from autorl.task_code.alfworld.games import SHORT_TYPES
 from autorl.tasks import TaskData, build_task_data, eval_options, get_task
 
 SPEC = get_task("alfworld")

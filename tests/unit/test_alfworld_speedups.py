@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from autorl.task_code.alfworld import tw_speedups
 
+from autorl.task_code.alfworld import tw_speedups
 from autorl.tasks import TaskData, build_task_data, get_task
 
 BUILD = {"train_size": 3, "eval_size": 4}
@@ -38,7 +38,8 @@ for i, game in enumerate(games):
     for k in range(12):
         commands = state["admissible_commands"]
         # planner's move on even steps (walks towards the goal), another admissible command on odd ones
-        command = state["policy_commands"][0] if k % 2 == 0 and state["policy_commands"] else commands[(7 * k + i) % len(commands)]
+        command = (state["policy_commands"][0] if k % 2 == 0 and state["policy_commands"]
+                   else commands[(7 * k + i) % len(commands)])
         state, _, _ = env.step(command)
         record.append([command, state["feedback"], state["admissible_commands"], state["policy_commands"], state["won"]])
         if state["won"]:

@@ -173,7 +173,8 @@ def test_packages_import_each_other_without_cycles() -> None:
     assert {"agents", "gateway", "records", "grading"} <= set(graph)  # the parse found the packages
     cycle = find_cycle(graph)
     if cycle is not None:
-        edges = [f"  {a} -> {b}: {graph[a][b].where()} imports {graph[a][b].target}" for a, b in zip(cycle, cycle[1:])]
+        edges = [f"  {a} -> {b}: {graph[a][b].where()} imports {graph[a][b].target}"
+                 for a, b in zip(cycle, cycle[1:], strict=False)]
         pytest.fail("import cycle between packages under autorl/: " + " -> ".join(cycle) + "\n" + "\n".join(edges))
 
 

@@ -40,7 +40,8 @@ def test_comma_list_on_a_non_axis_is_refused() -> None:
 
 
 def test_all_expands_to_every_registered_option() -> None:
-    grid = expand_axes({"task": ["all"], "model": ["all"]}, {"agent": "scripted", "driver": "none", "task": "gsm8k", "model": "tiny", "seed": 0})
+    grid = expand_axes({"task": ["all"], "model": ["all"]},
+                       {"agent": "scripted", "driver": "none", "task": "gsm8k", "model": "tiny", "seed": 0})
     assert grid["task"] == option_names("task")
     assert grid["model"] == option_names("model") and "tiny" in grid["model"]
     assert grid["seed"] == ["0"]
@@ -147,7 +148,8 @@ def test_a_value_for_a_group_of_settings_exits_2_before_ray_naming_the_switch(tm
 @pytest.mark.parametrize(("overrides", "expected"), [
     (["tracking.wandb=true"], "Did you mean tracking.wandb.enabled=true?"),
     (["tracking.report=off"], "Did you mean tracking.report.enabled=false?"),
-    (["budget=60"], "budget is a group of settings (seconds, kill_grace_s), not a single value; set one of its settings instead, e.g. budget.seconds=60"),
+    (["budget=60"], "budget is a group of settings (seconds, kill_grace_s), not a single value; "
+                    "set one of its settings instead, e.g. budget.seconds=60"),
 ])
 def test_a_value_for_a_group_names_what_to_set_instead(overrides: list[str], expected: str) -> None:
     with pytest.raises(ConfigError) as error:
@@ -163,7 +165,8 @@ def test_a_misspelled_key_names_the_full_key_and_the_right_one() -> None:
     with pytest.raises(ConfigError, match=r"unknown key agent\.sft\.stepz\. Did you mean agent\.sft\.steps\?"):
         plan_sweep(["agent.sft.stepz=3"])
     # A task's own option dicts are open (their keys are the task's), but a typo still gets its fix.
-    with pytest.raises(ConfigError, match=r"unknown key task\.eval\.fixture\.max_new_tokns\. Did you mean task\.eval\.fixture\.max_new_tokens\?"):
+    with pytest.raises(ConfigError, match=r"unknown key task\.eval\.fixture\.max_new_tokns\. "
+                                          r"Did you mean task\.eval\.fixture\.max_new_tokens\?"):
         plan_sweep(["task.eval.fixture.max_new_tokns=8"])
 
 
@@ -171,7 +174,8 @@ def test_a_wrong_type_names_the_type() -> None:
     with pytest.raises(ConfigError) as error:
         plan_sweep(["cell.cpus=many"])
     assert "cell.cpus must be a number (float), got 'many'" in str(error.value)
-    with pytest.raises(ConfigError, match=r"model\.kind must be one of tiny, small, hub, got 'hubb'\. Did you mean model\.kind=hub\?"):
+    with pytest.raises(ConfigError, match=r"model\.kind must be one of tiny, small, hub, got 'hubb'\. "
+                                          r"Did you mean model\.kind=hub\?"):
         plan_sweep(["model.kind=hubb"])
     with pytest.raises(ConfigError, match=r"tracking\.wandb\.enabled must be true or false"):
         plan_sweep(["tracking.wandb.enabled=maybe"])
@@ -179,14 +183,16 @@ def test_a_wrong_type_names_the_type() -> None:
 
 def test_a_key_of_another_kind_of_agent_is_refused_per_cell() -> None:
     assert plan_sweep(["agent=scripted", "agent.sft.steps=3"]).cells[0].config.agent.sft.steps == 3  # type: ignore[attr-defined]
-    with pytest.raises(ConfigError, match=r"cell gsm8k\.codex\.none\.tiny\.s0: invalid override 'agent\.sft\.steps=3': unknown key agent\.sft"):
+    with pytest.raises(ConfigError, match=r"cell gsm8k\.codex\.none\.tiny\.s0: invalid override 'agent\.sft\.steps=3': "
+                                          r"unknown key agent\.sft"):
         plan_sweep(["agent=scripted,codex", "agent.sft.steps=3"])
 
 
 def _plugin_option(root: Path, group: str, name: str, body: dict[str, object], schema: str) -> None:
     folder = root / "conf" / group
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.yaml").write_text(yaml.safe_dump({"defaults": [schema, "_self_"], "name": name, "description": "test option", **body}))
+    (folder / f"{name}.yaml").write_text(
+        yaml.safe_dump({"defaults": [schema, "_self_"], "name": name, "description": "test option", **body}))
 
 
 def test_an_unknown_key_inside_a_driver_or_agent_option_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,7 +207,8 @@ def test_an_unknown_key_inside_a_driver_or_agent_option_is_refused(tmp_path: Pat
     with pytest.raises(ConfigError) as error:
         plan_sweep(["driver=typo-driver"])
     message = str(error.value)
-    assert "typo-driver.yaml" in message and "unknown key driver.gateway.max_atempts. Did you mean driver.gateway.max_attempts?" in message
+    assert ("typo-driver.yaml" in message
+            and "unknown key driver.gateway.max_atempts. Did you mean driver.gateway.max_attempts?" in message)
     with pytest.raises(ConfigError, match=r"typo-agent\.yaml\): unknown key agent\.sft\."):
         plan_sweep(["agent=typo-agent", "driver=gpt-5"])
     with pytest.raises(ConfigError, match=r"agent\.mode has no value: set it in .*short-agent\.yaml"):

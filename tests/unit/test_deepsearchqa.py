@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from autorl.task_code.deepsearchqa.judge import LOCAL_JUDGES, judge_answers, open_judge
-from autorl.task_code.deepsearchqa.search import Bm25Search, WebSearch
 
 from autorl.envs.base import EnvError
+from autorl.task_code.deepsearchqa.judge import LOCAL_JUDGES, judge_answers, open_judge
+from autorl.task_code.deepsearchqa.search import Bm25Search, WebSearch
 from autorl.tasks import (
     EvalContext,
     TaskData,
@@ -45,7 +45,8 @@ def test_hub_split_is_the_references_100_200_after_shuffle_seed_42(tmp_path: Pat
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
     hub = tmp_path / "hub"
     (hub / "data").mkdir(parents=True)
-    (hub / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: eval\n    path: data/eval-*\n---\n")
+    (hub / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
+                                   "  - split: eval\n    path: data/eval-*\n---\n")
     problems = [f"Stand-in question number {i}?" for i in range(320)]
     pq.write_table(pa.table({"problem": problems, "answer": [f"answer {i}" for i in range(320)],
                              "answer_type": ["Set Answer" if i % 3 else "Single Answer" for i in range(320)]}),
@@ -101,7 +102,8 @@ def serp() -> Iterator[tuple[str, list[dict[str, str]]]]:
     thread.join(10)
 
 
-def test_web_search_client_against_a_local_stand_in(serp: tuple[str, list[dict[str, str]]], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_web_search_client_against_a_local_stand_in(serp: tuple[str, list[dict[str, str]]],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     url, seen = serp
     monkeypatch.setenv("TEST_SERP_KEY", "secret")
     client = WebSearch(url, "TEST_SERP_KEY", num_results=3, timeout_s=10)
@@ -116,9 +118,8 @@ def test_web_search_client_against_a_local_stand_in(serp: tuple[str, list[dict[s
 
 
 def test_search_settings_are_all_required_per_backend(data: TaskData) -> None:
-    from autorl.task_code.deepsearchqa.search import make_search
-
     from autorl.envs.base import EnvError
+    from autorl.task_code.deepsearchqa.search import make_search
 
     assert isinstance(make_search(EVAL["search"], data.private_dir), Bm25Search)
     with pytest.raises(EnvError, match="search backend 'bm25' lacks num_results; it takes backend, num_results"):
@@ -130,7 +131,8 @@ def test_search_settings_are_all_required_per_backend(data: TaskData) -> None:
 def test_judge_never_accepts_an_empty_answer_a_hedge_or_a_missing_set_item() -> None:
     with open_judge({"judge_driver": None, "judge_server": "rules", "judge_params": {}, "judge_concurrency": 2}, None) as judge:
         verdicts = judge_answers(judge, [("Single Answer", "1742", ""), ("Single Answer", "1742", "in 1742"),
-                                         ("Set Answer", "Ostra, Lindel", "Lindel and Ostra"), ("Set Answer", "Ostra, Lindel", "Ostra"),
+                                         ("Set Answer", "Ostra, Lindel", "Lindel and Ostra"),
+                                         ("Set Answer", "Ostra, Lindel", "Ostra"),
                                          ("Single Answer", "salt", "salt wool amber glass timber copper silk"),
                                          ("Set Answer", "Ostra, Lindel", "Ostra, Lindel, Varn")])
         assert verdicts == [False, True, True, False, False, False]

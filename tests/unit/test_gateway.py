@@ -137,7 +137,8 @@ def test_retries_run_out_and_the_provider_error_is_returned(tmp_path: Path, gate
 def test_anthropic_messages_are_translated_to_chat_by_litellm(replay: ReplayServer, gateway_factory: Any) -> None:
     # A provider that only speaks chat completions (e.g. GPT via OpenAI) serving Claude Code's protocol.
     gateway, calls = gateway_factory(_settings(replay.base_url, protocols={"chat": replay.base_url}))
-    tools = [{"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}]
+    tools = [{"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
+                                               "required": ["command"]}}]
     body = {"model": "claude-x", "max_tokens": 256, "messages": [{"role": "user", "content": "go"}], "tools": tools}
     plain = _post(f"{gateway.url}/v1/messages", body, {"anthropic-version": "2023-06-01"})
     assert plain.status_code == 200, plain.text
@@ -151,7 +152,8 @@ def test_anthropic_messages_are_translated_to_chat_by_litellm(replay: ReplayServ
 
 def test_sse_parser_handles_events_split_across_chunks() -> None:
     parser = SSEUsageParser("responses")
-    stream = b'event: response.completed\ndata: {"type": "response.completed", "response": {"usage": {"input_tokens": 7, "output_tokens": 2}}}\n\n'
+    stream = (b'event: response.completed\ndata: {"type": "response.completed", '
+              b'"response": {"usage": {"input_tokens": 7, "output_tokens": 2}}}\n\n')
     for index in range(0, len(stream), 5):
         parser.feed(stream[index:index + 5])
     usage = parser.close()
@@ -171,14 +173,18 @@ def test_settings_reject_bad_driver_configs() -> None:
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
         DriverSettings.from_config(cfg).api_key({})
     settings = DriverSettings.from_config(cfg)  # the shared fields come from conf/driver/_base.yaml
-    assert (settings.provider, settings.protocols, settings.max_attempts) == ("openai", {"chat": cfg.base_url, "responses": cfg.base_url}, 5)
+    assert (settings.provider, settings.protocols, settings.max_attempts) == (
+        "openai", {"chat": cfg.base_url, "responses": cfg.base_url}, 5)
 
 
 def test_responses_are_translated_to_chat_by_litellm(replay: ReplayServer, gateway_factory: Any) -> None:
     # Codex's protocol served by a chat-only provider (e.g. Claude through its OpenAI-compatible endpoint).
     gateway, calls = gateway_factory(_settings(replay.base_url, protocols={"chat": replay.base_url}))
-    tools = [{"type": "function", "name": "exec_command", "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
-    body = {"model": "gpt-x", "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}], "tools": tools}
+    tools = [{"type": "function", "name": "exec_command",
+              "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
+    body = {"model": "gpt-x",
+            "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}],
+            "tools": tools}
     plain = _post(f"{gateway.url}/v1/responses", body)
     assert plain.status_code == 200, plain.text
     [item] = [i for i in plain.json()["output"] if i["type"] == "function_call"]
@@ -203,7 +209,8 @@ def test_recorder_sums_driver_calls_into_the_cell(tmp_path: Path) -> None:
     recorder.record_driver_calls([call, call])  # a replay of the same call is stored once
     recorder.record_driver_calls([call.__class__(**{**call.__dict__, "call_id": "b", "cost_usd": None})])
     stored = recorder.get_cell("c1")
-    assert stored is not None and (stored.tokens_in, stored.tokens_out, stored.cost_usd, stored.status) == (200, 20, 0.5, "running")
+    assert stored is not None and (stored.tokens_in, stored.tokens_out, stored.cost_usd, stored.status) == (
+        200, 20, 0.5, "running")
     recorder.record_trace(TraceSummary("c1", "codex", 9, 1, 2, 150, 12, 0, "/x/trace.jsonl"))
     assert recorder.store.get_trace("c1").tool_calls == 2  # type: ignore[union-attr]
     recorder.start_attempt(dataclasses.replace(cell, attempts=2))  # a new attempt starts from nothing ...

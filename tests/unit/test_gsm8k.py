@@ -149,10 +149,10 @@ def test_prompts_contain_shots_and_question(private_dir: Path) -> None:
     conversations, max_new_tokens, stop = engine.calls[0]
     assert max_new_tokens == task_options(SPEC, "hub").eval["max_new_tokens"] and stop == ["Question:"]
     assert len(conversations) == len(items) == result.num_examples == 20
-    for conversation, item in zip(conversations, items):
+    for conversation, item in zip(conversations, items, strict=True):
         assert [m["role"] for m in conversation] == ["user", "assistant"] * 4 + ["user"]
         assert conversation[-1]["content"] == f"Question: {item['question']}\nLet's think step by step\nAnswer:"
-        for (shot_q, shot_a), user, bot in zip(EVAL.SHOTS, conversation[0:8:2], conversation[1:8:2]):
+        for (shot_q, shot_a), user, bot in zip(EVAL.SHOTS, conversation[0:8:2], conversation[1:8:2], strict=True):
             assert user["content"] == f"Question: {shot_q}\nLet's think step by step\nAnswer:"
             assert bot["content"] == shot_a and shot_a.rstrip().splitlines()[-1].startswith("The answer is ")
     golds = [EVAL.gold_answer(item["answer"]) for item in items]

@@ -34,20 +34,19 @@ class Counting:
 
 
 def test_server_speaks_openai_chat_completions() -> None:
-    with LocalJudgeServer({"echo": Counting()}) as server:
-        with httpx.Client(base_url=server.base_url) as http:
-            models = http.get("/models").json()
-            assert [m["id"] for m in models["data"]] == ["echo"]
-            ok = http.post("/chat/completions", json={"model": "echo", "messages": _chat("hi"), "temperature": 0})
-            body = ok.json()
-            assert ok.status_code == 200 and body["object"] == "chat.completion"
-            assert body["choices"][0]["message"] == {"role": "assistant", "content": "echo: hi"}
-            assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
-            missing = http.post("/chat/completions", json={"model": "gpt-9", "messages": _chat("hi")})
-            assert missing.status_code == 404 and "gpt-9" in missing.json()["error"]["message"]
-            stream = http.post("/chat/completions", json={"model": "echo", "messages": _chat("hi"), "stream": True})
-            assert stream.status_code == 400
-            assert http.post("/chat/completions", json={"model": "echo"}).status_code == 422
+    with LocalJudgeServer({"echo": Counting()}) as server, httpx.Client(base_url=server.base_url) as http:
+        models = http.get("/models").json()
+        assert [m["id"] for m in models["data"]] == ["echo"]
+        ok = http.post("/chat/completions", json={"model": "echo", "messages": _chat("hi"), "temperature": 0})
+        body = ok.json()
+        assert ok.status_code == 200 and body["object"] == "chat.completion"
+        assert body["choices"][0]["message"] == {"role": "assistant", "content": "echo: hi"}
+        assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
+        missing = http.post("/chat/completions", json={"model": "gpt-9", "messages": _chat("hi")})
+        assert missing.status_code == 404 and "gpt-9" in missing.json()["error"]["message"]
+        stream = http.post("/chat/completions", json={"model": "echo", "messages": _chat("hi"), "stream": True})
+        assert stream.status_code == 400
+        assert http.post("/chat/completions", json={"model": "echo"}).status_code == 422
     with pytest.raises(httpx.TransportError):
         httpx.get(server.base_url + "/models", timeout=2)  # stopped after the with block
 
@@ -116,20 +115,26 @@ def test_retries_server_errors_then_gives_up() -> None:
         with JudgeClient(spec, params={}, concurrency=1, cache_dir=None, max_retries=2) as client:
             assert client.complete(_chat("x")) == "m"
         broken = JudgeSpec(name="local-broken", model="broken", base_url=server.base_url)
-        with JudgeClient(broken, params={}, concurrency=1, cache_dir=None, max_retries=0) as client:
-            with pytest.raises(JudgeError, match="HTTP 500"):
-                client.complete(_chat("x"))
+        with (
+            JudgeClient(broken, params={}, concurrency=1, cache_dir=None, max_retries=0) as client,
+            pytest.raises(JudgeError, match="HTTP 500"),
+        ):
+            client.complete(_chat("x"))
         unknown = JudgeSpec(name="local-unknown", model="nope", base_url=server.base_url)
-        with JudgeClient(unknown, params={}, concurrency=1, cache_dir=None, max_retries=3) as client:
-            with pytest.raises(JudgeError, match="HTTP 404"):
-                client.complete(_chat("x"))  # not retried: a 404 will not go away
+        with (
+            JudgeClient(unknown, params={}, concurrency=1, cache_dir=None, max_retries=3) as client,
+            pytest.raises(JudgeError, match="HTTP 404"),
+        ):
+            client.complete(_chat("x"))  # not retried: a 404 will not go away
 
 
 def test_unreachable_judge_is_a_judge_error() -> None:
     spec = JudgeSpec(name="local-down", model="m", base_url="http://127.0.0.1:9/v1")
-    with JudgeClient(spec, params={}, concurrency=1, cache_dir=None, max_retries=0) as client:
-        with pytest.raises(JudgeError, match="unreachable"):
-            client.complete(_chat("x"))
+    with (
+        JudgeClient(spec, params={}, concurrency=1, cache_dir=None, max_retries=0) as client,
+        pytest.raises(JudgeError, match="unreachable"),
+    ):
+        client.complete(_chat("x"))
 
 
 def test_driver_configs() -> None:

@@ -113,7 +113,8 @@ def test_seed_statistics_skip_failed_and_count_no_valid_as_zero() -> None:
 
 
 def test_heatmap_and_step_series() -> None:
-    rows = [row("a", 0, 1.0, agent="x", driver="p"), row("b", 0, 3.0, agent="x", driver="q"), row("c", 1, 5.0, agent="x", driver="q")]
+    rows = [row("a", 0, 1.0, agent="x", driver="p"), row("b", 0, 3.0, agent="x", driver="q"),
+            row("c", 1, 5.0, agent="x", driver="q")]
     m = heatmap(rows, "agent", "driver")
     assert (m.rows, m.cols, m.values, m.counts) == (["x"], ["p", "q"], [[1.0, 4.0]], [[1, 2]])
     series = step_series(rows, lambda r, i: r.metrics["submit_times"][i])

@@ -22,7 +22,7 @@ from autorl.grading.model_checks import (
 )
 
 EXTRA_TOKENS = ["<a>", "<b>"]
-WORDS = ["[UNK]", "[PAD]", "</s>", *EXTRA_TOKENS, *"the cat sat on a mat dog ran".split()]
+WORDS = ["[UNK]", "[PAD]", "</s>", *EXTRA_TOKENS, "the", "cat", "sat", "on", "a", "mat", "dog", "ran"]
 
 
 def _tiny_model():  # -> Qwen3ForCausalLM; typed loosely so collection does not import transformers

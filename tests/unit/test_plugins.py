@@ -96,7 +96,8 @@ def test_a_task_id_that_is_taken_is_refused(tmp_path: Path) -> None:
     copy_task(first, "gsm8k", "twice")
     copy_task(second, "gsm8k", "twice")
     plugins.activate([first, second])
-    with pytest.raises(TaskError, match=rf"task id 'twice' is in two folders: {first / 'tasks' / 'twice'} and {second / 'tasks' / 'twice'}"):
+    with pytest.raises(TaskError, match=rf"task id 'twice' is in two folders: {first / 'tasks' / 'twice'} "
+                                        rf"and {second / 'tasks' / 'twice'}"):
         discover_tasks()
 
 

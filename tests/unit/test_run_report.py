@@ -17,7 +17,8 @@ from autorl.report.sources import ReportError, load_cells, open_store
 from autorl.workspace.revisions import CodeRevisions
 
 T0 = 1_700_000_000.0
-SFT_CODE = "from trl import SFTTrainer, SFTConfig\ncfg = SFTConfig(learning_rate=2e-5, max_steps=100, per_device_train_batch_size=8)\n"
+SFT_CODE = ("from trl import SFTTrainer, SFTConfig\n"
+            "cfg = SFTConfig(learning_rate=2e-5, max_steps=100, per_device_train_batch_size=8)\n")
 GRPO_CODE = "from trl import GRPOTrainer, GRPOConfig\ncfg = GRPOConfig(learning_rate=1e-6, num_generations=8, max_steps=50)\n"
 
 

@@ -295,7 +295,8 @@ def test_missing_conf_or_source_block_is_named(tmp_path: Path) -> None:
     )
     spec = discover_tasks(tmp_path / "tasks")["bare"]
     conf = tmp_path / "conf"
-    with pytest.raises(TaskError, match=rf"task 'bare' has no run-knob file \(looked for {re.escape(str(conf))}/task/bare\.yaml\)"):
+    with pytest.raises(TaskError,
+                       match=rf"task 'bare' has no run-knob file \(looked for {re.escape(str(conf))}/task/bare\.yaml\)"):
         task_options(spec, "fixture", [conf])
     (conf / "task").mkdir(parents=True)
     (conf / "task" / "bare.yaml").write_text("name: bare\nbuild: {fixture: {size: 3}}\neval: {fixture: null, hub: {}}\n")

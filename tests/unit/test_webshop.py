@@ -76,7 +76,8 @@ def test_expert_buys_the_goal_product_for_full_reward(data: TaskData) -> None:
 def test_observations_and_unavailable_actions(data: TaskData) -> None:
     env = BuiltinWebShop()
     first = env.reset(_spec("train/8"), EnvData(data.public_dir, data.private_dir))
-    assert first.observation.startswith("WebShop [SEP] Instruction: [SEP] i need a ") and first.observation.endswith("[SEP] Search")
+    assert (first.observation.startswith("WebShop [SEP] Instruction: [SEP] i need a ")
+            and first.observation.endswith("[SEP] Search"))
     assert env.step("click[buy now]").observation == first.observation  # nothing to click on the search page
     results = env.step("search[shirt]")
     assert "Page 1 (Total results:" in results.observation and "click[back to search]" in results.admissible_actions
@@ -94,7 +95,8 @@ def test_reward_parts_follow_webshop(data: TaskData) -> None:
     assert no_options["reward"] == pytest.approx((n_att + 1) / (n_att + n_opt + 1))
     too_dear = get_reward(target, goal, target, goal["price_upper"] + 1, dict(goal["goal_options"]))
     assert too_dear["r_price"] == 0.0 and too_dear["reward"] < 1.0
-    other_kind = next(p for p in products.values() if p["query"] != target["query"] and not set(p["name"].split()[1:]) & set(target["name"].split()[1:]))
+    other_kind = next(p for p in products.values()
+                      if p["query"] != target["query"] and not set(p["name"].split()[1:]) & set(target["name"].split()[1:]))
     assert get_reward(other_kind, goal, target, other_kind["price"], {})["reward"] == 0.0
 
 
@@ -133,9 +135,8 @@ def test_http_client_speaks_the_site_protocol_like_the_builtin_env(data: TaskDat
 
 
 def test_env_refuses_incomplete_or_unknown_options(data: TaskData) -> None:
-    from autorl.task_code.webshop.env import WebShopEnv
-
     from autorl.envs.base import EnvError
+    from autorl.task_code.webshop.env import WebShopEnv
 
     partial = EpisodeSpec(EnvSource("webshop", "fixture", 0, BUILD, {"backend": "builtin"}), "train/9")
     with pytest.raises(EnvError, match=r"webshop eval options lack concurrency, .*EvalContext.for_task"):
@@ -155,7 +156,8 @@ class _BuyTheTarget:
         self.calls = 0
         self.longest = 0  # messages in the longest conversation
 
-    def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
+    def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int,
+                      stop: list[str] | None = None) -> list[str]:
         self.calls += 1
         replies = []
         for conversation in conversations:
@@ -185,5 +187,6 @@ def test_evaluator_plays_all_sessions_together(data: TaskData) -> None:
 
 
 class _Garbage:
-    def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
+    def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int,
+                      stop: list[str] | None = None) -> list[str]:
         return ["no idea, sorry"] * len(conversations)

@@ -7,14 +7,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from autorl.task_code.webshop.agent import shopper
-from autorl.task_code.webshop.agent.protocol import WebShopProtocol, instruction_of
-from autorl.task_code.webshop.agent.recipe import RECIPE
 
 from agent_kit.rollout import Episode
 from agent_kit.scripted.interactive import expert_samples
 from agent_kit.scripted.policy import LocalPolicy
 from autorl.envs.host import local_episode_client
+from autorl.task_code.webshop.agent import shopper
+from autorl.task_code.webshop.agent.protocol import WebShopProtocol, instruction_of
+from autorl.task_code.webshop.agent.recipe import RECIPE
 from autorl.task_code.webshop.builtin_shop import load_goals
 from autorl.tasks import TaskData, build_task_data, eval_options, get_task
 
