@@ -217,9 +217,12 @@ def main() -> None:
     ids = training_episode_ids(data.public_dir)  # what the grading API's env endpoints list to the recipe
     pool = random.Random(args.seed).sample(ids, min(args.pool, len(ids))) if args.pool else ids
     batches = iteration_batches(pool, min(args.per_iteration, len(pool)), args.iterations)
-    greedy_ids = ids if args.task == "deepsearchqa" else [  # ALFWorld's eval games, as the grader plays them
-        json.loads(line)["episode_id"] for line in (data.private_dir / "episodes.jsonl").read_text().splitlines()
-        if line.strip()]
+    if args.task == "deepsearchqa":
+        greedy_ids = ids
+    else:  # ALFWorld's eval games, as the grader plays them
+        from autorl.task_code.alfworld.env import load_episodes
+
+        greedy_ids = list(load_episodes(data.private_dir))
     with tempfile.TemporaryDirectory(prefix="rl-curve-") as work:
         start_dir = args.policy
         if start_dir is None:
