@@ -132,14 +132,20 @@ class SweepRunner:
             ) from error
 
     def run(self) -> dict[str, str]:
-        """Run every unfinished cell; returns the final status of every cell of the plan."""
+        """Run every unfinished cell, and every completed one recorded under an older task version; returns the
+        final status of every cell of the plan."""
         todo: deque[tuple[CellSpec, int]] = deque()
-        skipped = []
+        skipped, stale = [], []
         for cell in self.plan.cells:
             existing = ray.get(self.recorder.get_cell.remote(cell.cell_id))
             if existing is not None and existing.status == "completed":
-                skipped.append(cell.cell_id)
-                continue
+                version = get_task(cell.task).version
+                if existing.task_version == version:
+                    skipped.append(cell.cell_id)
+                    continue
+                # Its score measured an older task (data or evaluation changed since): a table that kept
+                # it would mix versions, so it runs again as a new attempt, the old one kept in the store.
+                stale.append(f"{cell.cell_id} (v{existing.task_version} -> v{version})")
             todo.append((cell, 1))
             if existing is None:
                 ray.get(self.recorder.upsert_cell.remote(self._record(cell, "pending", 0)))
@@ -147,6 +153,9 @@ class SweepRunner:
                 ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "pending", {}))
         if skipped:
             self.board.note(f"{len(skipped)} cell(s) already completed, skipped: {', '.join(skipped)}")
+        if stale:
+            self.board.note(f"{len(stale)} completed cell(s) ran an older task version and run again (their earlier "
+                            f"attempt stays in the record store): {', '.join(stale)}")
         active: list[_Attempt] = []
         limit = self.cfg.scheduler.max_concurrent_cells
         with self.board:

@@ -22,7 +22,9 @@ per iteration and the greedy reward before and after RL, and plots the curves.
 
 A setting is ``optimizer:lr`` (``adam``: :meth:`LocalPolicy.optimizer`, the recipe's; ``sgd``: plain
 SGD), then optionally ``epochs=N`` (optimizer steps per batch), ``clip=X`` (their clip range),
-``temp=T`` (rollout sampling temperature) and ``positive`` (drop the rollouts with a negative advantage).
+``temp=T`` (rollout sampling temperature), ``invalid=X`` (the return's penalty per share of inadmissible
+actions, :attr:`InteractiveRecipe.invalid_penalty`; default the recipe's) and ``positive`` (drop the
+rollouts with a negative advantage).
 The last default is the recipe's (``conf/agent/scripted.yaml`` ``online_grpo``). The env is the
 grader-side env the grading API's endpoints serve, in-process (no Ray, no HTTP): this measures the
 learning update, not the plumbing, which ``tests/integration/test_online_rl.py`` covers. CPU, `small` model.
@@ -31,6 +33,7 @@ learning update, not the plumbing, which ``tests/integration/test_online_rl.py``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -58,15 +61,18 @@ class Setting:
     clip: float = 0.2
     temperature: float = 1.0
     positive_only: bool = False
+    invalid_penalty: float | None = None
 
     @classmethod
     def parse(cls, text: str) -> Setting:
-        """``optimizer:lr`` then optional ``epochs=N``, ``clip=X``, ``temp=T`` (sampling temperature), ``positive``.
+        """``optimizer:lr`` then optional ``epochs=N``, ``clip=X``, ``temp=T`` (sampling temperature),
+        ``invalid=X`` (inadmissible-action penalty), ``positive``.
 
-        >>> Setting.parse("adam:1e-3:epochs=4:positive")
-        Setting(optimizer='adam', lr=0.001, epochs=4, clip=0.2, temperature=1.0, positive_only=True)
+        >>> Setting.parse("adam:1e-3:epochs=4:invalid=0.5:positive")
+        Setting(optimizer='adam', lr=0.001, epochs=4, clip=0.2, temperature=1.0, positive_only=True, invalid_penalty=0.5)
         """
-        usage = f"--setting {text!r}: expected adam|sgd:<lr>[:epochs=N][:clip=X][:temp=T][:positive], e.g. adam:3e-4:epochs=4"
+        usage = (f"--setting {text!r}: expected adam|sgd:<lr>[:epochs=N][:clip=X][:temp=T][:invalid=X][:positive], "
+                 "e.g. adam:3e-4:epochs=4")
         optimizer, _, rest = text.partition(":")
         lr, *options = rest.split(":")
         if optimizer not in ("adam", "sgd"):
@@ -83,6 +89,8 @@ class Setting:
                     setting.clip = float(value)
                 elif key == "temp":
                     setting.temperature = float(value)
+                elif key == "invalid":
+                    setting.invalid_penalty = float(value)
                 else:
                     raise SystemExit(usage)
         except ValueError:
@@ -94,6 +102,7 @@ class Setting:
         """The setting in the command line's form (``adam:0.001:epochs=4:positive``)."""
         extra = f":epochs={self.epochs}:clip={self.clip:g}" if self.epochs > 1 else ""
         extra += f":temp={self.temperature:g}" if self.temperature != 1 else ""
+        extra += f":invalid={self.invalid_penalty:g}" if self.invalid_penalty is not None else ""
         return f"{self.optimizer}:{self.lr:g}{extra}{':positive' if self.positive_only else ''}"
 
 
@@ -143,6 +152,8 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches
     from agent_kit.scripted.policy import LocalPolicy
 
     torch.manual_seed(args.seed)
+    if setting.invalid_penalty is not None:
+        recipe = dataclasses.replace(recipe, invalid_penalty=setting.invalid_penalty)
     policy = LocalPolicy(sft_dir, recipe.max_length)
     policy.temperature = setting.temperature
     optimizer = (torch.optim.SGD(policy.model.parameters(), lr=setting.lr) if setting.optimizer == "sgd"
@@ -154,14 +165,16 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches
             return update([s for s in batch if s.weight > 0], optimizer, **options)
 
         policy.clipped_update = positive_update  # type: ignore[method-assign]
-    curve, started, calls = [], time.monotonic(), envs.calls
+    curve, inadmissible, started, calls = [], [], time.monotonic(), envs.calls
     for iteration, batch in enumerate(batches):
-        curve.append(rl_iteration(recipe, envs, batch, args.group, policy, optimizer, epochs=setting.epochs,
-                                  clip=setting.clip))
-        print(f"  {iteration + 1}/{len(batches)}: mean rollout reward {curve[-1]:.3f}", flush=True)
+        stats = rl_iteration(recipe, envs, batch, args.group, policy, optimizer, epochs=setting.epochs, clip=setting.clip)
+        curve.append(stats.reward)
+        inadmissible.append(stats.inadmissible)
+        print(f"  {iteration + 1}/{len(batches)}: mean rollout reward {stats.reward:.3f}, "
+              f"inadmissible actions {100 * stats.inadmissible:.0f} %", flush=True)
     rl_s, rl_env_calls = time.monotonic() - started, envs.calls - calls
     after = greedy_reward(policy, envs, greedy_ids, recipe)
-    return {"setting": setting.label, "curve": curve, "greedy_after": after,
+    return {"setting": setting.label, "curve": curve, "inadmissible": inadmissible, "greedy_after": after,
             "rl_s": rl_s, "rl_env_calls": rl_env_calls}
 
 
@@ -255,13 +268,18 @@ def sft(args: argparse.Namespace, recipe: Any, envs: Any, ids: list[str], target
 
 
 def report(results: list[dict[str, Any]], args: argparse.Namespace, title: str) -> None:
-    """Print the settings' table; write ``--json`` and plot ``--plot`` when given."""
-    print(f"\n{'setting':<20} {'greedy before':>13} {'greedy after':>12} {'first 5 mean':>12} {'last 5 mean':>11} "
-          f"{'RL s':>6} {'env calls':>9}")
+    """Print the settings' table; write ``--json`` and plot ``--plot`` (reward and inadmissible share) when given."""
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    width = max(len("setting"), *(len(r["setting"]) for r in results))
+    print(f"\n{'setting':<{width}} {'greedy before':>13} {'greedy after':>12} {'first 5 mean':>12} {'last 5 mean':>11} "
+          f"{'inadm. first 5':>14} {'last 5':>6} {'RL s':>6} {'env calls':>9}")
     for r in results:
-        curve = r["curve"]
-        print(f"{r['setting']:<20} {r['greedy_before']:>13.3f} {r['greedy_after']:>12.3f} "
-              f"{sum(curve[:5]) / len(curve[:5]):>12.3f} {sum(curve[-5:]) / len(curve[-5:]):>11.3f} "
+        curve, inadmissible = r["curve"], r["inadmissible"]
+        print(f"{r['setting']:<{width}} {r['greedy_before']:>13.3f} {r['greedy_after']:>12.3f} {mean(curve[:5]):>12.3f} "
+              f"{mean(curve[-5:]):>11.3f} {mean(inadmissible[:5]):>14.3f} {mean(inadmissible[-5:]):>6.3f} "
               f"{r['rl_s']:>6.0f} {r['rl_env_calls']:>9}")
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2))
@@ -271,16 +289,18 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, title: str) 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        figure, axes = plt.subplots(figsize=(7, 4))
+        figure, (rewards, shares) = plt.subplots(1, 2, figsize=(11, 4))
         for r in results:
-            axes.plot(range(1, len(r["curve"]) + 1), r["curve"], marker=".",
-                      label=f"{r['setting']} (greedy {r['greedy_before']:.2f} -> {r['greedy_after']:.2f})")
-        axes.set(xlabel="RL iteration", ylabel="mean rollout reward", ylim=(0, 1), title=title)
-        axes.title.set_fontsize(9)
-        axes.legend(fontsize=8)
+            iterations = range(1, len(r["curve"]) + 1)
+            rewards.plot(iterations, r["curve"], marker=".",
+                         label=f"{r['setting']} (greedy {r['greedy_before']:.2f} -> {r['greedy_after']:.2f})")
+            shares.plot(iterations, r["inadmissible"], marker=".", label=r["setting"])
+        rewards.set(xlabel="RL iteration", ylabel="mean rollout reward", ylim=(0, 1), title=title)
+        shares.set(xlabel="RL iteration", ylabel="share of inadmissible actions", ylim=(0, 1))
+        rewards.title.set_fontsize(9)
+        rewards.legend(fontsize=7)
         figure.tight_layout()
         figure.savefig(args.plot, dpi=120)
-
 
 if __name__ == "__main__":
     main()

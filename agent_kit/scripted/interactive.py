@@ -7,8 +7,10 @@
    into one sequence where each prompt extends the last; SFT on them; submit.
 2. Online RL (GRPO without a KL term, ``agent.online_grpo``): each iteration plays ``group`` sampled
    rollouts of a few training episodes through the env endpoints, gives every step of a rollout the
-   advantage ``episode reward - group mean``, and takes ``num_iterations`` policy-gradient steps on them,
-   PPO-clipped after the first; submit.
+   advantage ``episode return - group mean``, and takes ``num_iterations`` policy-gradient steps on them,
+   PPO-clipped after the first; submit. The return is the env reward, less ``invalid_penalty`` times the
+   share of the rollout's actions that the env had not listed as admissible, where the recipe sets one:
+   that ranks the rollouts of a group that all lost (or all won), which the reward alone leaves equal.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class InteractiveRecipe:
         max_steps: Step limit of training rollouts.
         max_length: Token limit of training sequences.
         expert_episodes: How many training episodes to play with the expert.
+        literal_admissible: Whether the env's admissible list names literal commands (ALFWorld's does;
+            DeepSearchQA lists templates), so that actions can be judged against it.
+        invalid_penalty: RL's return is the env reward less this times :func:`inadmissible_share`.
     """
 
     protocol: EpisodeProtocol
@@ -43,6 +48,39 @@ class InteractiveRecipe:
     max_steps: int
     max_length: int
     expert_episodes: int
+    literal_admissible: bool = False
+    invalid_penalty: float = 0.0
+
+    def __post_init__(self) -> None:
+        """A penalty needs actions to judge."""
+        if self.invalid_penalty and not self.literal_admissible:
+            raise ValueError("invalid_penalty needs literal_admissible: an env whose admissible list names the "
+                             "commands themselves")
+
+
+@dataclass
+class RolloutStats:
+    """One RL iteration's rollouts: mean env reward and mean share of inadmissible actions."""
+
+    reward: float
+    inadmissible: float
+
+
+def inadmissible_share(episode: Episode) -> float:
+    """The share of the episode's actions that were not among the admissible actions the env listed just
+    before them (actions after a result that listed none are not judged; 0 when none are).
+
+    >>> from agent_kit.protocol import StepResult
+    >>> e = Episode("train/0", "h", StepResult("start", 0.0, False, ["go to desk 1"], {}))
+    >>> e.record(" go to desk 2", "go to desk 2", StepResult("Nothing happens.", 0.0, False, ["go to desk 1"], {}))
+    >>> e.record(" go to desk 1", "go to desk 1", StepResult("You arrive.", 0.0, False, [], {}))
+    >>> inadmissible_share(e)
+    0.5
+    """
+    before = [episode.first, *episode.results[:-1]]
+    judged = [action not in listed.admissible_actions for (action, _), listed in zip(episode.history, before, strict=True)
+              if listed.admissible_actions]
+    return sum(judged) / len(judged) if judged else 0.0
 
 
 class _Recording:
@@ -97,28 +135,42 @@ def expert_samples(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str],
     return samples, rewards
 
 
+def group_advantages(returns: list[float], group: int) -> list[float]:
+    """GRPO's advantages without scaling: each return less the mean of its group of ``group`` consecutive ones.
+
+    With an inadmissible-action penalty a group whose rollouts all lost still ranks them:
+
+    >>> [round(a, 2) for a in group_advantages([1.0, 0.0, 0.0, 0.0, -0.1, -0.3], 3)]
+    [0.67, -0.33, -0.33, 0.13, 0.03, -0.17]
+    """
+    advantages = []
+    for start in range(0, len(returns), group):
+        chunk = returns[start:start + group]
+        advantages += [value - sum(chunk) / len(chunk) for value in chunk]
+    return advantages
+
+
 def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], group: int, policy: LocalPolicy,
-                 optimizer: Any, *, epochs: int, clip: float) -> float:
+                 optimizer: Any, *, epochs: int, clip: float) -> RolloutStats:
     """``epochs`` clipped policy-gradient steps (:meth:`LocalPolicy.clipped_update` with ``optimizer``) on
-    ``group`` sampled rollouts of each of ``ids``, every rollout's steps in it once; returns their mean reward."""
+    ``group`` sampled rollouts of each of ``ids``, every rollout's steps in it once, each weighted by its
+    return's advantage in its group; returns the rollouts' means."""
     recorder = _Recording(recipe.protocol, policy)
     policy.sample = True
     played = play(policy, envs, [e for e in ids for _ in range(group)], recorder, max_steps=recipe.max_steps,
                   concurrency=len(ids) * group)
     rewards = [e.current.reward for e in played]
+    inadmissible = [inadmissible_share(e) if recipe.literal_admissible else 0.0 for e in played]
+    returns = [r - recipe.invalid_penalty * i for r, i in zip(rewards, inadmissible, strict=True)]
     samples = []
-    for start in range(0, len(played), group):
-        chunk = played[start:start + group]
-        mean = sum(e.current.reward for e in chunk) / len(chunk)
-        for episode in chunk:
-            advantage = episode.current.reward - mean
-            if advantage == 0:
-                continue
+    for episode, advantage in zip(played, group_advantages(returns, group), strict=True):
+        if advantage != 0:
             samples += pack(recorder.prompts[id(episode)], episode.raw_outputs, weight=advantage)
     if samples:
         policy.clipped_update(samples, optimizer, epochs=epochs, clip=clip)
     policy.sample = False
-    return sum(rewards) / max(1, len(rewards))
+    count = max(1, len(played))
+    return RolloutStats(sum(rewards) / count, sum(inadmissible) / count)
 
 
 def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callable[[str], None],
@@ -162,11 +214,12 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
         started = time.monotonic()
         batch = rng.sample(ids, min(per_iteration, len(ids)))
         calls = envs.calls
-        mean = rl_iteration(recipe, envs, batch, group, policy, optimizer, epochs=args.online_grpo_iterations,
-                            clip=args.online_grpo_epsilon)
+        stats = rl_iteration(recipe, envs, batch, group, policy, optimizer, epochs=args.online_grpo_iterations,
+                             clip=args.online_grpo_epsilon)
         longest_s = max(longest_s, time.monotonic() - started)
         log(f"RL iteration {iteration + 1}/{args.online_grpo_batches}: {len(batch) * group} rollouts, "
-            f"{envs.calls - calls} env-endpoint calls ({envs.calls} in all), mean rollout reward {mean:.3f}")
+            f"{envs.calls - calls} env-endpoint calls ({envs.calls} in all), mean rollout reward {stats.reward:.3f}"
+            + (f", inadmissible actions {100 * stats.inadmissible:.0f} %" if recipe.literal_admissible else ""))
     policy.save(output / "v2")
     submit("output/v2")
     return 0

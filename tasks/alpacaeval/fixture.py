@@ -133,27 +133,37 @@ def all_instructions() -> list[str]:
     return [family.template.format(**params) for family in FAMILIES for params in family.params()]
 
 
+EVAL_HEAD = 60  # eval rows that come before the training block in the shuffled pool (all of version 2's)
+
+
 def fixture_split(seed: int, train_size: int, eval_size: int) -> tuple[list[dict[str, str]], list[tuple[str, str]]]:
     """The fixture's eval rows and train ``(question, ideal answer)`` pairs, drawn with ``random.Random(seed)``.
 
-    All instructions are shuffled once; the first ``eval_size`` become eval rows (``question``,
-    a partial ``reference``, ``generator``, ``dataset``), the next ``train_size`` the train pairs.
+    All instructions are shuffled once. The train pairs are the ``train_size`` after the first
+    :data:`EVAL_HEAD`; the eval rows (``question``, a partial ``reference``, ``generator``, ``dataset``)
+    are the first ``eval_size`` of the rest: the first :data:`EVAL_HEAD`, then those after the training
+    block. So a larger eval set leaves the training instructions, and with them ``small``'s tokenizer
+    corpus (``autorl/models/small.py``), as they were.
 
     >>> evals, train = fixture_split(0, 3, 2)
     >>> len(evals), len(train), (evals, train) == fixture_split(0, 3, 2)
     (2, 3, True)
+    >>> fixture_split(0, 600, 200)[1] == fixture_split(0, 600, 60)[1]
+    True
 
     Raises:
         ValueError: More instructions asked for than the families hold, or an eval item leaks into train.
     """
     pool = all_instructions()
-    if train_size + eval_size > len(pool):
-        raise ValueError(f"the fixture has {len(pool)} instructions; train_size + eval_size = {train_size + eval_size}")
+    if train_size + max(eval_size, EVAL_HEAD) > len(pool):
+        raise ValueError(f"the fixture has {len(pool)} instructions; train_size + eval_size = {train_size + eval_size} "
+                         f"(with eval_size at least {EVAL_HEAD})")
     rng = random.Random(seed)
     rng.shuffle(pool)
+    candidates = pool[:EVAL_HEAD] + pool[EVAL_HEAD + train_size:]
     evals = [{"question": q, "reference": partial_answer(q, rng), "generator": "fixture_reference",
-              "dataset": "fixture"} for q in pool[:eval_size]]
-    train = [(question, ideal_answer(question)) for question in pool[eval_size: eval_size + train_size]]
+              "dataset": "fixture"} for q in candidates[:eval_size]]
+    train = [(question, ideal_answer(question)) for question in pool[EVAL_HEAD: EVAL_HEAD + train_size]]
     public_text = "\n".join(question + "\n" + answer for question, answer in train)
     for row in evals:
         if row["question"] in public_text or row["reference"] in public_text:

@@ -2,8 +2,10 @@
 
 The fixture (``tests/fixtures/sweep_b0f395e``, see its README) is the folder of
 ``task=gsm8k seed=0,1`` with the overrides below, interrupted after seed 0 completed: seed 1 is
-``cancelled``. Running the same command again must migrate the store, skip seed 0, run seed 1 and
-write results.csv and the report.
+``cancelled``. Running the same command again must migrate the store, run seed 1 and write
+results.csv and the report. Seed 0 completed under GSM8K's task version 1, and the task is at
+version 2 now: it runs again as a new attempt, its old attempt kept in the store as it was (a
+completed cell of the current version is skipped: ``tests/integration/test_sweep.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +30,6 @@ SAME_COMMAND = [
     "task=gsm8k", "seed=0,1", "budget.seconds=60", "agent.sft.steps=5", "agent.grpo.steps=1",
     "task.build.fixture.train_size=40", "task.build.fixture.eval_size=8",
 ]
-V1_CELL_COLUMNS = (
-    "sweep_id, cell_id, agent, driver, task, task_version, model, seed, budget_s, status, baseline, best_score, "
-    "improvement, submissions, valid_submissions, duration_s, tokens_in, tokens_out, cost_usd, exit_class, exit_code, "
-    "working_time_s, task_source, error, attempts, config_json, started_at, finished_at"
-)
 
 
 def _rows(path: Path) -> dict[str, dict[str, str]]:
@@ -45,7 +42,6 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
     sweep_dir = out_dir / FIXTURE.name
     shutil.copytree(FIXTURE, sweep_dir)
     db = sweep_dir / "records.sqlite"
-    completed_before = query(db, f"SELECT {V1_CELL_COLUMNS} FROM cells WHERE cell_id = ?", COMPLETED)
     submissions_before = query(db, "SELECT * FROM submissions WHERE cell_id = ? ORDER BY submission_id", COMPLETED)
     assert query(db, "SELECT version FROM schema_version") == [(1,)]
 
@@ -56,25 +52,26 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
     run = subprocess.run(command, env=sweep_env(cache_dir), capture_output=True, text=True, timeout=900, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert [p.name for p in out_dir.iterdir()] == [FIXTURE.name]  # the same sweep id: no new folder
-    assert f"1 cell(s) already completed, skipped: {COMPLETED}" in run.stdout
+    assert "1 completed cell(s) ran an older task version and run again" in run.stdout
+    assert f"{COMPLETED} (v1 -> v2)" in run.stdout
 
     assert query(db, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
-    # The completed cell was not re-run: its row and submissions are as the old main left them,
-    # no autorl registered it again, and it has no workspace or agent log (the report writes
-    # cells/<id>/metrics.json and run_report.* for every cell; only a run makes these two).
-    assert query(db, f"SELECT {V1_CELL_COLUMNS} FROM cells WHERE cell_id = ?", COMPLETED) == completed_before
-    # Every old column as it was; the columns added since (flags, weight_distance) are empty: never
-    # checked; attempt: the cell's only attempt.
+    # The stale cell ran again under this autorl and the current task version, as attempt 2 ...
+    ((status, task_version, attempts, version),) = query(
+        db, "SELECT status, task_version, attempts, autorl_version FROM cells WHERE cell_id = ?", COMPLETED)
+    assert (status, task_version, attempts) == ("completed", 2, 2) and version
+    assert (sweep_dir / "cells" / COMPLETED / "agent.log").is_file()
+    # ... and its first attempt's submissions are as the old main left them, under attempt 1. Every old
+    # column as it was; the columns added since (flags, weight_distance) are empty: never checked.
     after = query(db, "SELECT * FROM submissions WHERE cell_id = ? ORDER BY submission_id", COMPLETED)
     width = len(submissions_before[0])
-    assert [row[:width] for row in after] == submissions_before
-    assert {row[width:width + 3] for row in after} == {(None, None, 1)}
+    first = [row for row in after if row[width + 2] == 1]
+    assert [row[:width] for row in first] == submissions_before
+    assert {row[width:width + 2] for row in first} == {(None, None)}
+    assert any(row[width + 2] == 2 for row in after)
     # test_score (schema v7): a test-feedback cell's scores are its test scores
     assert {score == test for score, test in query(
         db, "SELECT score, test_score FROM submissions WHERE cell_id = ?", COMPLETED)} == {True}
-    assert not (sweep_dir / "cells" / COMPLETED / "workspace").exists()
-    assert not (sweep_dir / "cells" / COMPLETED / "agent.log").exists()
-    assert query(db, "SELECT autorl_version FROM cells WHERE cell_id = ?", COMPLETED) == [(None,)]
     # The cancelled one ran under this autorl.
     ((status, version, submissions),) = query(
         db, "SELECT status, autorl_version, submissions FROM cells WHERE cell_id = ?", CANCELLED
@@ -87,10 +84,7 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
 
     rows = _rows(sweep_dir / "results.csv")
     assert set(rows) == {COMPLETED, CANCELLED}
-    old = _rows(FIXTURE / "results.csv")[COMPLETED]
-    assert {k: rows[COMPLETED][k] for k in old} == old
-    # Columns added since: the old cell ran before sealing (no sandbox recorded); the resumed one sealed.
-    assert (rows[COMPLETED]["sandbox"], rows[COMPLETED]["resumes"]) == ("", "0")
-    assert rows[CANCELLED]["status"] == "completed" and rows[CANCELLED]["sandbox"] == "bwrap"
+    assert {rows[cell]["task_version"] for cell in rows} == {"2"}
+    assert {rows[cell]["sandbox"] for cell in rows} == {"bwrap"}  # both ran sealed, under this autorl
     html = (sweep_dir / "report" / "index.html").read_text()
     assert COMPLETED in html and CANCELLED in html

@@ -115,3 +115,24 @@ def test_sft_stops_at_its_share_of_the_budget(tiny_model_dir: Path, tmp_path: Pa
     common.sft(args, chat, str(tiny_model_dir), tmp_path / "v1")
     assert "SFT done: 1 of 50 steps" in capsys.readouterr().out
     assert (tmp_path / "v1" / "model.safetensors").is_file()
+
+
+def test_alfworld_rl_judges_each_action_against_the_list_before_it() -> None:
+    """ALFWorld's recipe counts a hallucinated receptacle and a ``think:`` (which the expert never plays) as
+    inadmissible; a recipe whose env lists templates (DeepSearchQA's) cannot be given a penalty by mistake."""
+    import dataclasses
+
+    from agent_kit.protocol import StepResult
+    from agent_kit.rollout import Episode
+    from agent_kit.scripted.interactive import inadmissible_share
+    from autorl.task_code.alfworld.agent.recipe import make_recipe as alfworld_recipe
+
+    listed = ["go to desk 1", "go to shelf 1"]
+    episode = Episode("train/0", "h", StepResult("You are in the middle of a room.", 0.0, False, listed, {}))
+    for action, observation in [("go to drawer 7", "Nothing happens."), ("think: try the desk", "OK."),
+                                ("go to desk 1", "On the desk 1, you see a pen 1."), ("go to shelf 1", "…")]:
+        episode.record(f" {action}\n", action, StepResult(observation, 0.0, False, listed, {}))
+    assert alfworld_recipe().literal_admissible
+    assert inadmissible_share(episode) == 0.5
+    with pytest.raises(ValueError, match="invalid_penalty needs literal_admissible"):
+        dataclasses.replace(alfworld_recipe(), literal_admissible=False, invalid_penalty=0.5)

@@ -29,7 +29,10 @@ def expert(episode: Episode) -> str | None:
 def make_recipe() -> InteractiveRecipe:
     """The recipe's protocol, expert and limits (``bench/online_rl_curve.py`` measures its RL with them too)."""
     return InteractiveRecipe(AlfworldProtocol(max_new_tokens=16, max_prompt_chars=MAX_PROMPT_CHARS), expert,
-                             max_steps=20, max_length=1024, expert_episodes=300)
+                             max_steps=20, max_length=1024, expert_episodes=300,
+                             # A ``think: …`` counts as inadmissible too: the expert never thinks, and
+                             # RL could otherwise fill a losing game with thoughts the penalty cannot see.
+                             literal_admissible=True)
 
 
 def run(args: argparse.Namespace) -> int:
