@@ -40,7 +40,7 @@ SMALL = {"train_size": 300, "eval_size": 40}
 # generator or a default size changes every score: bump the task's version and pin the new digest.
 PINNED_FIXTURE_DIGESTS = {
     "alfworld": "dc896c64099d413617e970b420b43ef141f6569753b6bcb032329566edfdb2d5",  # v4: smaller rooms
-    "alpacaeval": "2d4dac45f81b67ae9b0e2a24216c4e0932d5684748e92393ac0d88f51062a2a2",
+    "alpacaeval": "f1e0996e16a5285d292c028cb69520d8d96148da0857bba54c194c9d46aa48f3",  # v3: 200 eval instructions
     "deepsearchqa": "0ab976adc891f37316be07086aae89bab4d9100622131822237b96e4f6f8d3ff",  # v3: hyphenated names, 400 train
     "gsm8k": "f130f382b0150c0529e955ad1cb81fbce31df121edee987e2884a2f6c3a228cf",
     "humaneval": "406a46853ec907bf56d5a41f446cb4273c1664e6c3a55e3463e29d180caa9bc8",
