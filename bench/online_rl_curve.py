@@ -302,5 +302,6 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace, title: str) 
         figure.tight_layout()
         figure.savefig(args.plot, dpi=120)
 
+
 if __name__ == "__main__":
     main()
