@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_kit.protocol import StepResult, cut_at_stop
+from agent_kit.protocol import StepResult
 
 
 def env_api(method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -116,6 +116,8 @@ class LocalPolicy:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from agent_kit.hf_prefix import PrefixCache, supports_prefix_cache
+
         self.torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.tokenizer.padding_side = "left"
@@ -123,6 +125,9 @@ class LocalPolicy:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         self.max_length = max_length
+        # Key/values of prompts generated from, reused by later prompts that start the same way; emptied
+        # whenever the weights change (:meth:`_step`). None for models it cannot serve.
+        self.prefix = PrefixCache(self.model, max_bytes=512 << 20) if supports_prefix_cache(self.model.config) else None
         self.sample = True
         # Sampling temperature; the policy-gradient updates score tokens at the same temperature, so
         # what they train is the distribution the rollouts were drawn from (TRL GRPO's ``temperature``).
@@ -140,55 +145,56 @@ class LocalPolicy:
         return self.generate_text([self.chat_prompt(c) for c in conversations], max_new_tokens=max_new_tokens, stop=stop)
 
     def generate_text(self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
-        """Sample (or greedily decode, with ``sample = False``) a completion of each prompt."""
+        """Sample (or greedily decode, with ``sample = False``) a completion of each prompt; a row stops at
+        its first stop string.
+
+        Prompt prefixes encoded since the weights last changed are not encoded again (:attr:`prefix`): an
+        episode's next prompt extends its last one, and a GRPO group's rollouts start from the same prompt.
+        """
+        from agent_kit.hf_prefix import generate_rows
+
         self.tokenizer.truncation_side = "left"
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, truncation=True,
-                             max_length=max(1, self.max_length - max_new_tokens), add_special_tokens=False)
+        encoded = self.tokenizer(prompts, truncation=True, max_length=max(1, self.max_length - max_new_tokens),
+                                 add_special_tokens=False)["input_ids"]
+        rows = [self.torch.tensor(ids, dtype=self.torch.long) for ids in encoded]
+        sampling = ({"do_sample": True, "temperature": self.temperature, "top_k": 0} if self.sample
+                    else {"do_sample": False})
         self.model.eval()
-        with self.torch.no_grad():
-            out = self.model.generate(
-                **enc,
-                max_new_tokens=max_new_tokens,
-                do_sample=self.sample,
-                temperature=self.temperature if self.sample else None,
-                top_k=0 if self.sample else None,
-                pad_token_id=self.tokenizer.pad_token_id,
-            )
-        texts = self.tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
-        return [cut_at_stop(t, stop) for t in texts]
+        return generate_rows(self.model, self.tokenizer, rows, self.prefix, max_new_tokens=max_new_tokens, stop=stop,
+                             **sampling)
 
     # ---- training -----------------------------------------------------------------------------
 
-    def _token_logps(self, batch: list[Sample], temperature: float = 1.0) -> tuple[Any, Any]:
-        """Each sequence's per-token log-probability of its next token (logits divided by ``temperature``),
-        and the mask of the tokens learned (its completions'), both ``(len(batch), width - 1)``."""
+    def _completion_logps(self, sample: Sample, temperature: float = 1.0) -> Any:
+        """The log-probabilities (logits divided by ``temperature``) of the sample's learned tokens, its
+        completions', as one 1-D tensor in order.
+
+        One sequence per forward pass, unpadded: packed episodes differ a lot in length, and on a CPU a
+        padded batch of them took 1.7 times as long per step (``bench/README.md``, "Policy updates").
+        """
         torch = self.torch
-        rows, masks = [], []
-        for s in batch:
-            row: list[int] = []
-            learned: list[int] = []
-            for context, completion in s.turns():
-                context_ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
-                completion_ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"][: self.max_length // 2]
-                row += context_ids + completion_ids
-                learned += [0] * len(context_ids) + [1] * len(completion_ids)
-            rows.append(row[-self.max_length:])  # the sequence's end is kept, as a prompt is cut on the left
-            masks.append(learned[-self.max_length:])
-        width = max(map(len, rows))
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-        mask = torch.tensor([[0] * (width - len(m)) + m for m in masks], dtype=torch.float32)
-        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-        logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1]
-        logp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-        return logp, mask[:, 1:]
+        row: list[int] = []
+        learned: list[bool] = []
+        for context, completion in sample.turns():
+            context_ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
+            completion_ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"][: self.max_length // 2]
+            row += context_ids + completion_ids
+            learned += [False] * len(context_ids) + [True] * len(completion_ids)
+        row, learned = row[-self.max_length:], learned[-self.max_length:]  # the end is kept, as a prompt is cut on the left
+        ids = torch.tensor([row])
+        # Position i's logits predict token i + 1: score only where that token is learned.
+        targets = torch.tensor(learned[1:]).nonzero().squeeze(1)
+        if not len(targets):
+            return torch.zeros(0)
+        logits = self.model(input_ids=ids, logits_to_keep=targets).logits[0]
+        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+        return logp.gather(-1, ids[0, targets + 1].unsqueeze(-1)).squeeze(-1)
 
     def _batch_loss(self, batch: list[Sample]) -> Any:
         """Weighted mean over samples of the completion tokens' negative log-likelihood."""
-        logp, mask = self._token_logps(batch)
-        per_sample = -(logp * mask).sum(1) / mask.sum(1).clamp(min=1)
-        weights = self.torch.tensor([s.weight for s in batch])
-        return (per_sample * weights).mean()
+        scored = [(s, self._completion_logps(s)) for s in batch]
+        losses = [-logp.mean() * s.weight for s, logp in scored if len(logp)]  # an empty completion learns nothing
+        return self.torch.stack(losses).sum() / len(batch) if losses else self.torch.zeros((), requires_grad=True)
 
     def optimizer(self, lr: float) -> Any:
         """A fresh AdamW over the model's parameters."""
@@ -209,6 +215,8 @@ class LocalPolicy:
             total += float(loss.detach())
         self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         optimizer.step()
+        if self.prefix is not None:
+            self.prefix.clear()  # kept key/values are the old weights'
         self.model.eval()
         return total
 
@@ -236,13 +244,17 @@ class LocalPolicy:
         rollout_logps: list[Any] = []  # per micro-batch, the log-probabilities under the rollout policy
 
         def clipped_loss(index: int, part: list[Sample]) -> Any:
-            logp, mask = self._token_logps(part, self.temperature)
+            logps = [self._completion_logps(s, self.temperature) for s in part]
             if index == len(rollout_logps):  # the first step: the weights are still the rollout policy's
-                rollout_logps.append(logp.detach())
-            ratio = torch.exp(logp - rollout_logps[index])
-            advantage = torch.tensor([s.weight for s in part]).unsqueeze(1)
-            objective = torch.minimum(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage)
-            return (-(objective * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+                rollout_logps.append([logp.detach() for logp in logps])
+            terms = []
+            for sample, logp, before in zip(part, logps, rollout_logps[index], strict=True):
+                if not len(logp):
+                    continue
+                ratio = torch.exp(logp - before)
+                objective = torch.minimum(ratio * sample.weight, ratio.clamp(1 - clip, 1 + clip) * sample.weight)
+                terms.append(-objective.mean())
+            return torch.stack(terms).sum() / len(part) if terms else torch.zeros((), requires_grad=True)
 
         losses = [self._step(batch, optimizer, micro_batch, clipped_loss) for _ in range(epochs)]
         return losses[0] if losses else 0.0

@@ -6,10 +6,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from agent_kit.protocol import cut_at_stop
+from agent_kit.hf_prefix import PrefixCache, generate_rows, supports_prefix_cache
 from autorl.engine.base import ChatTemplateEngine
-from autorl.engine.hf_prefix import PrefixCache, supports_prefix_cache
-from autorl.engine.hf_stop import StopOnStrings
 from autorl.engine.hf_swap import load_into, model_signature, read_safetensors
 from autorl.errors import AutorlError
 
@@ -29,7 +27,7 @@ class HFEngine(ChatTemplateEngine):
     Prompts are processed in chunks of ``batch_size`` with left padding, so one call serves a
     whole evaluation set. Batched output equals one-by-one output (stack-notes.md §5). Warm: a
     later submission of the same architecture is loaded into the same modules (:meth:`swap`);
-    a row stops generating once its text holds a stop string (:class:`StopOnStrings`); prompt
+    a row stops generating once its text holds a stop string (:class:`agent_kit.hf_stop.StopOnStrings`); prompt
     prefixes already encoded are reused (:class:`PrefixCache`). Neither changes a text.
     """
 
@@ -131,27 +129,11 @@ class HFEngine(ChatTemplateEngine):
         self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None, add_special_tokens: bool = True
     ) -> list[str]:
         """Generate a greedy completion of each prompt, in input order."""
-        import torch
-        from transformers import StoppingCriteriaList
-
         outputs: list[str] = []
         for start in range(0, len(prompts), self.batch_size):
             rows = self._token_ids(prompts[start : start + self.batch_size], add_special_tokens, max_new_tokens)
-            pad_id = int(self.tokenizer.pad_token_id)
-            if self.prefix is not None:
-                inputs, width = self.prefix.prepare(rows, pad_id, max_new_tokens)
-            else:
-                inputs, width = _left_padded(rows, pad_id, self.device)
-            criteria = StoppingCriteriaList([StopOnStrings(self.tokenizer, stop, width)]) if stop else None
-            with torch.no_grad():
-                generated = self.model.generate(
-                    **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad_id,
-                    stopping_criteria=criteria, return_dict_in_generate=True,
-                )
-            if self.prefix is not None and generated.cache is not None:
-                self.prefix.keep_prompts(rows, generated.cache, width)
-            texts = self.tokenizer.batch_decode(generated.sequences[:, width:], skip_special_tokens=True)
-            outputs.extend(cut_at_stop(text, stop) for text in texts)
+            outputs += generate_rows(self.model, self.tokenizer, rows, self.prefix, max_new_tokens=max_new_tokens,
+                                     stop=stop, do_sample=False)
         return outputs
 
     def _token_ids(self, prompts: list[str], add_special_tokens: bool, max_new_tokens: int) -> list[Any]:
@@ -195,19 +177,6 @@ def _require_base(model_dir: Path, base_dir: Path | None) -> None:
             f"{model_dir} is a LoRA adapter, but the grader was given no base model folder to apply it "
             f"to (base_dir={base_dir}): pass the cell's base model as base_dir"
         )
-
-
-def _left_padded(rows: list[Any], pad_id: int, device: str) -> tuple[dict[str, Any], int]:
-    """``input_ids`` and ``attention_mask`` of ``rows`` left-padded to the longest, and that length."""
-    import torch
-
-    width = max(len(ids) for ids in rows)
-    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, ids in enumerate(rows):
-        input_ids[i, width - len(ids) :] = ids
-        mask[i, width - len(ids) :] = 1
-    return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}, width
 
 
 def load_adapter_on_base(adapter_dir: Path, base_dir: Path, *, dtype: Any, vocab_size: int) -> Any:

@@ -133,7 +133,7 @@ def test_reserved_cache_layers_hold_what_dynamic_layers_hold() -> None:
     import torch
     from transformers.cache_utils import DynamicLayer
 
-    from autorl.engine.hf_prefix import _reserved_layer_class
+    from agent_kit.hf_prefix import _reserved_layer_class
 
     reserved, dynamic = _reserved_layer_class()(spare=2), DynamicLayer()
     generator, rows = torch.Generator().manual_seed(0), 3

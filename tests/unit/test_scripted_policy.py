@@ -80,6 +80,52 @@ def test_the_first_clipped_step_is_the_reinforce_step(tiny_model_dir: Path) -> N
     assert torch.allclose(moved[0], moved[1], atol=1e-6)
 
 
+def test_rollouts_reuse_prompt_prefixes_until_the_weights_change(tiny_model_dir: Path) -> None:
+    """The policy's generation reuses an episode's encoded prompt for its next one (the texts are those of
+    generating without the cache), and an update empties the cache: key/values of the old weights are
+    never read again."""
+    import torch
+
+    cached, plain = LocalPolicy(tiny_model_dir, max_length=256), LocalPolicy(tiny_model_dir, max_length=256)
+    plain.prefix = None
+    assert cached.prefix is not None
+    for policy in (cached, plain):
+        policy.sample = False
+    prompts = ["Q: 12 apples and 7 more?\nA:", "Q: 3 boxes of 4 pens?\nA:"]
+    first = cached.generate_text(prompts, max_new_tokens=6, stop=["\n"])
+    assert first == plain.generate_text(prompts, max_new_tokens=6, stop=["\n"])
+    longer = [p + t + "\nQ: and then 5 more?\nA:" for p, t in zip(prompts, first, strict=True)]
+    second = cached.generate_text(longer, max_new_tokens=6, stop=["\n"])
+    assert cached.prefix.reused_tokens > 0
+    assert second == plain.generate_text(longer, max_new_tokens=6, stop=["\n"])
+    for policy in (cached, plain):
+        policy.update([Sample(longer[0], " 24")], torch.optim.SGD(policy.model.parameters(), lr=1.0))
+    assert not cached.prefix._entries
+    assert cached.generate_text(longer, max_new_tokens=6, stop=["\n"]) == plain.generate_text(longer, max_new_tokens=6,
+                                                                                               stop=["\n"])
+
+
+def test_only_completion_tokens_are_scored_each_by_the_logits_before_it(tiny_model_dir: Path) -> None:
+    """A packed sample's learned log-probabilities are exactly its completions' tokens, each scored by the
+    full forward pass's logits at the position before it (the LM head runs only there), in order."""
+    import torch
+
+    policy = LocalPolicy(tiny_model_dir, max_length=128)
+    sample = Sample("Q: 2+2?\nA:", " 4\n", more=[("Q: 3+3?\nA:", " 6\n")])
+    ids, learned = [], []
+    for context, completion in sample.turns():
+        for text, is_learned in ((context, False), (completion, True)):
+            tokens = policy.tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids += tokens
+            learned += [is_learned] * len(tokens)
+    with torch.no_grad():
+        logits = policy.model(input_ids=torch.tensor([ids])).logits[0]
+        expected = [torch.log_softmax(logits[i - 1] / 0.7, -1)[ids[i]] for i in range(1, len(ids)) if learned[i]]
+        scored = policy._completion_logps(sample, temperature=0.7)
+    assert len(scored) == sum(learned) >= 2
+    assert torch.allclose(scored, torch.stack(expected), atol=1e-5)
+
+
 @pytest.mark.parametrize("advantage", [1.0, -1.0])
 def test_clipping_bounds_how_far_several_steps_move_a_rollout(tiny_model_dir: Path, advantage: float) -> None:
     """Many steps on one rollout: unclipped, its likelihood keeps moving in its advantage's direction;
@@ -91,11 +137,11 @@ def test_clipping_bounds_how_far_several_steps_move_a_rollout(tiny_model_dir: Pa
     for clip in (0.2, 1e9):
         policy = LocalPolicy(tiny_model_dir, max_length=64)
         with torch.no_grad():
-            before, mask = policy._token_logps([sample])
+            before = policy._completion_logps(sample)
         policy.clipped_update([sample], torch.optim.SGD(policy.model.parameters(), lr=0.05), epochs=12, clip=clip)
         with torch.no_grad():
-            after, _ = policy._token_logps([sample])
-        moved[clip] = float(torch.exp((after - before)[mask.bool()].mean() * advantage))
+            after = policy._completion_logps(sample)
+        moved[clip] = float(torch.exp((after - before).mean() * advantage))
     assert moved[1e9] > 4
     # Shared weights still carry a clipped token a little further while the others pull: not exactly 1.2.
     assert 1.1 < moved[0.2] < 2.5

@@ -1,4 +1,7 @@
-"""Prefix key/value cache for the HF engine: a prompt's start that was already encoded is not encoded again.
+"""Prefix key/value cache for HF generation: a prompt's start that was already encoded is not encoded again.
+
+Shared by both sides: the grader's HF engine (:mod:`autorl.engine.hf`) and the scripted agent's policy
+(:class:`agent_kit.scripted.policy.LocalPolicy`, its RL rollouts).
 
 Every prompt's key/values are kept after generation, keyed by its token ids. A new prompt reuses the
 longest token prefix any kept prompt shares with it: the few-shot block shared by every prompt of
@@ -263,14 +266,7 @@ class PrefixCache:
             for ids in behind:
                 self.encode(ids[:-1])
             kept, found = self._kept(rows)
-        width = max(len(ids) for ids in rows)
-        device = self.model.device
-        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, ids in enumerate(rows):
-            input_ids[i, width - len(ids) :] = ids
-            mask[i, width - len(ids) :] = 1
-        inputs: dict[str, Any] = {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}
+        inputs, width = left_padded(rows, pad_id, self.model.device)
         tail = max(len(ids) - k for ids, k in zip(rows, kept, strict=True))  # columns every row must encode
         past = width - tail
         self.reused_tokens += sum(max(0, len(ids) - tail) for ids in rows)
@@ -317,3 +313,42 @@ class PrefixCache:
         kept, _ = self.lookup(rows[0][:shared])
         if shared - kept >= self.min_shared_tokens:
             self.encode(rows[0][:shared])
+
+
+def left_padded(rows: list[torch.Tensor], pad_id: int, device: Any) -> tuple[dict[str, Any], int]:
+    """``input_ids`` and ``attention_mask`` of ``rows`` left-padded to the longest, and that length."""
+    width = max(len(ids) for ids in rows)
+    input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, ids in enumerate(rows):
+        input_ids[i, width - len(ids) :] = ids
+        mask[i, width - len(ids) :] = 1
+    return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}, width
+
+
+def generate_rows(model: Any, tokenizer: Any, rows: list[torch.Tensor], prefix: PrefixCache | None, *,
+                  max_new_tokens: int, stop: list[str] | None, **sampling: Any) -> list[str]:
+    """One ``generate`` call over prompts given as token ids: kept prefixes reused (when ``prefix`` is given,
+    and the prompts' key/values kept in it afterwards), each row stopped at its first stop string; the
+    generated texts, cut at the stop (:func:`agent_kit.protocol.cut_at_stop`), in input order.
+
+    ``sampling``: ``generate``'s decoding options (``do_sample``, ``temperature``, ...).
+    """
+    from transformers import StoppingCriteriaList
+
+    from agent_kit.hf_stop import StopOnStrings
+    from agent_kit.protocol import cut_at_stop
+
+    pad_id = int(tokenizer.pad_token_id)
+    if prefix is not None:
+        inputs, width = prefix.prepare(rows, pad_id, max_new_tokens)
+    else:
+        inputs, width = left_padded(rows, pad_id, model.device)
+    criteria = StoppingCriteriaList([StopOnStrings(tokenizer, stop, width)]) if stop else None
+    with torch.no_grad():
+        generated = model.generate(**inputs, max_new_tokens=max_new_tokens, pad_token_id=pad_id,
+                                   stopping_criteria=criteria, return_dict_in_generate=True, **sampling)
+    if prefix is not None and generated.cache is not None:
+        prefix.keep_prompts(rows, generated.cache, width)
+    texts = tokenizer.batch_decode(generated.sequences[:, width:], skip_special_tokens=True)
+    return [cut_at_stop(text, stop) for text in texts]

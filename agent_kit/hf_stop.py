@@ -1,5 +1,7 @@
 """Stop strings for HF generation: a row is done once its generated text contains a stop string.
 
+Shared by the grader's HF engine and the scripted agent's policy, like :mod:`agent_kit.hf_prefix`.
+
 ``transformers``' own ``stop_strings`` matches the stop string against the last tokens of the whole
 sequence, prompt included, so a stop string that straddles the prompt's end would end a row early
 where :func:`agent_kit.protocol.cut_at_stop` (which sees only the generated text) keeps going. This
