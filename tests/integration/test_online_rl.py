@@ -20,7 +20,8 @@ BATCHES = 16
 MIN_ITERATIONS = 12
 # A fixture the `small` model learns in a minute of SFT (8 training questions about 4 towns; the recipe runs
 # 4 x 30 = 120 steps of 32 / 2 actions, 8 questions), then GRPO from that policy. The agent's cell gets both
-# cores; the grader shares them (it is idle during RL). SFT ends by its step count, not the budget's share.
+# cores; the grader shares them (it is idle during RL). On a quiet machine SFT ends by its step count (in the
+# CI run of 2026-11-28 12:17, beside another test file, its budget share stopped it at 86 of 120 steps).
 CELL = [
     "task=deepsearchqa", "model=small", "budget.seconds=1200", "cell.cpus=2", "cluster.num_cpus=3",
     "task.build.fixture.train_size=8", "task.build.fixture.eval_size=4", "task.build.fixture.distractor_towns=4",
