@@ -33,21 +33,11 @@ sys.path.insert(0, str(ROOT))
 def padded_loss(policy: Any, batch: list[Any]) -> Any:
     """The earlier loss: one left-padded batch, logits at every position, masked to the completions."""
     torch = policy.torch
-    rows, masks = [], []
-    for sample in batch:
-        row: list[int] = []
-        learned: list[int] = []
-        for context, completion in sample.turns():
-            context_ids = policy.tokenizer(context, add_special_tokens=False)["input_ids"]
-            completion_ids = policy.tokenizer(completion, add_special_tokens=False)["input_ids"][: policy.max_length // 2]
-            row += context_ids + completion_ids
-            learned += [0] * len(context_ids) + [1] * len(completion_ids)
-        rows.append(row[-policy.max_length:])
-        masks.append(learned[-policy.max_length:])
+    rows, masks = zip(*(policy.token_row(sample) for sample in batch), strict=True)
     width = max(map(len, rows))
     pad = policy.tokenizer.pad_token_id
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(m)) + m for m in masks], dtype=torch.float32)[:, 1:]
+    mask = torch.tensor([[False] * (width - len(m)) + m for m in masks], dtype=torch.float32)[:, 1:]
     attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
     logits = policy.model(input_ids=ids, attention_mask=attention).logits[:, :-1]
     logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)

@@ -165,6 +165,18 @@ class LocalPolicy:
 
     # ---- training -----------------------------------------------------------------------------
 
+    def token_row(self, sample: Sample) -> tuple[list[int], list[bool]]:
+        """The sample's token ids, all turns in order, and which of them are learned (its completions'),
+        cut to the last ``max_length`` (the end is kept, as a prompt is cut on the left)."""
+        row: list[int] = []
+        learned: list[bool] = []
+        for context, completion in sample.turns():
+            context_ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
+            completion_ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"][: self.max_length // 2]
+            row += context_ids + completion_ids
+            learned += [False] * len(context_ids) + [True] * len(completion_ids)
+        return row[-self.max_length:], learned[-self.max_length:]
+
     def _completion_logps(self, sample: Sample, temperature: float = 1.0) -> Any:
         """The log-probabilities (logits divided by ``temperature``) of the sample's learned tokens, its
         completions', as one 1-D tensor in order.
@@ -173,14 +185,7 @@ class LocalPolicy:
         padded batch of them took 1.7 times as long per step (``bench/README.md``, "Policy updates").
         """
         torch = self.torch
-        row: list[int] = []
-        learned: list[bool] = []
-        for context, completion in sample.turns():
-            context_ids = self.tokenizer(context, add_special_tokens=False)["input_ids"]
-            completion_ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"][: self.max_length // 2]
-            row += context_ids + completion_ids
-            learned += [False] * len(context_ids) + [True] * len(completion_ids)
-        row, learned = row[-self.max_length:], learned[-self.max_length:]  # the end is kept, as a prompt is cut on the left
+        row, learned = self.token_row(sample)
         ids = torch.tensor([row])
         # Position i's logits predict token i + 1: score only where that token is learned.
         targets = torch.tensor(learned[1:]).nonzero().squeeze(1)
