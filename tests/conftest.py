@@ -11,10 +11,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
 # Test files that take far longer than the rest, longest first. `make test` hands whole files to two
-# xdist workers in collection order (--dist loadfile), so these go first: started late, the longest
-# (6 to 13 minutes, depending on what the other worker runs beside it) could keep one worker busy long
-# after the other had finished. CI took 39 minutes without this ordering, 34 with it (one run each).
-SLOWEST_FIRST = ("tests/integration/test_online_rl.py",)
+# xdist workers in collection order (--dist loadfile), so these go first: started late, a long one could
+# keep one worker busy long after the other had finished. CI took 39 minutes without this ordering, 34
+# with it (one run each). In the CI run of 2026-11-28 (`--durations`): test_sweep.py about 460 s,
+# test_real_cli.py five CLIs (two of 116 and 121 s, three under 85 s), test_online_rl.py 974 s then, about 260 s alone since.
+SLOWEST_FIRST = ("tests/integration/test_sweep.py", "tests/integration/test_real_cli.py",
+                 "tests/integration/test_online_rl.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -60,10 +60,27 @@ class InteractiveRecipe:
 
 @dataclass
 class RolloutStats:
-    """One RL iteration's rollouts: mean env reward and mean share of inadmissible actions."""
+    """One RL iteration: its rollouts' mean env reward and mean share of inadmissible actions, and what the
+    update did to the log-likelihood of the rollouts it trained on (mean change of a sequence's summed
+    log-probability, over those with a positive advantage and over those with a negative one; None when
+    there were none). An update that learns from the rewards raises the first and lowers the second."""
 
     reward: float
     inadmissible: float
+    reinforced_shift: float | None = None
+    penalized_shift: float | None = None
+
+    def update_text(self) -> str:
+        """The update's shifts for the log.
+
+        >>> RolloutStats(0.25, 0.0, 0.42, -0.66).update_text()
+        '; update: log-likelihood of rollouts reinforced +0.42, penalized -0.66'
+        >>> RolloutStats(0.0, 0.0).update_text()
+        '; no update (equal returns)'
+        """
+        shifts = [f"{name} {value:+.2f}" for name, value in (("reinforced", self.reinforced_shift),
+                                                           ("penalized", self.penalized_shift)) if value is not None]
+        return f"; update: log-likelihood of rollouts {', '.join(shifts)}" if shifts else "; no update (equal returns)"
 
 
 def inadmissible_share(episode: Episode) -> float:
@@ -154,7 +171,8 @@ def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], g
                  optimizer: Any, *, epochs: int, clip: float) -> RolloutStats:
     """``epochs`` clipped policy-gradient steps (:meth:`LocalPolicy.clipped_update` with ``optimizer``) on
     ``group`` sampled rollouts of each of ``ids``, every rollout's steps in it once, each weighted by its
-    return's advantage in its group; returns the rollouts' means."""
+    return's advantage in its group; returns the rollouts' means and what the update did to their likelihood
+    (scored before and after it: two forward passes without gradients, about a tenth of the update's time)."""
     recorder = _Recording(recipe.protocol, policy)
     policy.sample = True
     played = play(policy, envs, [e for e in ids for _ in range(group)], recorder, max_steps=recipe.max_steps,
@@ -166,11 +184,16 @@ def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], g
     for episode, advantage in zip(played, group_advantages(returns, group), strict=True):
         if advantage != 0:
             samples += pack(recorder.prompts[id(episode)], episode.raw_outputs, weight=advantage)
+    shifts: dict[bool, list[float]] = {True: [], False: []}  # positive advantage -> per-sequence changes
     if samples:
+        before = policy.sequence_logps(samples)
         policy.clipped_update(samples, optimizer, epochs=epochs, clip=clip)
+        for sample, old, new in zip(samples, before, policy.sequence_logps(samples), strict=True):
+            shifts[sample.weight > 0].append(new - old)
     policy.sample = False
     count = max(1, len(played))
-    return RolloutStats(sum(rewards) / count, sum(inadmissible) / count)
+    return RolloutStats(sum(rewards) / count, sum(inadmissible) / count,
+                        *(sum(shifts[side]) / len(shifts[side]) if shifts[side] else None for side in (True, False)))
 
 
 def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callable[[str], None],
@@ -219,7 +242,8 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
         longest_s = max(longest_s, time.monotonic() - started)
         log(f"RL iteration {iteration + 1}/{args.online_grpo_batches}: {len(batch) * group} rollouts, "
             f"{envs.calls - calls} env-endpoint calls ({envs.calls} in all), mean rollout reward {stats.reward:.3f}"
-            + (f", inadmissible actions {100 * stats.inadmissible:.0f} %" if recipe.literal_admissible else ""))
+            + (f", inadmissible actions {100 * stats.inadmissible:.0f} %" if recipe.literal_admissible else "")
+            + stats.update_text())
     policy.save(output / "v2")
     submit("output/v2")
     return 0

@@ -195,6 +195,12 @@ class LocalPolicy:
         logp = torch.log_softmax(logits.float() / temperature, dim=-1)
         return logp.gather(-1, ids[0, targets + 1].unsqueeze(-1)).squeeze(-1)
 
+    def sequence_logps(self, samples: list[Sample]) -> list[float]:
+        """Each sample's completions' summed log-probability at :attr:`temperature`, without gradients (what an
+        update did to a batch: compare before and after)."""
+        with self.torch.no_grad():
+            return [float(self._completion_logps(s, self.temperature).sum()) for s in samples]
+
     def _batch_loss(self, batch: list[Sample]) -> Any:
         """Weighted mean over samples of the completion tokens' negative log-likelihood."""
         scored = [(s, self._completion_logps(s)) for s in batch]
