@@ -63,7 +63,7 @@ lint: setup ## ruff over autorl/, agent_kit/, tasks/ and tests/, mypy over the f
 test: setup lint test-deps ## lints, installs what the tests need, then runs unit + integration tests (CPU, local Ray)
 	# Two workers, a test file each at a time: most of the suite waits (Ray start-up, agents, sandboxes), so
 	# two files in parallel take about half the wall time of one after another on 2 cores.
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=40
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 
 test-unit: setup
 	$(BIN)/python -m pytest -q tests/unit

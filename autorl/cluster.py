@@ -131,6 +131,9 @@ def _init(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
         local |= {"dashboard_port": port, "dashboard_host": "127.0.0.1"}
     if cluster_cfg.temp_dir:
         local["_temp_dir"] = cluster_cfg.temp_dir
+    # The local cluster's processes (graders, env actors) inherit this: their idle OpenMP threads sleep
+    # instead of spinning on cores the cells share (the agents get the same, autorl.actors.workspace).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ray.init(address="local", **common, **local)
     return f"http://127.0.0.1:{port}" if port else None
 

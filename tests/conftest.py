@@ -9,14 +9,25 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+# As in a sweep (autorl/cluster.py): torch threads of the two xdist workers and of their sweeps share the
+# cores, and spinning idle threads slowed a neighbour's training several times over (bench/omp_wait_policy.py).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# Test files that take far longer than the rest, longest first. `make test` hands whole files to two
-# xdist workers in collection order (--dist loadfile), so these go first: started late, a long one could
-# keep one worker busy long after the other had finished. CI took 39 minutes without this ordering, 34
-# with it (one run each). In the CI run of 2026-11-28 (`--durations`): test_sweep.py about 460 s,
-# test_real_cli.py five CLIs (two of 116 and 121 s, three under 85 s), test_online_rl.py 974 s then, about 260 s alone since.
-SLOWEST_FIRST = ("tests/integration/test_sweep.py", "tests/integration/test_real_cli.py",
-                 "tests/integration/test_online_rl.py")
+# The longest test files, longest first: `make test` hands whole files to two xdist workers in collection
+# order (--dist loadfile --no-loadscope-reorder; xdist's own order puts files with more tests first, which
+# started the longest, a one-test file, 23 minutes into a 39-minute run), so these start first and the
+# many short files fill in at the end. Seconds in the CI run of 2026-11-28 15:01 (--durations).
+SLOWEST_FIRST = (
+    "tests/integration/test_online_rl.py",  # 938 (261 alone)
+    "tests/integration/test_real_cli.py",  # 415, five CLIs
+    "tests/integration/test_sweep.py",  # 359
+    "tests/integration/test_hostile_agent.py",  # 260
+    "tests/integration/test_plugins.py",  # 229
+    "tests/integration/test_report_sweep.py",  # 201 and its checks
+    "tests/integration/test_ray_jobs.py",  # 202
+    "tests/integration/test_feedback_dev.py",  # 192
+    "tests/integration/test_faults.py",  # 176
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -252,6 +252,10 @@ class Workspace:
             "GRADING_SERVER_URL": url,
             "GRADING_TOKEN": token,
             "OMP_NUM_THREADS": str(max(1, int(cfg.cell.cpus))),
+            # Idle OpenMP threads sleep instead of spinning: cells share a node's cores (Ray's CPUs are
+            # counted, not pinned), and spinning threads took a neighbour's cycles (bench/omp_wait_policy.py).
+            # The agent may set its own.
+            "OMP_WAIT_POLICY": node_env.get("OMP_WAIT_POLICY", "PASSIVE"),
             "PYTHONUNBUFFERED": "1",
         }
         # The driver gateway (agents that need a driver) starts before the agent; provider keys
