@@ -172,7 +172,8 @@ def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], g
     """``epochs`` clipped policy-gradient steps (:meth:`LocalPolicy.clipped_update` with ``optimizer``) on
     ``group`` sampled rollouts of each of ``ids``, every rollout's steps in it once, each weighted by its
     return's advantage in its group; returns the rollouts' means and what the update did to their likelihood
-    (scored before and after it: two forward passes without gradients, about a tenth of the update's time)."""
+    (scored before and after it: two forward passes without gradients beside the update's ``epochs`` forward and
+    backward passes)."""
     recorder = _Recording(recipe.protocol, policy)
     policy.sample = True
     played = play(policy, envs, [e for e in ids for _ in range(group)], recorder, max_steps=recipe.max_steps,
