@@ -24,8 +24,8 @@ import time
 WORKER = """
 import sys, time, torch
 torch.manual_seed(0)
-layers = [torch.nn.Linear(256, 768), torch.nn.GELU(), torch.nn.Linear(768, 256)] * 4
-model = torch.nn.Sequential(*layers)
+model = torch.nn.Sequential(*[layer for _ in range(4)
+                               for layer in (torch.nn.Linear(256, 768), torch.nn.GELU(), torch.nn.Linear(768, 256))])
 x = torch.randn(8, 250, 256)
 optimizer = torch.optim.AdamW(model.parameters(), 1e-4)
 start, steps = time.monotonic(), 0

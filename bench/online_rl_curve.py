@@ -161,8 +161,11 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches
     if setting.positive_only:
         update = policy.clipped_update
 
-        def positive_update(batch: list[Any], optimizer: Any, **options: Any) -> float:
-            return update([s for s in batch if s.weight > 0], optimizer, **options)
+        def positive_update(batch: list[Any], optimizer: Any, **options: Any) -> list[float]:
+            # The rollout policy's scores of the whole batch, as rl_iteration expects: the dropped ones' too.
+            dropped = iter(policy.sequence_logps([s for s in batch if s.weight <= 0]))
+            trained = iter(update([s for s in batch if s.weight > 0], optimizer, **options))
+            return [next(trained) if s.weight > 0 else next(dropped) for s in batch]
 
         policy.clipped_update = positive_update  # type: ignore[method-assign]
     curve, inadmissible, started, calls = [], [], time.monotonic(), envs.calls

@@ -172,8 +172,7 @@ def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], g
     """``epochs`` clipped policy-gradient steps (:meth:`LocalPolicy.clipped_update` with ``optimizer``) on
     ``group`` sampled rollouts of each of ``ids``, every rollout's steps in it once, each weighted by its
     return's advantage in its group; returns the rollouts' means and what the update did to their likelihood
-    (scored before and after it: two forward passes without gradients beside the update's ``epochs`` forward and
-    backward passes)."""
+    (its first step scores them before it; one forward pass without gradients after it)."""
     recorder = _Recording(recipe.protocol, policy)
     policy.sample = True
     played = play(policy, envs, [e for e in ids for _ in range(group)], recorder, max_steps=recipe.max_steps,
@@ -187,8 +186,7 @@ def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], g
             samples += pack(recorder.prompts[id(episode)], episode.raw_outputs, weight=advantage)
     shifts: dict[bool, list[float]] = {True: [], False: []}  # positive advantage -> per-sequence changes
     if samples:
-        before = policy.sequence_logps(samples)
-        policy.clipped_update(samples, optimizer, epochs=epochs, clip=clip)
+        before = policy.clipped_update(samples, optimizer, epochs=epochs, clip=clip)
         for sample, old, new in zip(samples, before, policy.sequence_logps(samples), strict=True):
             shifts[sample.weight > 0].append(new - old)
     policy.sample = False

@@ -241,10 +241,11 @@ class LocalPolicy:
         return self._step(batch, optimizer, micro_batch, lambda _, part: self._batch_loss(part))
 
     def clipped_update(self, batch: list[Sample], optimizer: Any, *, epochs: int, clip: float,
-                       micro_batch: int = 8) -> float:
+                       micro_batch: int = 8) -> list[float]:
         """``epochs`` optimizer steps on ``batch`` with PPO's clipped objective, each sample's ``weight``
         its advantage, tokens scored at :attr:`temperature` (TRL GRPO's ``num_iterations``, ``epsilon``);
-        returns the first step's loss.
+        returns each sample's summed log-probability under the rollout policy (the weights before the
+        update, as its first step scored them; compare :meth:`sequence_logps` after it).
 
         The first step is :meth:`update`'s REINFORCE step (the probability ratio to the rollout policy is 1).
         Later steps reuse the same rollouts; a token whose probability has already moved by more than
@@ -267,8 +268,11 @@ class LocalPolicy:
                 terms.append(-objective.mean())
             return torch.stack(terms).sum() / len(part) if terms else torch.zeros((), requires_grad=True)
 
-        losses = [self._step(batch, optimizer, micro_batch, clipped_loss) for _ in range(epochs)]
-        return losses[0] if losses else 0.0
+        for _ in range(epochs):
+            self._step(batch, optimizer, micro_batch, clipped_loss)
+        if not rollout_logps:  # no step taken: the weights are the rollout policy's
+            return self.sequence_logps(batch)
+        return [float(logp.sum()) for part in rollout_logps for logp in part]
 
     def train(self, samples: list[Sample], *, steps: int, batch_size: int, lr: float, seed: int = 0,
               deadline: float | None = None) -> tuple[float, int]:

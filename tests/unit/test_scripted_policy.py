@@ -138,7 +138,9 @@ def test_clipping_bounds_how_far_several_steps_move_a_rollout(tiny_model_dir: Pa
         policy = LocalPolicy(tiny_model_dir, max_length=64)
         with torch.no_grad():
             before = policy._completion_logps(sample)
-        policy.clipped_update([sample], torch.optim.SGD(policy.model.parameters(), lr=0.05), epochs=12, clip=clip)
+        rollout = policy.clipped_update([sample], torch.optim.SGD(policy.model.parameters(), lr=0.05), epochs=12,
+                                        clip=clip)
+        assert rollout == pytest.approx([float(before.sum())], abs=1e-4)  # scored before the update, not after
         with torch.no_grad():
             after = policy._completion_logps(sample)
         moved[clip] = float(torch.exp((after - before).mean() * advantage))
