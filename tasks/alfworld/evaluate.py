@@ -67,7 +67,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     for entry in per_task.values():
         entry["rate"] = 100.0 * entry["success"] / entry["total"]
     samples = [{"episode_id": e.episode_id, "won": bool(e.current.info.get("won")), "steps": e.steps,
-                "actions": [a for a, _ in e.history][:20]} for e in played[:NUM_SAMPLES]]
+                "actions": e.actions[:20]} for e in played[:NUM_SAMPLES]]
     details = {"success_count": won_total, "total_count": len(played), "success_rate": won_total / len(played),
                "per_task": {t: per_task[t] for t in SHORT_TYPES if t in per_task}, "engine_calls": stats.engine_calls,
                "max_live": stats.max_live, "samples": samples,

@@ -71,7 +71,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         entry = by_type.setdefault(answer_type, {"correct": 0, "total": 0})
         entry["correct"] += ok
         entry["total"] += 1
-    searches = sum(1 for e in played for a, _ in e.history if a.startswith("search["))
+    searches = sum(1 for e in played for a in e.actions if a.startswith("search["))
     samples = [{"episode_id": e.episode_id, "predicted": p, "correct": ok, "steps": e.steps}
                for e, p, ok in list(zip(played, predictions, verdicts, strict=True))[:NUM_SAMPLES]]
     correct = sum(verdicts)

@@ -58,7 +58,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
                   stats=stats)
     rewards = [e.current.reward if e.current.done else 0.0 for e in played]
     success = sum(r >= float(opts["success_threshold"]) for r in rewards)
-    samples = [{"episode_id": e.episode_id, "reward": r, "steps": e.steps, "actions": [a for a, _ in e.history][:15]}
+    samples = [{"episode_id": e.episode_id, "reward": r, "steps": e.steps, "actions": e.actions[:15]}
                for e, r in list(zip(played, rewards, strict=True))[:NUM_SAMPLES]]
     details = {"success_count": success, "total_count": len(played), "success_rate": success / len(played),
                "avg_reward": sum(rewards) / len(played), "avg_steps": sum(e.steps for e in played) / len(played),

@@ -148,7 +148,7 @@ class WebShopProtocol:
         current = episode.current
         if self.multi_turn:
             steps = [(action, result.observation, result.admissible_actions)
-                     for (action, _), result in zip(episode.history, episode.results, strict=True)]
+                     for action, result in zip(episode.actions, episode.results, strict=True)]
             return render_turns(episode.first.observation, episode.first.admissible_actions, steps, self.history_window)
         return render_messages(episode.first.observation, episode.history, current.observation,
                                current.admissible_actions, self.history_window)

@@ -76,7 +76,7 @@ def next_action(episode: Episode) -> str | None:
     if any(a.startswith("search[") for a in available):
         return f"search[{wish.kind}]"
     if "click[buy now]" in available:
-        clicked = {a for a, _ in episode.history}
+        clicked = set(episode.actions)
         for value in wish.options:
             action = f"click[{value}]"
             if action in available and action not in clicked:
