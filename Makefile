@@ -63,8 +63,9 @@ lint: setup ## ruff over autorl/, agent_kit/, tasks/ and tests/, mypy over the f
 # parallel). A failure stops `make test` once the jobs already running finish.
 test: setup ## lints, installs what the tests need, then runs unit + integration tests (CPU, local Ray)
 	$(MAKE) --no-print-directory -j 8 --output-sync=target lint test-deps
-	# Two workers, a test file each at a time: most of the suite waits (Ray start-up, agents, sandboxes), so
-	# two files in parallel take about half the wall time of one after another on 2 cores.
+	# Two workers, a test file each at a time: two files in parallel take about half the wall time of one after
+	# another on 2 cores. A third does not help: eight integration files took 409 s with two (CPUs 12 % idle) and
+	# 415 s with three (5 % idle), 2026-11-28.
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 
 test-unit: setup
