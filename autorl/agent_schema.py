@@ -111,6 +111,24 @@ class OnlineGrpoConfig:
     num_iterations: int = setting("optimizer steps per batch; after the first, PPO-clipped (TRL's num_iterations)")
     epsilon: float = setting("the clip range of the probability ratio (TRL's epsilon)")
     temperature: float = setting("sampling temperature of the rollouts; the update scores tokens at the same one")
+    episodes: int = setting("training episodes the batches replay, a batch's worth at a time (a fixed draw by the "
+                            "cell's seed, outside the expert's when enough are left); 0: a fresh draw every batch")
+    sft_mix: int = setting("SFT's expert sequences added to each update, keeping the policy near SFT's (0: none)")
+    sft_mix_weight: float = setting("the weight of each mixed SFT sequence (a rollout's is its advantage)")
+
+    def check(self) -> None:
+        """Refuse a replayed pool or an SFT mix that cannot mean anything (called when a sweep is planned).
+
+        Raises:
+            ConfigError: a negative ``episodes`` or ``sft_mix``, or a negative ``sft_mix_weight``.
+        """
+        from autorl.errors import ConfigError
+
+        for name, value in (("episodes", self.episodes), ("sft_mix", self.sft_mix), ("sft_mix_weight", self.sft_mix_weight)):
+            if value < 0:
+                raise ConfigError(f"agent.online_grpo.{name} must be at least 0 (0: "
+                                  f"{'a fresh draw every batch' if name == 'episodes' else 'no SFT sequences mixed in'}), "
+                                  f"got {value}")
 
 
 @dataclass

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autorl.agent_schema import CommandAgentConfig
+from autorl.agent_schema import CommandAgentConfig, ScriptedAgentConfig
 from autorl.config_errors import config_error
 from autorl.errors import ConfigError
 from autorl.gateway.settings import TRANSLATABLE
@@ -317,6 +317,8 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
                 f"positive budget_s in conf/task/{task.name}.yaml"
             )
         agent.reprompt.check()
+        if isinstance(agent, ScriptedAgentConfig):
+            agent.online_grpo.check()
         cell.config.integrity.check()
         cell.config.grader.check()
         if isinstance(agent, CommandAgentConfig) and not agent.command:

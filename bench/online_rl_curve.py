@@ -23,8 +23,9 @@ per iteration and the greedy reward before and after RL, and plots the curves.
 A setting is ``optimizer:lr`` (``adam``: :meth:`LocalPolicy.optimizer`, the recipe's; ``sgd``: plain
 SGD), then optionally ``epochs=N`` (optimizer steps per batch), ``clip=X`` (their clip range),
 ``temp=T`` (rollout sampling temperature), ``invalid=X`` (the return's penalty per share of inadmissible
-actions, :attr:`InteractiveRecipe.invalid_penalty`; default the recipe's) and ``positive`` (drop the
-rollouts with a negative advantage).
+actions, :attr:`InteractiveRecipe.invalid_penalty`; default the recipe's), ``mix=N`` (N of the expert's
+sequences on training episodes outside the pool join each update, weight :data:`MIX_WEIGHT`: the recipe's
+``online_grpo.sft_mix``) and ``positive`` (drop the rollouts with a negative advantage).
 The last default is the recipe's (``conf/agent/scripted.yaml`` ``online_grpo``). The env is the
 grader-side env the grading API's endpoints serve, in-process (no Ray, no HTTP): this measures the
 learning update, not the plumbing, which ``tests/integration/test_online_rl.py`` covers. CPU, `small` model.
@@ -47,6 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+MIX_WEIGHT = 0.5  # a mixed SFT sequence's weight, conf/agent/scripted.yaml's online_grpo.sft_mix_weight
 DEFAULT_SETTINGS = ["adam:1e-4", "adam:3e-4:epochs=4", "adam:3e-4:epochs=4:temp=0.7", "adam:1.5e-4:epochs=4:temp=0.7"]
 
 
@@ -62,17 +64,18 @@ class Setting:
     temperature: float = 1.0
     positive_only: bool = False
     invalid_penalty: float | None = None
+    sft_mix: int = 0
 
     @classmethod
     def parse(cls, text: str) -> Setting:
         """``optimizer:lr`` then optional ``epochs=N``, ``clip=X``, ``temp=T`` (sampling temperature),
-        ``invalid=X`` (inadmissible-action penalty), ``positive``.
+        ``invalid=X`` (inadmissible-action penalty), ``mix=N`` (SFT sequences per update), ``positive``.
 
-        >>> Setting.parse("adam:1e-3:epochs=4:invalid=0.5:positive")
-        Setting(optimizer='adam', lr=0.001, epochs=4, clip=0.2, temperature=1.0, positive_only=True, invalid_penalty=0.5)
+        >>> Setting.parse("adam:1e-3:epochs=4:invalid=0.5:mix=16:positive").label
+        'adam:0.001:epochs=4:clip=0.2:invalid=0.5:mix=16:positive'
         """
-        usage = (f"--setting {text!r}: expected adam|sgd:<lr>[:epochs=N][:clip=X][:temp=T][:invalid=X][:positive], "
-                 "e.g. adam:3e-4:epochs=4")
+        usage = (f"--setting {text!r}: expected adam|sgd:<lr>[:epochs=N][:clip=X][:temp=T][:invalid=X][:mix=N]"
+                 "[:positive], e.g. adam:3e-4:epochs=4")
         optimizer, _, rest = text.partition(":")
         lr, *options = rest.split(":")
         if optimizer not in ("adam", "sgd"):
@@ -91,6 +94,8 @@ class Setting:
                     setting.temperature = float(value)
                 elif key == "invalid":
                     setting.invalid_penalty = float(value)
+                elif key == "mix":
+                    setting.sft_mix = int(value)
                 else:
                     raise SystemExit(usage)
         except ValueError:
@@ -103,6 +108,7 @@ class Setting:
         extra = f":epochs={self.epochs}:clip={self.clip:g}" if self.epochs > 1 else ""
         extra += f":temp={self.temperature:g}" if self.temperature != 1 else ""
         extra += f":invalid={self.invalid_penalty:g}" if self.invalid_penalty is not None else ""
+        extra += f":mix={self.sft_mix}" if self.sft_mix else ""
         return f"{self.optimizer}:{self.lr:g}{extra}{':positive' if self.positive_only else ''}"
 
 
@@ -133,19 +139,13 @@ def greedy_reward(policy: Any, envs: Any, ids: list[str], recipe: Any) -> float:
     return sum(e.current.reward for e in played) / len(played)
 
 
-def iteration_batches(pool: list[str], per_iteration: int, iterations: int) -> list[list[str]]:
-    """Each iteration's episodes: ``per_iteration`` at a time from ``pool`` in turn, starting over at its end.
-
-    >>> iteration_batches(["a", "b", "c"], 2, 3)
-    [['a', 'b'], ['c', 'a'], ['b', 'c']]
-    """
-    return [[pool[(i * per_iteration + k) % len(pool)] for k in range(per_iteration)] for i in range(iterations)]
-
-
 def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches: list[list[str]],
-                greedy_ids: list[str], args: argparse.Namespace) -> dict[str, Any]:
+                greedy_ids: list[str], mix_samples: list[Any], args: argparse.Namespace) -> dict[str, Any]:
     """RL from the SFT weights under ``setting`` with the task recipe's ``rl_iteration``, an iteration per
-    entry of ``batches``; its curve and the greedy reward on ``greedy_ids`` after RL."""
+    entry of ``batches`` (each update with ``setting.sft_mix`` of ``mix_samples``); its curve and the greedy
+    reward on ``greedy_ids`` after RL."""
+    import random
+
     import torch
 
     from agent_kit.scripted.interactive import rl_iteration
@@ -169,8 +169,11 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches
 
         policy.clipped_update = positive_update  # type: ignore[method-assign]
     curve, inadmissible, started, calls = [], [], time.monotonic(), envs.calls
+    draw = random.Random(args.seed)
     for iteration, batch in enumerate(batches):
-        stats = rl_iteration(recipe, envs, batch, args.group, policy, optimizer, epochs=setting.epochs, clip=setting.clip)
+        mixed = [dataclasses.replace(s, weight=MIX_WEIGHT) for s in draw.sample(mix_samples, setting.sft_mix)]
+        stats = rl_iteration(recipe, envs, batch, args.group, policy, optimizer, epochs=setting.epochs, clip=setting.clip,
+                             mixed=mixed)
         curve.append(stats.reward)
         inadmissible.append(stats.inadmissible)
         print(f"  {iteration + 1}/{len(batches)}: mean rollout reward {stats.reward:.3f}, "
@@ -184,7 +187,7 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--setting", nargs="+", default=DEFAULT_SETTINGS,
-                        help="optimizer:lr[:epochs=N][:clip=X][:temp=T][:positive], one run each")
+                        help="optimizer:lr[:epochs=N][:clip=X][:temp=T][:invalid=X][:mix=N][:positive], one run each")
     parser.add_argument("--task", choices=["deepsearchqa", "alfworld"], default="deepsearchqa")
     parser.add_argument("--policy", type=Path, help="start RL from this saved SFT policy (required for alfworld)")
     parser.add_argument("--train-size", type=int, default=8, help="deepsearchqa: training questions (two per town)")
@@ -199,7 +202,8 @@ def main() -> None:
     parser.add_argument("--pool", type=int,
                         help="training episodes the iterations take in turn, a seeded draw; default: all, in order")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the fixture's seed and the torch seed")
+    parser.add_argument("--pool-seed", type=int, help="the seed of the pool's draw (default: --seed)")
     parser.add_argument("--cache-dir", type=Path, default=Path(os.environ.get("AUTORL_CACHE_DIR", Path.home() / ".cache/autorl")))
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--plot", type=Path, help="write a PNG of the curves here")
@@ -213,9 +217,11 @@ def main() -> None:
 
     import torch
 
+    from agent_kit.scripted.interactive import expert_samples, iteration_batches
     from agent_kit.scripted.policy import LocalPolicy
     from autorl.envs.host import local_episode_client
     from autorl.envs.training import training_episode_ids
+    from autorl.models.small import ensure_small_model
     from autorl.task_spec import get_task
     from autorl.tasks import build_task_data, eval_options
 
@@ -231,8 +237,14 @@ def main() -> None:
     client = local_episode_client(args.task, args.task, data.private_dir, eval_options(spec, "fixture", {}))
     envs: Any = LocalEnvs(client)
     ids = training_episode_ids(data.public_dir)  # what the grading API's env endpoints list to the recipe
-    pool = random.Random(args.seed).sample(ids, min(args.pool, len(ids))) if args.pool else ids
+    pool_seed = args.seed if args.pool_seed is None else args.pool_seed
+    pool = random.Random(pool_seed).sample(ids, min(args.pool, len(ids))) if args.pool else ids
     batches = iteration_batches(pool, min(args.per_iteration, len(pool)), args.iterations)
+    mix_samples: list[Any] = []
+    if any(s.sft_mix for s in settings):  # the expert's sequences of (up to 200) training episodes outside the pool
+        outside = [i for i in ids if i not in set(pool)] or ids
+        mix_samples, _ = expert_samples(recipe, envs, outside[:200], LocalPolicy(args.policy or ensure_small_model(
+            args.cache_dir), recipe.max_length), deadline=time.monotonic() + 3600)
     if args.task == "deepsearchqa":
         greedy_ids = ids
     else:  # ALFWorld's eval games, as the grader plays them
@@ -250,7 +262,7 @@ def main() -> None:
         for setting in settings:
             print(f"RL {setting.label}", flush=True)
             results.append({"greedy_before": before}
-                           | run_setting(setting, start_dir, recipe, envs, batches, greedy_ids, args))
+                           | run_setting(setting, start_dir, recipe, envs, batches, greedy_ids, mix_samples, args))
     report(results, args, title=f"{args.task}, pool of {len(pool)} training episodes, {len(batches[0])} x "
                                 f"{args.group} rollouts an iteration, greedy on {len(greedy_ids)}")
 

@@ -60,7 +60,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                        ("grpo-steps", int), ("grpo-batch-size", int), ("grpo-generations", int), ("grpo-lr", float),
                        ("grpo-max-completion", int), ("online-grpo-batches", int), ("online-grpo-batch-size", int),
                        ("online-grpo-generations", int), ("online-grpo-lr", float), ("online-grpo-iterations", int),
-                       ("online-grpo-epsilon", float), ("online-grpo-temperature", float)]:
+                       ("online-grpo-epsilon", float), ("online-grpo-temperature", float), ("online-grpo-episodes", int),
+                       ("online-grpo-sft-mix", int), ("online-grpo-sft-mix-weight", float)]:
         parser.add_argument(f"--{name}", type=kind, required=True)
     parser.add_argument("--seed", type=int, default=0, help="the cell's seed: data order and sampling vary with it")
     return parser.parse_args(argv)

@@ -11,6 +11,13 @@
    PPO-clipped after the first; submit. The return is the env reward, less ``invalid_penalty`` times the
    share of the rollout's actions that the env had not listed as admissible, where the recipe sets one:
    that ranks the rollouts of a group that all lost (or all won), which the reward alone leaves equal.
+
+   The iterations replay a fixed pool of ``episodes`` training episodes that the expert did not play
+   (when enough are left), a batch's worth at a time, and each update also takes ``sft_mix`` of SFT's
+   expert sequences (weight ``sft_mix_weight``; InstructGPT's PPO-ptx mixes pretraining data the same
+   way). On fresh episodes every iteration the mean reward of a batch followed the episodes drawn, not
+   the updates (bench/README.md); on a replayed pool the curve compares the same episodes, and the SFT
+   sequences keep the policy near what SFT taught, which replaying a few episodes otherwise wears away.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -167,12 +174,35 @@ def group_advantages(returns: list[float], group: int) -> list[float]:
     return advantages
 
 
+def replay_pool(ids: list[str], played: list[str], size: int, rng: random.Random) -> list[str]:
+    """RL's ``size`` training episodes, drawn by ``rng`` from those not in ``played`` (the expert's) while
+    enough are left, else from all.
+
+    >>> replay_pool(["a", "b", "c", "d"], ["a", "b"], 2, random.Random(0))
+    ['d', 'c']
+    >>> sorted(replay_pool(["a", "b", "c"], ["a", "b"], 2, random.Random(0)))  # one unplayed: from all
+    ['b', 'c']
+    """
+    unplayed = [i for i in ids if i not in set(played)]
+    return rng.sample(unplayed if len(unplayed) >= size else ids, min(size, len(ids)))
+
+
+def iteration_batches(pool: list[str], per_iteration: int, iterations: int) -> list[list[str]]:
+    """Each iteration's episodes: ``per_iteration`` at a time from ``pool`` in turn, starting over at its end.
+
+    >>> iteration_batches(["a", "b", "c"], 2, 3)
+    [['a', 'b'], ['c', 'a'], ['b', 'c']]
+    """
+    return [[pool[(i * per_iteration + k) % len(pool)] for k in range(per_iteration)] for i in range(iterations)]
+
+
 def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], group: int, policy: LocalPolicy,
-                 optimizer: Any, *, epochs: int, clip: float) -> RolloutStats:
+                 optimizer: Any, *, epochs: int, clip: float, mixed: list[Sample] | None = None) -> RolloutStats:
     """``epochs`` clipped policy-gradient steps (:meth:`LocalPolicy.clipped_update` with ``optimizer``) on
     ``group`` sampled rollouts of each of ``ids``, every rollout's steps in it once, each weighted by its
-    return's advantage in its group; returns the rollouts' means and what the update did to their likelihood
-    (its first step scores them before it; one forward pass without gradients after it)."""
+    return's advantage in its group, plus the ``mixed`` samples as they are (SFT's, weighted); returns the
+    rollouts' means and what the update did to their likelihood (its first step scores them before it; one
+    forward pass without gradients after it). No update when every group's returns are equal."""
     recorder = _Recording(recipe.protocol, policy)
     policy.sample = True
     played = play(policy, envs, [e for e in ids for _ in range(group)], recorder, max_steps=recipe.max_steps,
@@ -186,7 +216,7 @@ def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], g
             samples += pack(recorder.prompts[id(episode)], episode.raw_outputs, weight=advantage)
     shifts: dict[bool, list[float]] = {True: [], False: []}  # positive advantage -> per-sequence changes
     if samples:
-        before = policy.clipped_update(samples, optimizer, epochs=epochs, clip=clip)
+        before = policy.clipped_update(samples + (mixed or []), optimizer, epochs=epochs, clip=clip)[:len(samples)]
         for sample, old, new in zip(samples, before, policy.sequence_logps(samples), strict=True):
             shifts[sample.weight > 0].append(new - old)
     policy.sample = False
@@ -222,6 +252,15 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
     submit("output/v1")
     group = max(2, args.online_grpo_generations)
     per_iteration = max(1, args.online_grpo_batch_size // group)
+    if args.online_grpo_episodes:
+        played = expert_ids[:len(rewards)]
+        pool = replay_pool(ids, played, args.online_grpo_episodes, rng)
+        batches = iteration_batches(pool, min(per_iteration, len(pool)), args.online_grpo_batches)
+        log(f"RL replays {len(pool)} training episodes ({sum(i in set(played) for i in pool)} of them in SFT's), "
+            f"{len(batches[0])} a batch, with {args.online_grpo_sft_mix} SFT sequences (weight "
+            f"{args.online_grpo_sft_mix_weight:g}) in each update")
+    else:  # a fresh draw each batch
+        batches = [rng.sample(ids, min(per_iteration, len(ids))) for _ in range(args.online_grpo_batches)]
     policy.temperature = args.online_grpo_temperature
     optimizer = policy.optimizer(args.online_grpo_lr)  # one Adam for all iterations (see LocalPolicy.update)
     # The next iteration must fit with 60 s left for the final submission. Iterations vary (a WebShop one
@@ -234,10 +273,12 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
                 "stopping RL")
             break
         started = time.monotonic()
-        batch = rng.sample(ids, min(per_iteration, len(ids)))
+        batch = batches[iteration]
+        mixed = [replace(sample, weight=args.online_grpo_sft_mix_weight)
+                 for sample in rng.sample(samples, min(args.online_grpo_sft_mix, len(samples)))]
         calls = envs.calls
         stats = rl_iteration(recipe, envs, batch, group, policy, optimizer, epochs=args.online_grpo_iterations,
-                             clip=args.online_grpo_epsilon)
+                             clip=args.online_grpo_epsilon, mixed=mixed)
         longest_s = max(longest_s, time.monotonic() - started)
         log(f"RL iteration {iteration + 1}/{args.online_grpo_batches}: {len(batch) * group} rollouts, "
             f"{envs.calls - calls} env-endpoint calls ({envs.calls} in all), mean rollout reward {stats.reward:.3f}"

@@ -56,4 +56,6 @@ def test_grpo_learns_from_env_endpoint_rollouts(tmp_path: Path, ray_tmp: Path, c
     assert len(updates) >= BATCHES // 2, f"iterations with wins and losses in a group: {iterations}"
     assert all(up > down for up, down in updates), updates
     assert sum(up for up, _ in updates) > 0 > sum(down for _, down in updates), updates
+    # The 8 questions are all the training data, so the pool RL replays is SFT's too.
+    assert "RL replays 8 training episodes (8 of them in SFT's), 8 a batch, with 16 SFT sequences" in log, log[-3000:]
     assert "submitted output/v2" in log

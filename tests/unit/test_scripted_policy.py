@@ -184,3 +184,64 @@ def test_alfworld_rl_judges_each_action_against_the_list_before_it() -> None:
     assert inadmissible_share(episode) == 0.5
     with pytest.raises(ValueError, match="invalid_penalty needs literal_admissible"):
         dataclasses.replace(alfworld_recipe(), literal_admissible=False, invalid_penalty=0.5)
+
+
+class _OneStepEnvs:
+    """An env of one-step episodes in the shape of ``ApiEpisodes``: an action that starts with a vowel wins."""
+
+    def __init__(self) -> None:
+        self.handles = 0
+
+    def reset(self, episode_ids: list[str]) -> list[tuple[str, Any]]:
+        from agent_kit.protocol import StepResult
+
+        self.handles += len(episode_ids)
+        return [(f"h{self.handles}-{i}", StepResult(f"Say a word ({e}).", 0.0, False, [], {}))
+                for i, e in enumerate(episode_ids)]
+
+    def step(self, moves: list[tuple[str, str]]) -> list[Any]:
+        from agent_kit.protocol import StepResult
+
+        return [StepResult("", float(action[:1].lower() in "aeiou"), True, [], {}) for _, action in moves]
+
+    def close(self, handles: list[str]) -> None:
+        pass
+
+
+class _WordProtocol:
+    mode, max_new_tokens, stop = "text", 3, None
+
+    def render(self, episode: Any) -> str:
+        return episode.first.observation + "\n"
+
+    def parse(self, episode: Any, output: str) -> str:
+        return output.strip()
+
+
+@pytest.mark.parametrize("reward_all", [False, True])
+def test_rl_iteration_mixes_sft_sequences_into_an_update_and_reports_only_its_rollouts(
+        tiny_model_dir: Path, reward_all: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mixed SFT sequence is trained on with the rollouts (its likelihood rises) but the reported shifts are the
+    rollouts' alone; when every group's returns are equal there is no update at all, mixed sequences or not."""
+    import torch
+
+    from agent_kit.scripted.interactive import InteractiveRecipe, rl_iteration
+
+    torch.manual_seed(0)
+    envs = _OneStepEnvs()
+    if reward_all:
+        monkeypatch.setattr(envs, "step", lambda moves: [type(envs).step(envs, [(h, "a")])[0] for h, _ in moves])
+    recipe = InteractiveRecipe(_WordProtocol(), lambda episode: None, max_steps=1, max_length=64, expert_episodes=0)
+    policy = LocalPolicy(tiny_model_dir, max_length=64)
+    policy.temperature = 1.0
+    mixed = Sample("Say a word (sft).\n", " apple", 0.5)
+    before_weights, (before_mixed,) = _weights(policy), policy.sequence_logps([mixed])
+    stats = rl_iteration(recipe, envs, [f"train/{i}" for i in range(6)], 4, policy, policy.optimizer(1e-3),
+                         epochs=2, clip=0.2, mixed=[mixed])
+    if reward_all:
+        assert stats.reward == 1.0 and stats.reinforced_shift is None and stats.penalized_shift is None
+        assert torch.equal(_weights(policy), before_weights)
+    else:
+        assert 0 < stats.reward < 1 and stats.reinforced_shift is not None and stats.penalized_shift is not None
+        assert stats.reinforced_shift > 0 > stats.penalized_shift
+        assert policy.sequence_logps([mixed])[0] > before_mixed

@@ -48,7 +48,9 @@ class ScriptedAgent:
             "--online-grpo-batches", str(online.batches), "--online-grpo-batch-size", str(online.batch_size),
             "--online-grpo-generations", str(online.num_generations), "--online-grpo-lr", str(online.learning_rate),
             "--online-grpo-iterations", str(online.num_iterations), "--online-grpo-epsilon", str(online.epsilon),
-            "--online-grpo-temperature", str(online.temperature), "--seed", str(ctx.seed),
+            "--online-grpo-temperature", str(online.temperature), "--online-grpo-episodes", str(online.episodes),
+            "--online-grpo-sft-mix", str(online.sft_mix), "--online-grpo-sft-mix-weight", str(online.sft_mix_weight),
+            "--seed", str(ctx.seed),
         ]
         # copy_agent_code lays agent_kit/ beside the task's package: their common folder makes both importable.
         path = ctx.env.get("PYTHONPATH")
