@@ -16,8 +16,9 @@
    (when enough are left), a batch's worth at a time, and each update also takes ``sft_mix`` of SFT's
    expert sequences (weight ``sft_mix_weight``; InstructGPT's PPO-ptx mixes pretraining data the same
    way). On fresh episodes every iteration the mean reward of a batch followed the episodes drawn, not
-   the updates (bench/README.md); on a replayed pool the curve compares the same episodes, and the SFT
-   sequences keep the policy near what SFT taught, which replaying a few episodes otherwise wears away.
+   the updates (bench/README.md); on a replayed pool the curve compares the same episodes. The SFT
+   sequences are to keep the policy near what SFT taught: replaying 8 ALFWorld games without them took
+   one policy from 11 to 3 of 36 eval games (one run; whether they prevent it is not measured yet).
 """
 
 from __future__ import annotations
