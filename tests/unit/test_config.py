@@ -269,7 +269,7 @@ def test_command_agent_without_a_command_is_refused_before_anything_starts() -> 
         plan_sweep(["agent=command"])
     with pytest.raises(ConfigError, match=r"agent.reprompt.max must be 0 \(off\) or a positive number"):
         plan_sweep(["agent.reprompt.max=-1"])
-    with pytest.raises(ConfigError, match=r"agent.online_grpo.episodes must be at least 0 \(0: a fresh draw every batch\), got -8"):
+    with pytest.raises(ConfigError, match=r"agent.online_grpo.episodes must be at least 0 \(0: a fresh draw every batch\)"):
         plan_sweep(["agent.online_grpo.episodes=-8"])
 
 
