@@ -24,8 +24,9 @@ A setting is ``optimizer:lr`` (``adam``: :meth:`LocalPolicy.optimizer`, the reci
 SGD), then optionally ``epochs=N`` (optimizer steps per batch), ``clip=X`` (their clip range),
 ``temp=T`` (rollout sampling temperature), ``invalid=X`` (the return's penalty per share of inadmissible
 actions, :attr:`InteractiveRecipe.invalid_penalty`; default the recipe's), ``mix=N`` (N of the expert's
-sequences on training episodes outside the pool join each update, weight :data:`MIX_WEIGHT`: the recipe's
-``online_grpo.sft_mix``) and ``positive`` (drop the rollouts with a negative advantage).
+sequences on training episodes outside the pool join each update, weighted as the recipe's
+``online_grpo.sft_mix_weight``: the recipe's ``online_grpo.sft_mix``) and ``positive`` (drop the
+rollouts with a negative advantage).
 The last default is the recipe's (``conf/agent/scripted.yaml`` ``online_grpo``). The env is the
 grader-side env the grading API's endpoints serve, in-process (no Ray, no HTTP): this measures the
 learning update, not the plumbing, which ``tests/integration/test_online_rl.py`` covers. CPU, `small` model.
@@ -48,7 +49,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-MIX_WEIGHT = 0.5  # a mixed SFT sequence's weight, conf/agent/scripted.yaml's online_grpo.sft_mix_weight
 DEFAULT_SETTINGS = ["adam:1e-4", "adam:3e-4:epochs=4", "adam:3e-4:epochs=4:temp=0.7", "adam:1.5e-4:epochs=4:temp=0.7"]
 
 
@@ -169,9 +169,12 @@ def run_setting(setting: Setting, sft_dir: Path, recipe: Any, envs: Any, batches
 
         policy.clipped_update = positive_update  # type: ignore[method-assign]
     curve, inadmissible, started, calls = [], [], time.monotonic(), envs.calls
+    from omegaconf import OmegaConf
+
+    weight = float(OmegaConf.load(ROOT / "conf" / "agent" / "scripted.yaml").online_grpo.sft_mix_weight)
     draw = random.Random(args.seed)
     for iteration, batch in enumerate(batches):
-        mixed = [dataclasses.replace(s, weight=MIX_WEIGHT) for s in draw.sample(mix_samples, setting.sft_mix)]
+        mixed = [dataclasses.replace(s, weight=weight) for s in draw.sample(mix_samples, setting.sft_mix)]
         stats = rl_iteration(recipe, envs, batch, args.group, policy, optimizer, epochs=setting.epochs, clip=setting.clip,
                              mixed=mixed)
         curve.append(stats.reward)
@@ -242,7 +245,8 @@ def main() -> None:
     batches = iteration_batches(pool, min(args.per_iteration, len(pool)), args.iterations)
     mix_samples: list[Any] = []
     if any(s.sft_mix for s in settings):  # the expert's sequences of (up to 200) training episodes outside the pool
-        outside = [i for i in ids if i not in set(pool)] or ids
+        in_pool = set(pool)
+        outside = [i for i in ids if i not in in_pool] or ids
         mix_samples, _ = expert_samples(recipe, envs, outside[:200], LocalPolicy(args.policy or ensure_small_model(
             args.cache_dir), recipe.max_length), deadline=time.monotonic() + 3600)
     if args.task == "deepsearchqa":

@@ -184,7 +184,8 @@ def replay_pool(ids: list[str], played: list[str], size: int, rng: random.Random
     >>> sorted(replay_pool(["a", "b", "c"], ["a", "b"], 2, random.Random(0)))  # one unplayed: from all
     ['b', 'c']
     """
-    unplayed = [i for i in ids if i not in set(played)]
+    seen = set(played)
+    unplayed = [i for i in ids if i not in seen]
     return rng.sample(unplayed if len(unplayed) >= size else ids, min(size, len(ids)))
 
 
@@ -257,7 +258,7 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
         played = expert_ids[:len(rewards)]
         pool = replay_pool(ids, played, args.online_grpo_episodes, rng)
         batches = iteration_batches(pool, min(per_iteration, len(pool)), args.online_grpo_batches)
-        log(f"RL replays {len(pool)} training episodes ({sum(i in set(played) for i in pool)} of them in SFT's), "
+        log(f"RL replays {len(pool)} training episodes ({len(set(pool) & set(played))} of them in SFT's), "
             f"{len(batches[0])} a batch, with {args.online_grpo_sft_mix} SFT sequences (weight "
             f"{args.online_grpo_sft_mix_weight:g}) in each update")
     else:  # a fresh draw each batch

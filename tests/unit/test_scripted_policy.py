@@ -187,10 +187,11 @@ def test_alfworld_rl_judges_each_action_against_the_list_before_it() -> None:
 
 
 class _OneStepEnvs:
-    """An env of one-step episodes in the shape of ``ApiEpisodes``: an action that starts with a vowel wins."""
+    """An env of one-step episodes in the shape of ``ApiEpisodes``: an action that starts with a vowel wins
+    (every action with ``win_all``)."""
 
-    def __init__(self) -> None:
-        self.handles = 0
+    def __init__(self, win_all: bool = False) -> None:
+        self.handles, self.win_all = 0, win_all
 
     def reset(self, episode_ids: list[str]) -> list[tuple[str, Any]]:
         from agent_kit.protocol import StepResult
@@ -202,7 +203,7 @@ class _OneStepEnvs:
     def step(self, moves: list[tuple[str, str]]) -> list[Any]:
         from agent_kit.protocol import StepResult
 
-        return [StepResult("", float(action[:1].lower() in "aeiou"), True, [], {}) for _, action in moves]
+        return [StepResult("", float(self.win_all or action[:1].lower() in "aeiou"), True, [], {}) for _, action in moves]
 
     def close(self, handles: list[str]) -> None:
         pass
@@ -220,7 +221,7 @@ class _WordProtocol:
 
 @pytest.mark.parametrize("reward_all", [False, True])
 def test_rl_iteration_mixes_sft_sequences_into_an_update_and_reports_only_its_rollouts(
-        tiny_model_dir: Path, reward_all: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny_model_dir: Path, reward_all: bool) -> None:
     """The mixed SFT sequence is trained on with the rollouts (its likelihood rises) but the reported shifts are the
     rollouts' alone; when every group's returns are equal there is no update at all, mixed sequences or not."""
     import torch
@@ -228,9 +229,7 @@ def test_rl_iteration_mixes_sft_sequences_into_an_update_and_reports_only_its_ro
     from agent_kit.scripted.interactive import InteractiveRecipe, rl_iteration
 
     torch.manual_seed(0)
-    envs = _OneStepEnvs()
-    if reward_all:
-        monkeypatch.setattr(envs, "step", lambda moves: [type(envs).step(envs, [(h, "a")])[0] for h, _ in moves])
+    envs = _OneStepEnvs(win_all=reward_all)
     recipe = InteractiveRecipe(_WordProtocol(), lambda episode: None, max_steps=1, max_length=64, expert_episodes=0)
     policy = LocalPolicy(tiny_model_dir, max_length=64)
     policy.temperature = 1.0
