@@ -274,6 +274,11 @@ class GraderConfig:
     gpus: float = setting("GPUs per grader actor")
     batch_size: int = setting("prompts per generate() call")
     max_queued_per_cell: int = setting("more waiting submissions from one cell get 429")
+    baseline_cache: bool = setting(
+        "reuse a base model's score from earlier sweeps on the grader pool's node (<cache dir>/baselines: same task "
+        "version, eval options, weights, engine, batch size, device and versions); false: score it in every sweep",
+        True,
+    )
     # A default so that code building a GraderConfig by hand (tests) need not name it.
     resources: dict[str, float] = field(
         default_factory=dict,

@@ -72,6 +72,26 @@ class Grader:
                 engine=self.engine, warm=self.engines,
             )
 
+    def engine_identity(self) -> dict[str, Any]:
+        """What besides the model and the eval options decides this grader's scores: the engine it
+        resolves to and its options, batch size, threads, device and library versions, and autorl's own
+        version (the key of the cross-sweep baseline cache, :mod:`autorl.grading.baseline_cache`)."""
+        import importlib.metadata
+
+        import torch
+
+        from autorl.engine import resolve_engine
+        from autorl.records.migrations import autorl_version
+
+        name = resolve_engine(self.engine)
+        packages = ["torch", "transformers", "peft"] + (["vllm"] if name == "vllm" else [])
+        return {
+            "engine": name, "options": self.engines.options.get(name, {}), "batch_size": self.batch_size,
+            "threads": self.num_threads, "autorl": autorl_version(),
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+            "packages": {package: importlib.metadata.version(package) for package in packages},
+        }
+
     def engine_stats(self) -> dict[str, int]:
         """How this grader got its engines: ``builds`` (loaded anew) and ``swaps`` (weights swapped in)."""
         return {"builds": self.engines.builds, "swaps": self.engines.swaps}

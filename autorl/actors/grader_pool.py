@@ -3,7 +3,8 @@
 It routes each scoring request to the least-loaded grader (of those, one on the node that holds
 the submission, which then reads it in place instead of fetching it), replaces a grader that died and
 retries its request (an infrastructure failure, never the agent's), caches baselines and
-submission scores in the record store, and reports its queue depth.
+submission scores in the record store (baselines also across sweeps on its node:
+:mod:`autorl.grading.baseline_cache`), and reports its queue depth.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import logging
 import time
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -20,6 +22,7 @@ from ray.exceptions import RayActorError
 
 from autorl.actors.grader import Grader
 from autorl.errors import AutorlError
+from autorl.grading.baseline_cache import BaselineCache
 from autorl.grading.scoring import EvalTarget, ScoreOutcome
 from autorl.grading.transfer import ModelRef
 from autorl.schema import GraderConfig
@@ -61,6 +64,9 @@ class GraderPool:
         # Each grader's busy time over the time the queue was non-empty (dashboard and report).
         self.busy = BusyClock(len(self.workers))
         self.key_locks: dict[str, asyncio.Lock] = {}
+        # Baselines of earlier sweeps on this node (grader.baseline_cache), keyed by what the graders score with.
+        self.baselines = BaselineCache(Path(cache_dir) / "baselines")
+        self.identity: dict[str, Any] | None = None
 
     def _start_grader(self) -> Any:
         options: dict[str, Any] = {"num_cpus": self.cfg.cpus, "max_restarts": 2}
@@ -112,7 +118,8 @@ class GraderPool:
                 self.nodes[i] = answer
 
     async def baseline(self, target: EvalTarget, model_dir: ModelRef | str, weights_hash: str) -> float:
-        """The base model's score on ``target``, computed once per key and cached in the store.
+        """The base model's score on ``target``, computed once per key and cached in the store (and, with
+        ``grader.baseline_cache``, reused from an earlier sweep on this node that scored it with the same engine).
 
         Raises:
             BaselineError: if the base model cannot be scored (never recorded as 0).
@@ -122,11 +129,31 @@ class GraderPool:
             cached = await self.recorder.get_baseline.remote(key)
             if cached is not None:
                 return float(cached)
+            identity = await self._engine_identity() if self.cfg.baseline_cache else None
+            earlier = self.baselines.get(key, identity) if identity is not None else None
+            if earlier is not None:
+                score, details = earlier
+                reused = json.loads(details) | {"cross_sweep_cache": str(self.baselines.root)}
+                await self.recorder.put_baseline.remote(key, score, json.dumps(reused))
+                return score
             outcome = await self._run_on_grader(target, model_dir)
             if outcome.error is not None or outcome.score is None:
                 raise BaselineError(f"baseline of {model_dir} on {target.task_id} failed: {outcome.error}")
-            await self.recorder.put_baseline.remote(key, outcome.score, json.dumps(asdict(outcome)))
+            details = json.dumps(asdict(outcome))
+            await self.recorder.put_baseline.remote(key, outcome.score, details)
+            if identity is not None:
+                self.baselines.put(key, identity, outcome.score, details)
             return outcome.score
+
+    async def _engine_identity(self) -> dict[str, Any] | None:
+        """What the graders score with (asked once); None when a grader cannot say, and then no baseline is
+        reused or stored across sweeps (scoring the base reports the grader's own error)."""
+        if self.identity is None:
+            try:
+                self.identity = await self.workers[0].engine_identity.remote()
+            except Exception as error:  # noqa: BLE001 - any failure only costs the cache, scoring says why
+                logger.warning("graders did not say what they score with (%s): baselines are scored anew", error)
+        return self.identity
 
     async def score(
         self, target: EvalTarget, model_dir: ModelRef | str, weights_hash: str, base_dir: ModelRef | str | None = None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from autorl.actors.recorder import Recorder
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget
 from autorl.schema import GraderConfig
+from tests.integration.conftest import query
 
 pytestmark = pytest.mark.integration
 TARGET = EvalTarget("gsm8k", 1, "fixture", 0, {"train_size": 20, "eval_size": 16}, {"num_shots": 0, "max_new_tokens": 8})
@@ -63,3 +66,36 @@ def test_failed_baseline_is_an_error_not_zero(services, tmp_path: Path) -> None:
         ray.get(pool.baseline.remote(TARGET, str(broken), "deadbeef"))
     assert isinstance(error.value.as_instanceof_cause(), BaselineError)
     assert ray.get(recorder.get_baseline.remote("baseline:" + TARGET.cache_key("deadbeef"))) is None
+
+
+def test_a_later_sweeps_pool_reuses_the_baseline_when_nothing_that_decides_it_changed(
+    services, tiny_model_dir: Path, tmp_path: Path, cache_dir: Path
+) -> None:
+    _, first_recorder = services
+    # Eval options of this test alone: another test's baseline in the session's cache cannot answer for it.
+    target = replace(TARGET, eval_options={"num_shots": 0, "max_new_tokens": 6})
+    digest = weights_hash(check_loadable_model(tiny_model_dir))
+    key = "baseline:" + target.cache_key(digest)
+    config = GraderConfig(replicas=1, cpus=1, gpus=0, batch_size=16, max_queued_per_cell=4)
+
+    def baseline_in_a_new_sweep(name: str, grader_cfg: GraderConfig) -> tuple[float, dict[str, int], str]:
+        """A new sweep's pool and record store: (its baseline, its grader's engine builds, the stored details)."""
+        recorder = ray.remote(Recorder).options(num_cpus=0).remote(str(tmp_path / f"{name}.sqlite"))
+        pool = ray.remote(GraderPool).options(num_cpus=0).remote(grader_cfg, str(cache_dir), recorder)
+        score = ray.get(pool.baseline.remote(target, str(tiny_model_dir), digest))
+        (grader,) = ray.get(pool.graders.remote())
+        builds = ray.get(grader.engine_stats.remote())
+        for actor in (grader, pool, recorder):  # free the grader's CPU for the next sweep's
+            ray.kill(actor, no_restart=True)
+        ((details,),) = query(tmp_path / f"{name}.sqlite", "SELECT details_json FROM baselines WHERE key = ?", key)
+        return score, builds, str(details)
+
+    score, builds, _ = baseline_in_a_new_sweep("first", config)
+    assert builds["builds"] == 1
+    again, builds, details = baseline_in_a_new_sweep("second", config)
+    assert (again, builds["builds"]) == (score, 0) and json.loads(details)["cross_sweep_cache"] == str(cache_dir / "baselines")
+    # Told not to, or grading with another batch size (which can change greedy outputs): the base is scored again.
+    for changed in (replace(config, baseline_cache=False), replace(config, batch_size=8)):
+        again, builds, details = baseline_in_a_new_sweep(f"changed-{changed.batch_size}", changed)
+        assert (again, builds["builds"]) == (score, 1) and "cross_sweep_cache" not in json.loads(details)
+    assert ray.get(first_recorder.get_baseline.remote(key)) is None  # each sweep's store holds only its own

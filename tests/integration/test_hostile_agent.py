@@ -170,6 +170,9 @@ def _run_probe(tmp_path: Path, ray_tmp: Path, cache_dir: Path, ray_address: str,
         sys.executable, "-m", "autorl.sweep", f"out_dir={out_dir}", f"sweep_id={sweep_id}", "progress=false",
         f"cluster.address={ray_address}", f"cluster.temp_dir={ray_tmp}", "cluster.include_dashboard=false",
         f"cache_dir={cache_dir}",  # the actors run on a head this sweep did not start: they get the path here
+        # The grader's own write to the cache (a baseline for later sweeps) would change the digest of what the agent
+        # must leave alone: off here, so that any change is the agent's.
+        "grader.baseline_cache=false",
         "agent=command", f"agent.files=[{','.join(map(str, PROBE_FILES))},{settings_file}]",
         "agent.command=[python3,-I,'{home}/hostile_probe.py','{home}/probe_settings.json']",
         f"budget.seconds={BUDGET_S}", "budget.kill_grace_s=5", *extra,

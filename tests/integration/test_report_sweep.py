@@ -128,7 +128,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator
         "agent.sft.steps=10", "agent.sft.batch_size=8", "agent.grpo.steps=2", "agent.grpo.batch_size=8",
         "agent.grpo.max_completion_length=16", "budget.seconds=400",
         # Small fixture splits and short generations: this test is about the records, not the scores.
-        "task.build.fixture.train_size=200", "task.build.fixture.eval_size=40", "task.eval.fixture.max_new_tokens=24",
+        "task.build.fixture.train_size=200", "task.build.fixture.eval_size=20", "task.eval.fixture.max_new_tokens=24",
         f"out_dir={out_dir}",
         # 2 cells at a time plus the grader: 3 logical CPUs, or the grader waits for a free CPU forever.
         "cluster.include_dashboard=false", "cluster.num_cpus=3", f"cluster.temp_dir={ray_tmp}",
