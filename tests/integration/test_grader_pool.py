@@ -71,7 +71,7 @@ def test_failed_baseline_is_an_error_not_zero(services, tmp_path: Path) -> None:
 def test_a_later_sweeps_pool_reuses_the_baseline_when_nothing_that_decides_it_changed(
     services, tiny_model_dir: Path, tmp_path: Path, cache_dir: Path
 ) -> None:
-    _, first_recorder = services
+    first_pool, first_recorder = services
     # Eval options of this test alone: another test's baseline in the session's cache cannot answer for it.
     target = replace(TARGET, eval_options={"num_shots": 0, "max_new_tokens": 6})
     digest = weights_hash(check_loadable_model(tiny_model_dir))
@@ -90,12 +90,14 @@ def test_a_later_sweeps_pool_reuses_the_baseline_when_nothing_that_decides_it_ch
         ((details,),) = query(tmp_path / f"{name}.sqlite", "SELECT details_json FROM baselines WHERE key = ?", key)
         return score, builds, str(details)
 
-    score, builds, _ = baseline_in_a_new_sweep("first", config)
-    assert builds["builds"] == 1
+    # The first sweep's pool (this module's, same settings as `config`) scores the base and stores it.
+    score = ray.get(first_pool.baseline.remote(target, str(tiny_model_dir), digest))
+    (first_grader,) = ray.get(first_pool.graders.remote())
+    assert ray.get(first_grader.engine_stats.remote())["builds"] == 1
     again, builds, details = baseline_in_a_new_sweep("second", config)
     assert (again, builds["builds"]) == (score, 0) and json.loads(details)["cross_sweep_cache"] == str(cache_dir / "baselines")
     # Told not to, or grading with another batch size (which can change greedy outputs): the base is scored again.
     for changed in (replace(config, baseline_cache=False), replace(config, batch_size=8)):
         again, builds, details = baseline_in_a_new_sweep(f"changed-{changed.batch_size}", changed)
         assert (again, builds["builds"]) == (score, 1) and "cross_sweep_cache" not in json.loads(details)
-    assert ray.get(first_recorder.get_baseline.remote(key)) is None  # each sweep's store holds only its own
+    assert ray.get(first_recorder.get_baseline.remote(key)) == score  # each sweep's store holds its own
