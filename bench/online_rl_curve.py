@@ -24,9 +24,8 @@ A setting is ``optimizer:lr`` (``adam``: :meth:`LocalPolicy.optimizer`, the reci
 SGD), then optionally ``epochs=N`` (optimizer steps per batch), ``clip=X`` (their clip range),
 ``temp=T`` (rollout sampling temperature), ``invalid=X`` (the return's penalty per share of inadmissible
 actions, :attr:`InteractiveRecipe.invalid_penalty`; default the recipe's), ``mix=N`` (N of the expert's
-sequences on training episodes outside the pool join each update, weighted as the recipe's
-``online_grpo.sft_mix_weight``: the recipe's ``online_grpo.sft_mix``) and ``positive`` (drop the
-rollouts with a negative advantage).
+sequences on training episodes outside the pool join each update, as the recipe's ``online_grpo.sft_mix``
+does, with its ``online_grpo.sft_mix_weight``) and ``positive`` (drop the rollouts with a negative advantage).
 The last default is the recipe's (``conf/agent/scripted.yaml`` ``online_grpo``). The env is the
 grader-side env the grading API's endpoints serve, in-process (no Ray, no HTTP): this measures the
 learning update, not the plumbing, which ``tests/integration/test_online_rl.py`` covers. CPU, `small` model.

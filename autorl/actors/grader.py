@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from pathlib import Path
@@ -85,12 +86,14 @@ class Grader:
 
         name = resolve_engine(self.engine)
         packages = ["torch", "transformers", "peft"] + (["vllm"] if name == "vllm" else [])
-        return {
+        identity = {
             "engine": name, "options": self.engines.options.get(name, {}), "batch_size": self.batch_size,
             "threads": self.num_threads, "autorl": autorl_version(),
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
             "packages": {package: importlib.metadata.version(package) for package in packages},
         }
+        # Plain JSON values (an engine option may be a tuple or a path): what the cache stores is what it compares.
+        return json.loads(json.dumps(identity, default=str))  # type: ignore[no-any-return]
 
     def engine_stats(self) -> dict[str, int]:
         """How this grader got its engines: ``builds`` (loaded anew) and ``swaps`` (weights swapped in)."""

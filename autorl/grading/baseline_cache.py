@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 
 
 def cross_sweep_key(record_key: str, engine_identity: dict[str, Any]) -> str:
-    """The file name of a baseline: a digest of its record-store key and the grader's engine identity.
+    """The file name of a baseline: a digest of its record-store key and the grader's engine identity
+    (plain JSON values, as :meth:`autorl.actors.grader.Grader.engine_identity` returns it).
 
     >>> a = cross_sweep_key("baseline:gsm8k:v2:fixture:abc:w1", {"engine": "hf", "batch_size": 64})
     >>> a == cross_sweep_key("baseline:gsm8k:v2:fixture:abc:w1", {"batch_size": 64, "engine": "hf"})
@@ -34,7 +35,7 @@ def cross_sweep_key(record_key: str, engine_identity: dict[str, Any]) -> str:
     >>> a == cross_sweep_key("baseline:gsm8k:v2:fixture:abc:w1", {"engine": "hf", "batch_size": 32})
     False
     """
-    payload = json.dumps({"key": record_key, "engine": engine_identity}, sort_keys=True, default=str)
+    payload = json.dumps({"key": record_key, "engine": engine_identity}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
@@ -63,15 +64,20 @@ class BaselineCache:
             logger.warning("ignoring the cached baseline %s (%s); scoring the base model again", path, error)
             return None
 
-    def put(self, record_key: str, engine_identity: dict[str, Any], score: float, details_json: str) -> Path:
-        """Store a successful baseline (a failed one is never cached); returns its file."""
+    def put(self, record_key: str, engine_identity: dict[str, Any], score: float, details_json: str) -> Path | None:
+        """Store a successful baseline (a failed one is never cached); returns its file, or None when it could
+        not be written (logged: the cache only saves later sweeps work, so this sweep's baseline stands)."""
         path = self._path(record_key, engine_identity)
-        path.parent.mkdir(parents=True, exist_ok=True)
         entry = {"key": record_key, "engine": engine_identity, "score": score, "details_json": details_json}
-        handle, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(handle, "w") as out:
-            json.dump(entry, out)
-        os.replace(temp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            handle, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+            with os.fdopen(handle, "w") as out:
+                json.dump(entry, out)
+            os.replace(temp, path)
+        except OSError as error:
+            logger.warning("could not keep the baseline in %s (%s); later sweeps will score it again", path, error)
+            return None
         return path
 
     def _path(self, record_key: str, engine_identity: dict[str, Any]) -> Path:

@@ -33,3 +33,11 @@ def test_a_damaged_or_foreign_file_is_a_miss_and_is_rewritten(tmp_path: Path, co
     assert "scoring the base model again" in caplog.text
     cache.put(KEY, IDENTITY, 3.0, "{}")
     assert json.loads(path.read_text())["score"] == 3.0 and cache.get(KEY, IDENTITY) == (3.0, "{}")
+
+
+def test_a_folder_that_cannot_be_written_loses_only_the_cache(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    cache = BaselineCache(blocker / "baselines")
+    assert cache.put(KEY, IDENTITY, 12.5, "{}") is None
+    assert "later sweeps will score it again" in caplog.text and cache.get(KEY, IDENTITY) is None
