@@ -10,6 +10,7 @@ here, before anything starts, as a :class:`ConfigError` that names the key and t
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import itertools
@@ -374,7 +375,8 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
     grid = expand_axes(axes, defaults)
     # The pass-through overrides are checked on the grid's first cell, not on the default task:
     # `++task.env_pool.actors=1` is valid for task=webshop although the default task has no pool.
-    base = compose([f"{axis}={grid[axis][0]}" for axis in AXES] + passthrough)
+    base_overrides = [f"{axis}={grid[axis][0]}" for axis in AXES] + passthrough
+    base = compose(base_overrides)
     sweep_id = sweep_id_for(base.sweep_id, passthrough)
     sweep_dir = Path(base.out_dir).expanduser().resolve() / sweep_id
     cells = []
@@ -382,7 +384,9 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
         overrides = [f"agent={agent}", f"driver={driver}", f"task={task}", f"model={model}", f"seed={seed}"]
         cell_id = cell_id_for(agent, driver, task, model, int(seed))
         try:
-            config = dataclasses.replace(compose(overrides + passthrough), sweep_id=sweep_id)
+            # The first cell's overrides are the base's: one composition fewer (1.2 s on this CPU).
+            composed = copy.deepcopy(base) if overrides + passthrough == base_overrides else compose(overrides + passthrough)
+            config = dataclasses.replace(composed, sweep_id=sweep_id)
         except ConfigError as error:  # e.g. agent.sft.steps=3 suits agent=scripted, not agent=codex
             raise ConfigError(f"cell {cell_id}: {error}") from error
         cells.append(CellSpec(sweep_id, cell_id, agent, driver, task, model, int(seed), config))

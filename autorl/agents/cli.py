@@ -136,9 +136,9 @@ def install_commands(agent_cfg: CliAgentConfig, python: str | None = None) -> li
         npm_install = ["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact"]
         return [[*npm_install, f"{install.package}@{install.version}"]]
     # uv installs into the venv (it resolves and unpacks a large CLI like OpenHands in seconds where pip
-    # takes minutes); it is a dependency of autorl, so the interpreter running this has it.
+    # takes minutes) with the machine's pip settings (autorl.uv_pip); it is a dependency of autorl.
     return [[python or _python_spec(agent_cfg), "-m", "venv", "--without-pip", str(prefix)],
-            [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(prefix / "bin" / "python"),
+            [sys.executable, "-m", "autorl.uv_pip", "install", "--quiet", "--python", str(prefix / "bin" / "python"),
              f"{install.package}=={install.version}"]]
 
 

@@ -169,15 +169,15 @@ def toolchain_mounts(directory: Path) -> list[Path]:
 def build_toolchain(directory: Path, *, force: bool = False) -> bool:
     """Create (or recreate) the toolchain venv at ``directory`` unless it is up to date.
 
-    The venv is made from the project's base interpreter without pip; the project's pip installs
-    :func:`pinned_requirements` into it with ``-c constraints.txt``. The stamp is written last, so an
-    interrupted build is never taken for a finished one.
+    The venv is made from the project's base interpreter without pip; uv, with the machine's pip settings
+    (:mod:`autorl.uv_pip`), installs :func:`pinned_requirements` into it with ``-c constraints.txt``. The
+    stamp is written last, so an interrupted build is never taken for a finished one.
 
     Returns:
         True when it built, False when the toolchain was already up to date (its stamp is touched).
 
     Raises:
-        PrerequisiteError: venv or pip failed (their output is in the message).
+        PrerequisiteError: venv or uv failed (their output is in the message).
     """
     if not force and _stale_reason(directory) is None:
         (directory / STAMP).touch()  # newer than pyproject.toml, for make
@@ -188,7 +188,7 @@ def build_toolchain(directory: Path, *, force: bool = False) -> bool:
     directory.parent.mkdir(parents=True, exist_ok=True)
     steps = [
         [str(_base_python()), "-m", "venv", "--without-pip", str(directory)],
-        [sys.executable, "-m", "pip", "--python", str(toolchain_python(directory)), "install", "-q",
+        [sys.executable, "-m", "autorl.uv_pip", "install", "-q", "--python", str(toolchain_python(directory)),
          "-c", str(CONSTRAINTS), *stamp["requirements"]],
     ]
     for step in steps:

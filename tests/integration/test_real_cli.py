@@ -1,15 +1,16 @@
 """Each of the five real agent CLIs runs a whole cell end to end, against a scripted LLM.
 
-``python -m autorl.sweep agent=<cli> driver=local`` with the driver's endpoints pointed at the replay
+``python -m autorl.sweep agent=codex,claude-code,gemini-cli,opencode,openhands driver=local``, one sweep
+(five sweeps cost 412 s of CI time, 2026-11-29), with the driver's endpoints pointed at the replay
 LLM server (tests/helpers/replay_llm_server.py: a fake LLM standing in for the paid OpenAI, Anthropic
 and Google APIs, which CI cannot reach; it speaks their real wire protocols, streaming). The CLI talks
 to the cell's driver gateway in its own protocol (Codex: OpenAI Responses; Claude Code: Anthropic
 Messages; Gemini CLI: Gemini generateContent; OpenCode and OpenHands: OpenAI chat completions), and
 the gateway forwards each call to the replay server with the driver key. The scripted conversation
-makes the CLI, through its own shell tool, write a training script into code/, run it (a small real
-perturbation of the base model, saved with transformers) and submit output/v1 to the grading API
-with curl. Each test then checks the submission record, the cell's parsed trace and the gateway's
-usage records.
+(the same for every cell: the server reads its place in it from each request) makes the CLI, through
+its own shell tool, write a training script into code/, run it (a small real perturbation of the base
+model, saved with transformers) and submit output/v1 to the grading API with curl. Each test then
+checks its cell's submission record, parsed trace and the gateway's usage records.
 
 The cells run sealed (``sandbox.mode``, :data:`SANDBOX`): the CLI's install folder is bound read-only
 into the sandbox and the grading API and gateway answer at loopback URLs inside it.
@@ -22,9 +23,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,13 +47,15 @@ pytestmark = pytest.mark.integration
 SECRET = "sk-autorl-test-driver-key"
 SANDBOX = "bwrap"  # the default sandbox.mode, which these cells run with
 
+# A random perturbation: the five cells of one sweep submit different weights (the grader answers weights
+# another cell already submitted with `duplicate`, not `scored`; every sealed workspace has the same path).
 TRAIN_PY = """\
 import os, shutil, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 base = os.environ["MODEL_PATH"]
 model = AutoModelForCausalLM.from_pretrained(base)
 tokenizer = AutoTokenizer.from_pretrained(base)
-torch.manual_seed(0)
+torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
 with torch.no_grad():
     for param in model.parameters():
         param.add_(1e-4 * torch.randn_like(param))
@@ -131,35 +137,66 @@ def _require_installed(name: str) -> None:
         f"python -m autorl.agents.install {name}")
 
 
-@pytest.mark.parametrize("cli", CLIS, ids=[c.agent for c in CLIS])
-def test_cli_runs_a_cell_through_the_gateway(cli: Cli, tmp_path: Path, ray_tmp: Path, cache_dir: Path) -> None:
-    _require_installed(cli.agent)
-    cell = f"gsm8k.{cli.agent}.local.tiny.s0"
-    llm_log = tmp_path / "llm_requests.jsonl"
+@dataclass(frozen=True)
+class CliSweep:
+    """The one sweep that runs a cell with each CLI, and what the replay server saw."""
+
+    sweep_dir: Path
+    requests: list[dict[str, Any]]
+    duration_s: float
+
+
+@pytest.fixture(scope="module")
+def cli_sweep(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator[CliSweep]:
+    """``agent=codex,claude-code,...`` in one sweep: one Ray start and one baseline for five cells, two at a
+    time (the CLIs mostly wait on their model). The replay server answers all five: it decides each turn from
+    the request body alone."""
+    for cli in CLIS:
+        _require_installed(cli.agent)
+    tmp = tmp_path_factory.mktemp("real-cli")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ar-", dir="/tmp"))  # Ray's socket paths must stay short
+    llm_log = tmp / "llm_requests.jsonl"
     replay = ReplayServer(ReplayLLM(_steps(), "Submitted output/v1.", llm_log)).start()
     base = f"http://127.0.0.1:{replay.port}"
-    out_dir = tmp_path / "out"
+    out_dir = tmp / "out"
     command = [
-        sys.executable, "-m", "autorl.sweep", f"agent={cli.agent}", "driver=local", f"driver.base_url={base}/v1",
+        sys.executable, "-m", "autorl.sweep", f"agent={','.join(c.agent for c in CLIS)}", "driver=local",
+        f"driver.base_url={base}/v1",
         f"+driver.protocols.gemini={base}/v1beta",  # chat, responses and messages follow base_url
         "driver.api_key_env=AUTORL_TEST_DRIVER_KEY", "driver.price_per_mtok={input: 1.0, output: 4.0}",
         "task.build.fixture.train_size=200", "task.build.fixture.eval_size=40",  # scoring is not under test here
         "budget.seconds=420", f"out_dir={out_dir}", "progress=false",  # sandbox: the default (SANDBOX)
-        "cluster.include_dashboard=false", "cluster.num_cpus=2", f"cluster.temp_dir={ray_tmp}",
+        # The grader's CPU and two cells at a time.
+        "cluster.include_dashboard=false", "cluster.num_cpus=3", f"cluster.temp_dir={ray_tmp}",
     ]
     env = sweep_env(cache_dir) | {"AUTORL_TEST_DRIVER_KEY": SECRET}
     started = time.monotonic()
     try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     finally:
         replay.stop()
-    elapsed = time.monotonic() - started
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert out_dir.is_dir(), result.stdout[-3000:] + result.stderr[-3000:]
     (sweep_dir,) = [p for p in out_dir.iterdir() if p.is_dir()]
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + "".join(
+        f"\n--- {log}:\n{log.read_text()[-2000:]}" for log in sweep_dir.glob("cells/*/agent.log"))
+    requests = [json.loads(line) for line in llm_log.read_text().splitlines()]
+    yield CliSweep(sweep_dir, requests, time.monotonic() - started)
+
+
+def test_the_replay_server_saw_exactly_the_calls_the_gateways_recorded(cli_sweep: CliSweep) -> None:
+    """Every request the provider got went through a cell's gateway and was recorded once, in its protocol."""
+    calls = query(cli_sweep.sweep_dir / "records.sqlite", "SELECT protocol FROM driver_calls WHERE status_code = 200")
+    recorded = sorted(str(protocol) for (protocol,) in calls)
+    assert recorded == sorted(r["protocol"] for r in cli_sweep.requests)
+
+
+@pytest.mark.parametrize("cli", CLIS, ids=[c.agent for c in CLIS])
+def test_cli_runs_a_cell_through_the_gateway(cli: Cli, cli_sweep: CliSweep) -> None:
+    cell = f"gsm8k.{cli.agent}.local.tiny.s0"
+    sweep_dir = cli_sweep.sweep_dir
     cell_dir = sweep_dir / "cells" / cell
     log = (cell_dir / "agent.log").read_text() if (cell_dir / "agent.log").exists() else "(no agent.log)"
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + log[-3000:]
-
     # The CLI wrote and ran the training script, and the grading API scored its submission.
     workspace = cell_dir / "workspace"
     train = workspace / "code" / "train.py"
@@ -174,14 +211,14 @@ def test_cli_runs_a_cell_through_the_gateway(cli: Cli, tmp_path: Path, ray_tmp: 
 
     # The gateway recorded every model call in the CLI's protocol and summed them into the cell.
     calls = query(db, "SELECT protocol, status_code, tokens_in, tokens_out, error FROM driver_calls WHERE cell_id = ?", cell)
-    requests = [json.loads(line) for line in llm_log.read_text().splitlines()]
     served = [c for c in calls if c[1] == 200]
-    assert len(served) == len(requests) >= len(_steps()) + 1, calls
+    assert len(served) >= len(_steps()) + 1, calls
     assert all(c[0] == cli.protocol and c[2] > 0 and c[3] > 0 for c in served), calls
     assert tokens_in == sum(c[2] for c in calls) and tokens_out == sum(c[3] for c in calls)
     assert cost == pytest.approx((tokens_in * 1.0 + tokens_out * 4.0) / 1e6)
-    # The provider got the real key; the agent only ever had the cell's gateway token.
-    assert {r["headers"].get(cli.key_header) for r in requests} == {cli.key_value}
+    # The provider got the real key in this protocol's header (OpenCode and OpenHands share theirs); the agent
+    # only ever had the cell's gateway token.
+    assert {r["headers"].get(cli.key_header) for r in cli_sweep.requests if r["protocol"] == cli.protocol} == {cli.key_value}
     agent_env = (workspace / "code" / "agent_env.txt").read_text()
     assert SECRET not in agent_env and "AUTORL_DRIVER_TOKEN=" in agent_env
     # Sealed, the CLI and its commands ran as a host uid of the cell's own (the sweep runs as root here).
@@ -198,6 +235,6 @@ def test_cli_runs_a_cell_through_the_gateway(cli: Cli, tmp_path: Path, ray_tmp: 
     [(tool_calls, messages, trace_events)] = query(db, "SELECT tool_calls, messages, events FROM traces WHERE cell_id = ?", cell)
     assert trace_events == len(trace) and tool_calls == sum(e["kind"] == "tool_call" for e in trace) >= 4
     assert messages == sum(e["kind"] == "message" and e.get("role") == "assistant" for e in trace) >= 1
-    print(f"{cli.agent} ({sandbox}): sweep {elapsed:.0f} s; gateway calls {len(calls)} "
+    print(f"{cli.agent} ({sandbox}): the five-cell sweep {cli_sweep.duration_s:.0f} s; gateway calls {len(calls)} "
           f"({len(calls) - len(served)} not 200: {[c[1:2] + c[4:] for c in calls if c[1] != 200]}); "
           f"trace: {trace_events} events, {tool_calls} tool calls, {messages} messages")
