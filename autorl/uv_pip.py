@@ -83,9 +83,18 @@ def machine_pip_settings() -> dict[str, str]:
 
 def uv_pip_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
     """``uv pip <args>`` (uv run as this interpreter's module) with the machine's pip settings, and the
-    environment to run it in. The settings go after the subcommand, ``args[0]``, where it resolves packages."""
-    options, env = uv_options(machine_pip_settings()) if args[:1] in (["install"], ["sync"], ["compile"]) else ([], {})
-    return [sys.executable, "-m", "uv", "pip", *args[:1], *options, *args[1:]], {**os.environ, **env}
+    environment to run it in. The settings go after the subcommand, ``args[0]``, where it resolves packages.
+
+    ``install`` and ``sync`` also compile bytecode, as pip does and uv does not by default: a sealed agent
+    imports the toolchain read-only as another uid, so it cannot write the ``.pyc`` files itself and compiled
+    torch and transformers from source in every process (the first CI run with uv ran far past its 43 minutes).
+    """
+    if args[:1] not in (["install"], ["sync"], ["compile"]):
+        return [sys.executable, "-m", "uv", "pip", *args], dict(os.environ)
+    options, env = uv_options(machine_pip_settings())
+    if args[0] != "compile":
+        options.append("--compile-bytecode")
+    return [sys.executable, "-m", "uv", "pip", args[0], *options, *args[1:]], {**os.environ, **env}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,6 +96,18 @@ def test_the_mounts_hold_the_venv_and_the_interpreter_it_links_to(built: Path) -
     assert (mounts[1] / "lib" / "python3.11" / "os.py").is_file()  # the stdlib is under the base prefix
 
 
+def test_the_libraries_are_compiled_at_install(built: Path) -> None:
+    """A sealed agent imports the toolchain read-only as another uid and cannot write bytecode: without ``.pyc``
+    files from the install, every agent process compiled torch and transformers from source. These modules are
+    never imported here (torch's tensorboard writer needs tensorboard, which is not installed), so their bytecode
+    can only come from the install."""
+    import importlib.util
+
+    site = next((built / "lib").glob("python3.*/site-packages"))
+    for module in ("torch/utils/tensorboard/writer.py", "transformers/models/t5/modeling_t5.py"):
+        assert Path(importlib.util.cache_from_source(str(site / module))).is_file(), f"{module} has no bytecode"
+
+
 def test_an_up_to_date_toolchain_is_not_rebuilt(built: Path) -> None:
     before = (built / "bin" / "python").lstat().st_mtime_ns
     assert build_toolchain(built) is False
