@@ -14,15 +14,15 @@ TOOLCHAIN := $(AUTORL_TOOLCHAIN_DIR)/toolchain.json
 
 .PHONY: setup toolchain test-deps lint sweep test test-unit test-integration dry-run clean test-vllm
 
-# uv installs (autorl/uv_pip.py hands it pip's configuration: the find-links and constraints that keep the CPU torch);
-# pip only bootstraps uv at its pyproject.toml pin. Fresh clone, warm caches, idle machine: 4 m 13 s with pip, 3 m 3 s
-# with uv, most of it rebuilding jericho, fast-downward and antlr (this machine's package proxy answers uv's cache
-# revalidation of their sdists as modified, so uv builds them again; pip keeps the wheels it built).
+# pip, not uv, for .venv: with warm caches on this machine uv took 4 m 41 s against pip's 4 m 13 s. Its package proxy
+# answers uv's cache revalidation of the jericho, fast-downward and antlr sdists as modified, so uv builds them again
+# every time, where pip keeps the wheels it built. (The toolchain and the pip agent CLIs have no sdists: uv, through
+# autorl/uv_pip.py.)
 $(BIN)/autorl-installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip==26.3 uv==0.9.7
-	$(BIN)/python -m autorl.uv_pip install -q -c constraints.txt torch==2.13.0
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m autorl.uv_pip install -q -c constraints.txt -e ".[dev,envs]"  # fast-downward's build runs `python` from PATH
+	$(BIN)/python -m pip install -q --upgrade pip==26.3
+	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,envs]"  # fast-downward's build runs `python` from PATH
 	touch $@
 
 setup: $(BIN)/autorl-installed ## create .venv and install autorl with its pinned dependencies
@@ -44,7 +44,8 @@ $(AUTORL_AGENTS_DIR)/%/.installed: conf/agent/%.yaml | $(BIN)/autorl-installed
 	touch $@
 
 # The agent toolchain at the pins of pyproject.toml and constraints.txt (rebuilt when they change; the
-# build is a no-op, touching its stamp, when only other lines changed). 1.4 GB; with uv 51 s from a warm cache, compiling bytecode (pip: 2 m 24 s).
+# build is a no-op, touching its stamp, when only other lines changed). 1.4 GB; uv, alone with warm caches: 51 s,
+# compiling bytecode (pip: 2 m 24 s).
 $(TOOLCHAIN): pyproject.toml constraints.txt | $(BIN)/autorl-installed
 	$(BIN)/python -m autorl.seal.toolchain --dir $(AUTORL_TOOLCHAIN_DIR)
 

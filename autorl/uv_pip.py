@@ -1,14 +1,15 @@
 """``python -m autorl.uv_pip ARGS``: ``uv pip ARGS`` with the machine's pip configuration.
 
-uv installs the project's ``.venv`` (``make setup``), the agent toolchain (:mod:`autorl.seal.toolchain`) and
-the pip-based agent CLIs (:mod:`autorl.agents.cli`): it resolves, downloads and builds in parallel, where pip
-took 4 minutes for ``.venv`` alone. But uv reads neither pip's configuration files nor ``PIP_*`` variables,
+uv installs the agent toolchain (:mod:`autorl.seal.toolchain`) and the pip-based agent CLIs
+(:mod:`autorl.agents.cli`): it resolves, downloads and unpacks in parallel (the toolchain: 51 s, pip 2 m 24 s).
+But uv reads neither pip's configuration files nor ``PIP_*`` variables,
 and a machine's pip configuration can be what keeps the CPU build of torch in: this kind of machine finds
 ``torch 2.13.0+cpu`` through ``find-links`` and caps torch with a global constraint file. So the settings that
 decide what pip would install from where are handed to uv as its own options (:func:`uv_options`), read from
 ``pip config list``, which already merges pip's files and ``PIP_*`` variables.
 
-Standard library only: ``make setup`` runs it before autorl is installed.
+Standard library only, so that it also runs before autorl is installed. (``make setup`` keeps pip for ``.venv``:
+see the Makefile.)
 """
 
 from __future__ import annotations
@@ -86,8 +87,9 @@ def uv_pip_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
     environment to run it in. The settings go after the subcommand, ``args[0]``, where it resolves packages.
 
     ``install`` and ``sync`` also compile bytecode, as pip does and uv does not by default: a sealed agent
-    imports the toolchain read-only as another uid, so it cannot write the ``.pyc`` files itself and compiled
-    torch and transformers from source in every process (the first CI run with uv ran far past its 43 minutes).
+    imports the toolchain read-only as another uid, and this kind of machine sets ``PYTHONDONTWRITEBYTECODE=1``,
+    so nothing writes ``.pyc`` files at import; without them every process compiled torch and transformers
+    from source (the first CI run with uv ran far past its 43 minutes).
     """
     if args[:1] not in (["install"], ["sync"], ["compile"]):
         return [sys.executable, "-m", "uv", "pip", *args], dict(os.environ)

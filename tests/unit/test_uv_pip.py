@@ -27,7 +27,7 @@ def test_pip_variables_reach_uv_over_the_configuration_files(monkeypatch: pytest
 
 def test_uv_resolves_the_torch_build_that_pip_resolves(tmp_path: Path) -> None:
     """On this kind of machine pip's configuration is what makes ``torch==2.13.0`` the CPU wheel; uv, run the
-    way `make setup` runs it, must land on the same file."""
+    way the toolchain build runs it, must land on the same file."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
     target = str(tmp_path / "venv" / "bin" / "python")
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
