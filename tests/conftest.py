@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # many short files fill in at the end. Seconds in the CI run of 2026-11-28 15:01 (--durations).
 SLOWEST_FIRST = (
     "tests/integration/test_online_rl.py",  # 938 (261 alone)
-    "tests/integration/test_real_cli.py",  # 415 as five sweeps; one sweep of five cells: 210 alone
+    "tests/integration/test_real_cli.py",  # 415 as five sweeps; one sweep of five cells: 219 (2026-11-29)
     "tests/integration/test_sweep.py",  # 359
     "tests/integration/test_hostile_agent.py",  # 260
     "tests/integration/test_plugins.py",  # 229
