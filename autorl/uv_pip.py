@@ -2,14 +2,11 @@
 
 uv installs the agent toolchain (:mod:`autorl.seal.toolchain`) and the pip-based agent CLIs
 (:mod:`autorl.agents.cli`): it resolves, downloads and unpacks in parallel (the toolchain: 51 s, pip 2 m 24 s).
-But uv reads neither pip's configuration files nor ``PIP_*`` variables,
-and a machine's pip configuration can be what keeps the CPU build of torch in: this kind of machine finds
-``torch 2.13.0+cpu`` through ``find-links`` and caps torch with a global constraint file. So the settings that
-decide what pip would install from where are handed to uv as its own options (:func:`uv_options`), read from
-``pip config list``, which already merges pip's files and ``PIP_*`` variables.
-
-Standard library only, so that it also runs before autorl is installed. (``make setup`` keeps pip for ``.venv``:
-see the Makefile.)
+But uv reads neither pip's configuration files nor ``PIP_*`` variables, and a machine's pip configuration can
+be what keeps the CPU build of torch in: this kind of machine finds ``torch 2.13.0+cpu`` through ``find-links``
+and caps torch with a global constraint file. So the settings that decide what pip would install from where
+are handed to uv as its own options (:func:`uv_options`), read from ``pip config list``, which already merges
+pip's files and ``PIP_*`` variables. (``make setup`` keeps pip for ``.venv``: see the Makefile.)
 """
 
 from __future__ import annotations
@@ -84,19 +81,17 @@ def machine_pip_settings() -> dict[str, str]:
 
 def uv_pip_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
     """``uv pip <args>`` (uv run as this interpreter's module) with the machine's pip settings, and the
-    environment to run it in. The settings go after the subcommand, ``args[0]``, where it resolves packages.
+    environment to run it in. The settings go after the subcommand, ``args[0]``, where it installs packages.
 
     ``install`` and ``sync`` also compile bytecode, as pip does and uv does not by default: a sealed agent
     imports the toolchain read-only as another uid, and this kind of machine sets ``PYTHONDONTWRITEBYTECODE=1``,
     so nothing writes ``.pyc`` files at import; without them every process compiled torch and transformers
     from source (the first CI run with uv ran far past its 43 minutes).
     """
-    if args[:1] not in (["install"], ["sync"], ["compile"]):
+    if args[:1] not in (["install"], ["sync"]):
         return [sys.executable, "-m", "uv", "pip", *args], dict(os.environ)
     options, env = uv_options(machine_pip_settings())
-    if args[0] != "compile":
-        options.append("--compile-bytecode")
-    return [sys.executable, "-m", "uv", "pip", args[0], *options, *args[1:]], {**os.environ, **env}
+    return [sys.executable, "-m", "uv", "pip", args[0], *options, "--compile-bytecode", *args[1:]], {**os.environ, **env}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ nor tasks/; with the cell's copy of the agent-side code on its path it imports a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -101,8 +102,6 @@ def test_the_libraries_are_compiled_at_install(built: Path) -> None:
     files from the install, every agent process compiled torch and transformers from source. These modules are
     never imported here (torch's tensorboard writer needs tensorboard, which is not installed), so their bytecode
     can only come from the install."""
-    import importlib.util
-
     site = next((built / "lib").glob("python3.*/site-packages"))
     for module in ("torch/utils/tensorboard/writer.py", "transformers/models/t5/modeling_t5.py"):
         assert Path(importlib.util.cache_from_source(str(site / module))).is_file(), f"{module} has no bytecode"
