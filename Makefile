@@ -18,11 +18,18 @@ TOOLCHAIN := $(AUTORL_TOOLCHAIN_DIR)/toolchain.json
 # answers uv's cache revalidation of the jericho, fast-downward and antlr sdists as modified, so uv builds them again
 # every time, where pip keeps the wheels it built. (The toolchain and the pip agent CLIs have no sdists: uv, through
 # autorl/uv_pip.py.)
+#
+# Bytecode is compiled after the installs, on every core: pip compiles each wheel's files one at a time, 160 of its
+# 275 s here, and this kind of machine sets PYTHONDONTWRITEBYTECODE=1, so nothing would compile them later (every
+# process would compile torch from source). Without compiling pip took 115 s, compileall -j 0 107 s (2026-11-29).
+# As pip does, files that do not compile for this Python (torch ships one in 3.12 syntax) are listed and skipped.
 $(BIN)/autorl-installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==26.3
-	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pip install -q -c constraints.txt -e ".[dev,envs]"  # fast-downward's build runs `python` from PATH
+	$(BIN)/python -m pip install -q --no-compile -c constraints.txt torch==2.13.0
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pip install -q --no-compile -c constraints.txt -e ".[dev,envs]"  # fast-downward's build runs `python` from PATH
+	$(BIN)/python -m compileall -q -j 0 $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') \
+	  || echo "compileall: skipped the files above, which do not compile for $$($(BIN)/python -V)"
 	touch $@
 
 setup: $(BIN)/autorl-installed ## create .venv and install autorl with its pinned dependencies
@@ -63,9 +70,10 @@ lint: setup ## ruff over autorl/, agent_kit/, tasks/ and tests/, mypy over the f
 	$(BIN)/ruff check autorl agent_kit tasks tests
 	$(BIN)/mypy
 
-# Lint and the test dependencies in parallel: they are independent, and mypy's cold run is most of lint while the
-# installs mostly wait on downloads and disk (fresh clone, warm package caches: 213 s one after another, 140 s in
-# parallel). A failure stops `make test` once the jobs already running finish.
+# Lint and the test dependencies in parallel: they are independent, and mypy is most of lint while the installs
+# mostly wait on downloads and disk (fresh clone, warm package caches: 213 s one after another, 140 s in parallel).
+# mypy keeps its cache outside the checkout (pyproject.toml), so a fresh clone's lint does not start cold.
+# A failure stops `make test` once the jobs already running finish.
 test: setup ## lints, installs what the tests need, then runs unit + integration tests (CPU, local Ray)
 	$(MAKE) --no-print-directory -j 8 --output-sync=target lint test-deps
 	# Two workers, a test file each at a time: two files in parallel take about half the wall time of one after

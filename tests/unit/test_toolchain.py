@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -97,14 +98,25 @@ def test_the_mounts_hold_the_venv_and_the_interpreter_it_links_to(built: Path) -
     assert (mounts[1] / "lib" / "python3.11" / "os.py").is_file()  # the stdlib is under the base prefix
 
 
+# Modules nothing here imports (torch's tensorboard writer needs tensorboard, which is not installed), so that their
+# bytecode can only come from the install.
+NEVER_IMPORTED = ("torch/utils/tensorboard/writer.py", "transformers/models/t5/modeling_t5.py")
+
+
+def _without_bytecode(site: Path) -> list[str]:
+    return [module for module in NEVER_IMPORTED if not Path(importlib.util.cache_from_source(str(site / module))).is_file()]
+
+
 def test_the_libraries_are_compiled_at_install(built: Path) -> None:
     """A sealed agent imports the toolchain read-only as another uid and cannot write bytecode: without ``.pyc``
-    files from the install, every agent process compiled torch and transformers from source. These modules are
-    never imported here (torch's tensorboard writer needs tensorboard, which is not installed), so their bytecode
-    can only come from the install."""
-    site = next((built / "lib").glob("python3.*/site-packages"))
-    for module in ("torch/utils/tensorboard/writer.py", "transformers/models/t5/modeling_t5.py"):
-        assert Path(importlib.util.cache_from_source(str(site / module))).is_file(), f"{module} has no bytecode"
+    files from the install, every agent process compiled torch and transformers from source."""
+    assert _without_bytecode(next((built / "lib").glob("python3.*/site-packages"))) == []
+
+
+def test_the_projects_venv_is_compiled_at_install() -> None:
+    """`make setup` installs .venv without pip's serial compiling, then compiles it on every core; this kind of
+    machine sets PYTHONDONTWRITEBYTECODE=1, so a missed compile would go unnoticed but for every process being slow."""
+    assert _without_bytecode(Path(sysconfig.get_path("purelib"))) == []
 
 
 def test_an_up_to_date_toolchain_is_not_rebuilt(built: Path) -> None:
