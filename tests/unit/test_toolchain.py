@@ -104,6 +104,7 @@ NEVER_IMPORTED = ("torch/utils/tensorboard/writer.py", "transformers/models/t5/m
 
 
 def _without_bytecode(site: Path) -> list[str]:
+    """The modules of :data:`NEVER_IMPORTED` that have no ``.pyc`` under the ``site`` packages folder."""
     return [module for module in NEVER_IMPORTED if not Path(importlib.util.cache_from_source(str(site / module))).is_file()]
 
 
