@@ -115,20 +115,22 @@ class OnlineGrpoConfig:
                             "cell's seed, outside the expert's when enough are left); 0: a fresh draw every batch")
     sft_mix: int = setting("SFT's expert sequences added to each update, keeping the policy near SFT's (0: none)")
     sft_mix_weight: float = setting("the weight of each mixed SFT sequence (a rollout's is its advantage)")
+    probe: int = setting("batches' worth of rollouts of the first batch's episodes, played before RL and again after it "
+                         "with the same sampling noise, so the two rewards differ by what RL changed (0: no probe)")
 
     def check(self) -> None:
-        """Refuse a replayed pool or an SFT mix that cannot mean anything (called when a sweep is planned).
+        """Refuse a replayed pool, an SFT mix or a probe that cannot mean anything (called when a sweep is planned).
 
         Raises:
-            ConfigError: a negative ``episodes`` or ``sft_mix``, or a negative ``sft_mix_weight``.
+            ConfigError: a negative ``episodes``, ``sft_mix``, ``sft_mix_weight`` or ``probe``.
         """
         from autorl.errors import ConfigError
 
-        for name, value in (("episodes", self.episodes), ("sft_mix", self.sft_mix), ("sft_mix_weight", self.sft_mix_weight)):
-            if value < 0:
-                raise ConfigError(f"agent.online_grpo.{name} must be at least 0 (0: "
-                                  f"{'a fresh draw every batch' if name == 'episodes' else 'no SFT sequences mixed in'}), "
-                                  f"got {value}")
+        zero_means = {"episodes": "a fresh draw every batch", "sft_mix": "no SFT sequences mixed in",
+                      "sft_mix_weight": "no SFT sequences mixed in", "probe": "no probe"}
+        for name, meaning in zero_means.items():
+            if (value := getattr(self, name)) < 0:
+                raise ConfigError(f"agent.online_grpo.{name} must be at least 0 (0: {meaning}), got {value}")
 
 
 @dataclass

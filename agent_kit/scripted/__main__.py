@@ -61,7 +61,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                        ("grpo-max-completion", int), ("online-grpo-batches", int), ("online-grpo-batch-size", int),
                        ("online-grpo-generations", int), ("online-grpo-lr", float), ("online-grpo-iterations", int),
                        ("online-grpo-epsilon", float), ("online-grpo-temperature", float), ("online-grpo-episodes", int),
-                       ("online-grpo-sft-mix", int), ("online-grpo-sft-mix-weight", float)]:
+                       ("online-grpo-sft-mix", int), ("online-grpo-sft-mix-weight", float), ("online-grpo-probe", int)]:
         parser.add_argument(f"--{name}", type=kind, required=True)
     parser.add_argument("--seed", type=int, default=0, help="the cell's seed: data order and sampling vary with it")
     return parser.parse_args(argv)

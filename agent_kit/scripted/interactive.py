@@ -19,6 +19,12 @@
    the updates (bench/README.md); on a replayed pool the curve compares the same episodes. The SFT
    sequences are to keep the policy near what SFT taught: replaying 8 ALFWorld games without them took
    one policy from 11 to 3 of 36 eval games (one run; whether they prevent it is not measured yet).
+
+   A batch's mean reward is a noisy measure of what an update did: another draw of the same policy's 32
+   rollouts moves it by about 0.08. So the stage also plays a **probe** before its first update and again
+   after its last: ``probe`` batches' worth of rollouts of the first batch's episodes, sampled with common
+   random numbers (:mod:`agent_kit.hf_noise`), so each rollout sees the same noise both times and the two
+   rewards differ only where RL changed the policy. The log counts the rollouts whose reward rose and fell.
 """
 
 from __future__ import annotations
@@ -227,6 +233,50 @@ def rl_iteration(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], g
                         *(sum(shifts[side]) / len(shifts[side]) if shifts[side] else None for side in (True, False)))
 
 
+@dataclass
+class ProbeResult:
+    """The same rollouts played before and after RL (:func:`probe`): each one's reward, in the same order."""
+
+    before: list[float]
+    after: list[float]
+
+    def text(self) -> str:
+        """The comparison for the log.
+
+        >>> ProbeResult([0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 1.0]).text()
+        'mean reward 0.500 before RL, 0.750 after; 2 of 4 rollouts rose, 1 fell'
+        """
+        pairs = list(zip(self.before, self.after, strict=True))
+        rose, fell = sum(a > b for b, a in pairs), sum(a < b for b, a in pairs)
+        count = max(1, len(pairs))
+        return (f"mean reward {sum(self.before) / count:.3f} before RL, {sum(self.after) / count:.3f} after; "
+                f"{rose} of {len(pairs)} rollouts rose, {fell} fell")
+
+
+def probe(recipe: InteractiveRecipe, envs: ApiEpisodes, ids: list[str], group: int, policy: LocalPolicy,
+          label: str, concurrency: int) -> list[float]:
+    """The env reward of ``group`` rollouts of each of ``ids``, sampled at the policy's temperature with the noise
+    of ``label`` (:attr:`LocalPolicy.noise`): played again with the same label, a rollout takes the same actions
+    until the policy's distribution differs where it samples, so two plays' rewards differ by what the weights
+    changed, not by the draw. No update.
+
+    The rollouts are played ``concurrency`` at a time, each such chunk started together under a label of its own:
+    a row's noise depends on the rows with its prompt in the same generation call, which only rollouts started
+    together keep the same from one play to the next.
+    """
+    rollouts = [e for e in ids for _ in range(group)]
+    rewards = []
+    try:
+        for index, start in enumerate(range(0, len(rollouts), concurrency)):
+            chunk = rollouts[start:start + concurrency]
+            policy.sample, policy.noise = True, f"{label}/{index}"
+            played = play(policy, envs, chunk, recipe.protocol, max_steps=recipe.max_steps, concurrency=len(chunk))
+            rewards += [e.current.reward for e in played]
+    finally:
+        policy.sample, policy.noise = False, None
+    return rewards
+
+
 def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callable[[str], None],
                submit: Callable[[str], Any], remaining_s: Callable[[], float]) -> int:
     """SFT on expert trajectories → submit ``output/v1`` → online RL → submit ``output/v2``."""
@@ -264,15 +314,22 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
     else:  # a fresh draw each batch
         batches = [rng.sample(ids, min(per_iteration, len(ids))) for _ in range(args.online_grpo_batches)]
     policy.temperature = args.online_grpo_temperature
+    # The probe: `probe` batches' worth of rollouts of the first batch's episodes, with noise of its own, as many
+    # live at once as in RL.
+    probe_ids = batches[0] * args.online_grpo_probe if batches else []
+    probe_label, probe_live = f"probe/{args.seed}", len(batches[0]) * group if batches else 1
+    started = time.monotonic()
+    probe_before = probe(recipe, envs, probe_ids, group, policy, probe_label, probe_live) if probe_ids else []
+    probe_s = time.monotonic() - started  # the second probe takes about as long: RL leaves room for it
     optimizer = policy.optimizer(args.online_grpo_lr)  # one Adam for all iterations (see LocalPolicy.update)
     # The next iteration must fit with 60 s left for the final submission. Iterations vary (a WebShop one
     # took 160 s, the next ran past the budget's end: no v2), so one counts as half again the slowest so far.
-    longest_s = 0.0
+    longest_s, iterations = 0.0, 0
     for iteration in range(args.online_grpo_batches):
         left_now = remaining_s()
-        if left_now < 60 + 1.5 * longest_s:
-            log(f"{left_now:.0f} s left: not enough for another iteration (1.5 x {longest_s:.0f} s) and 60 s to submit; "
-                "stopping RL")
+        if left_now < 60 + 1.5 * (longest_s + probe_s):
+            log(f"{left_now:.0f} s left: not enough for another iteration (1.5 x {longest_s:.0f} s), the probe "
+                f"(1.5 x {probe_s:.0f} s) and 60 s to submit; stopping RL")
             break
         started = time.monotonic()
         batch = batches[iteration]
@@ -281,11 +338,15 @@ def run_recipe(args: argparse.Namespace, recipe: InteractiveRecipe, log: Callabl
         calls = envs.calls
         stats = rl_iteration(recipe, envs, batch, group, policy, optimizer, epochs=args.online_grpo_iterations,
                              clip=args.online_grpo_epsilon, mixed=mixed)
-        longest_s = max(longest_s, time.monotonic() - started)
+        longest_s, iterations = max(longest_s, time.monotonic() - started), iterations + 1
         log(f"RL iteration {iteration + 1}/{args.online_grpo_batches}: {len(batch) * group} rollouts, "
             f"{envs.calls - calls} env-endpoint calls ({envs.calls} in all), mean rollout reward {stats.reward:.3f}"
             + (f", inadmissible actions {100 * stats.inadmissible:.0f} %" if recipe.literal_admissible else "")
             + stats.update_text())
+    if probe_ids and iterations:  # (without an update the probe would play the same rollouts again)
+        result = ProbeResult(probe_before, probe(recipe, envs, probe_ids, group, policy, probe_label, probe_live))
+        log(f"RL probe ({len(probe_ids)} x {group} rollouts of the first batch's episodes, the same sampling noise "
+            f"before and after): {result.text()}")
     policy.save(output / "v2")
     submit("output/v2")
     return 0

@@ -132,6 +132,11 @@ class LocalPolicy:
         # Sampling temperature; the policy-gradient updates score tokens at the same temperature, so
         # what they train is the distribution the rollouts were drawn from (TRL GRPO's ``temperature``).
         self.temperature = 1.0
+        # When set, sampling draws each row's noise from a generator keyed by this label, the row's prompt and
+        # how many rows before it in the call have the same prompt (a GRPO group's rollouts start alike), not
+        # from torch's global generator: rollouts with the same label see the same noise whatever the weights,
+        # as long as their histories are the same (:mod:`agent_kit.hf_noise`).
+        self.noise: str | None = None
 
     def chat_prompt(self, messages: list[dict[str, str]]) -> str:
         """A conversation rendered with the model's chat template, ready for the assistant turn."""
@@ -151,17 +156,32 @@ class LocalPolicy:
         Prompt prefixes encoded since the weights last changed are not encoded again (:attr:`prefix`): an
         episode's next prompt extends its last one, and a GRPO group's rollouts start from the same prompt.
         """
+        from agent_kit.hf_noise import keyed_sampling
         from agent_kit.hf_prefix import generate_rows
 
         self.tokenizer.truncation_side = "left"
         encoded = self.tokenizer(prompts, truncation=True, max_length=max(1, self.max_length - max_new_tokens),
                                  add_special_tokens=False)["input_ids"]
         rows = [self.torch.tensor(ids, dtype=self.torch.long) for ids in encoded]
-        sampling = ({"do_sample": True, "temperature": self.temperature, "top_k": 0} if self.sample
-                    else {"do_sample": False})
+        sampling: dict[str, Any] = {"do_sample": False}
+        if self.sample and self.noise is not None:
+            sampling = keyed_sampling(self.row_keys(prompts), self.temperature)
+        elif self.sample:
+            sampling = {"do_sample": True, "temperature": self.temperature, "top_k": 0}
         self.model.eval()
         return generate_rows(self.model, self.tokenizer, rows, self.prefix, max_new_tokens=max_new_tokens, stop=stop,
                              **sampling)
+
+    def row_keys(self, prompts: list[str]) -> list[int]:
+        """The noise key of each prompt's row: :attr:`noise`, the prompt, and its count among the prompts before it."""
+        from agent_kit.hf_noise import noise_key
+
+        seen: dict[str, int] = {}
+        keys = []
+        for prompt in prompts:
+            keys.append(noise_key(self.noise, prompt, seen.get(prompt, 0)))
+            seen[prompt] = seen.get(prompt, 0) + 1
+        return keys
 
     # ---- training -----------------------------------------------------------------------------
 

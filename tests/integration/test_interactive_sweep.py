@@ -41,6 +41,9 @@ def test_interactive_tasks_sweep_end_to_end(tmp_path: Path, ray_tmp: Path, cache
         assert_clean_integrity(row)
         log = (sweep_dir / "cells" / row["cell_id"] / "agent.log").read_text()
         assert "SFT done" in log and "RL iteration 1/1" in log and "submitted output/v2" in log, (task, log[-2000:])
+        # The default probe: two batches' worth of rollouts of the first batch's one episode, before and after RL.
+        assert re.search(r"RL probe \(2 x 2 rollouts .*\): mean reward [\d.]+ before RL, [\d.]+ after; \d of 4 rollouts "
+                         r"rose, \d fell", log), (task, log[-2000:])
         played = re.search(r"expert played (\d+) \(mean reward ([\d.]+)\)", log)
         # At most SFT steps x 2 episodes (sft.batch_size; DeepSearchQA's recipe halves it, to no less than 2):
         # ALFWorld's recipe takes three times sft.steps, DeepSearchQA's four times.

@@ -271,6 +271,8 @@ def test_command_agent_without_a_command_is_refused_before_anything_starts() -> 
         plan_sweep(["agent.reprompt.max=-1"])
     with pytest.raises(ConfigError, match=r"agent.online_grpo.episodes must be at least 0 \(0: a fresh draw every batch\)"):
         plan_sweep(["agent.online_grpo.episodes=-8"])
+    with pytest.raises(ConfigError, match=r"agent.online_grpo.probe must be at least 0 \(0: no probe\), got -1"):
+        plan_sweep(["agent.online_grpo.probe=-1"])
 
 
 def test_integrity_settings_are_checked_before_anything_starts() -> None:

@@ -244,3 +244,26 @@ def test_rl_iteration_mixes_sft_sequences_into_an_update_and_reports_only_its_ro
         assert 0 < stats.reward < 1 and stats.reinforced_shift is not None and stats.penalized_shift is not None
         assert stats.reinforced_shift > 0 > stats.penalized_shift
         assert policy.sequence_logps([mixed])[0] > before_mixed
+
+
+def test_the_probe_replays_its_rollouts_and_shows_what_an_update_changed(tiny_model_dir: Path) -> None:
+    """Played twice with the same weights the probe's rollouts are the same, whatever was sampled in between; after
+    SFT steps that make one winning word likelier, the rollouts that differ are those that now write it, and they win."""
+    import torch
+
+    from agent_kit.scripted.interactive import InteractiveRecipe, ProbeResult, probe, rl_iteration
+
+    recipe = InteractiveRecipe(_WordProtocol(), lambda episode: None, max_steps=1, max_length=64, expert_episodes=0)
+    policy = LocalPolicy(tiny_model_dir, max_length=64)
+    policy.temperature = 1.0
+    ids = [f"train/{i}" for i in range(4)]
+    before = probe(recipe, _OneStepEnvs(), ids, 4, policy, "probe/0", 16)
+    rl_iteration(recipe, _OneStepEnvs(win_all=True), ids, 4, policy, policy.optimizer(1e-3), epochs=1, clip=0.2)
+    assert probe(recipe, _OneStepEnvs(), ids, 4, policy, "probe/0", 16) == before  # all returns equal: no update
+    assert policy.noise is None and policy.sample is False
+    torch.manual_seed(0)
+    policy.train([Sample(f"Say a word ({e}).\n", " apple") for e in ids], steps=25, batch_size=4, lr=3e-3)
+    after = probe(recipe, _OneStepEnvs(), ids, 4, policy, "probe/0", 16)
+    result = ProbeResult(before, after)
+    assert sum(after) > sum(before), result.text()
+    assert "0 fell" in result.text()

@@ -50,6 +50,7 @@ class ScriptedAgent:
             "--online-grpo-iterations", str(online.num_iterations), "--online-grpo-epsilon", str(online.epsilon),
             "--online-grpo-temperature", str(online.temperature), "--online-grpo-episodes", str(online.episodes),
             "--online-grpo-sft-mix", str(online.sft_mix), "--online-grpo-sft-mix-weight", str(online.sft_mix_weight),
+            "--online-grpo-probe", str(online.probe),
             "--seed", str(ctx.seed),
         ]
         # copy_agent_code lays agent_kit/ beside the task's package: their common folder makes both importable.
