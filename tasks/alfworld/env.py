@@ -129,7 +129,24 @@ class AlfworldEnv:
                           list(state.get("admissible_commands") or []), info)
 
     def close(self) -> None:
-        """Close the running game, if any."""
+        """Close the running game, if any, and unload its copy of the planner's library (:func:`unload_planner`)."""
         if self._game is not None:
+            planner = getattr(self._game, "downward_lib", None)  # TextWorld's wrappers pass attributes through
             self._game.close()
             self._game = None
+            if planner is not None:
+                unload_planner(planner)
+
+
+def unload_planner(library: Any) -> None:
+    """Unload a game's private copy of fast-downward's library (a ``ctypes.CDLL``).
+
+    TextWorld's PDDL env loads its own copy of ``libdownward.so`` (34 MB) for every game, from a temporary
+    folder that it deletes at once, and never unloads it: the deleted copy stays mapped, and its disk space
+    taken, until the process exits. An EnvPool actor plays thousands of games; a sweep of three full ALFWorld
+    cells filled the disk in its third cell ("No space left on device", 2026-11-29). The library is private to
+    its game, so nothing calls it after the game is closed.
+    """
+    import _ctypes
+
+    _ctypes.dlclose(library._handle)

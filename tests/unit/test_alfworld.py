@@ -157,3 +157,26 @@ def test_hub_build_reads_the_alfworld_download_layout(tmp_path: Path) -> None:
         build_task_data(SPEC, "hub", tmp_path / "cache2", options={"data_root": str(root), "download": False})
     with pytest.raises(TaskError, match="alfworld-download"):
         build_task_data(SPEC, "hub", tmp_path / "cache3", options={"data_root": str(tmp_path / "empty"), "download": False})
+
+
+def _mapped_planner_copies() -> int:
+    """Deleted copies of fast-downward's library still mapped into this process (the disk space they hold)."""
+    with open("/proc/self/maps") as maps:
+        return sum("libdownward.so (deleted)" in line and "r-xp" in line for line in maps)
+
+
+def test_a_closed_game_gives_back_its_planner_library(data: TaskData) -> None:
+    """Every game loads a private 34 MB copy of the planner's library from a deleted file; closing the game
+    unloads it, so an env that plays many games holds the disk space of one at most."""
+    env = AlfworldEnv()
+    ids = list(load_episodes(data.private_dir))
+    before = _mapped_planner_copies()
+    for episode_id in ids:
+        result = env.reset(EpisodeSpec(SOURCE, episode_id), EnvData(data.public_dir, data.private_dir))
+        env.step(result.admissible_actions[0])
+    assert _mapped_planner_copies() <= before + 1
+    env.close()
+    assert _mapped_planner_copies() == before
+    result = env.reset(EpisodeSpec(SOURCE, ids[0]), EnvData(data.public_dir, data.private_dir))  # a new copy loads
+    assert env.step(result.admissible_actions[0]).observation
+    env.close()
