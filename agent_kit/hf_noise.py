@@ -21,7 +21,7 @@ import hashlib
 from typing import Any
 
 import torch
-from transformers import LogitsProcessor
+from transformers import LogitsProcessor, LogitsProcessorList
 
 
 def noise_key(*parts: object) -> int:
@@ -65,6 +65,4 @@ class KeyedGumbelNoise(LogitsProcessor):
 
 def keyed_sampling(keys: list[int], temperature: float) -> dict[str, Any]:
     """``generate``'s options to sample every row with its key's noise at ``temperature``."""
-    from transformers import LogitsProcessorList
-
     return {"do_sample": False, "logits_processor": LogitsProcessorList([KeyedGumbelNoise(keys, temperature)])}

@@ -156,7 +156,6 @@ class LocalPolicy:
         Prompt prefixes encoded since the weights last changed are not encoded again (:attr:`prefix`): an
         episode's next prompt extends its last one, and a GRPO group's rollouts start from the same prompt.
         """
-        from agent_kit.hf_noise import keyed_sampling
         from agent_kit.hf_prefix import generate_rows
 
         self.tokenizer.truncation_side = "left"
@@ -165,6 +164,8 @@ class LocalPolicy:
         rows = [self.torch.tensor(ids, dtype=self.torch.long) for ids in encoded]
         sampling: dict[str, Any] = {"do_sample": False}
         if self.sample and self.noise is not None:
+            from agent_kit.hf_noise import keyed_sampling
+
             sampling = keyed_sampling(self.row_keys(prompts), self.temperature)
         elif self.sample:
             sampling = {"do_sample": True, "temperature": self.temperature, "top_k": 0}
