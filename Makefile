@@ -45,6 +45,11 @@ setup: $(BIN)/autorl-installed ## create .venv and install autorl with its pinne
 	@[ "$$(id -u)" = 0 ] || { echo "sealed cells need Debian's bubblewrap: run as root, or: sudo apt-get install -y bubblewrap" >&2; exit 1; }
 	flock /tmp/autorl-apt.lock sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap'
 
+# Debian's strace: tests/unit/test_threat_model.py traces the files the grader opens in a submission.
+/usr/bin/strace:
+	@[ "$$(id -u)" = 0 ] || { echo "the tests need Debian's strace: run as root, or: sudo apt-get install -y strace" >&2; exit 1; }
+	flock /tmp/autorl-apt.lock sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq strace'
+
 # An agent CLI at the version pinned in conf/agent/<name>.yaml (reinstalled when the pin changes).
 $(AUTORL_AGENTS_DIR)/%/.installed: conf/agent/%.yaml | $(BIN)/autorl-installed
 	$(BIN)/python -m autorl.agents.install $*
@@ -58,7 +63,7 @@ $(TOOLCHAIN): pyproject.toml constraints.txt | $(BIN)/autorl-installed
 
 toolchain: $(TOOLCHAIN) ## the agent's Python environment (what a sealed cell's agent trains with)
 
-test-deps: /usr/bin/chromium /usr/bin/bwrap $(TEST_AGENTS:%=$(AUTORL_AGENTS_DIR)/%/.installed) $(TOOLCHAIN) ## what the tests need beyond .venv
+test-deps: /usr/bin/chromium /usr/bin/bwrap /usr/bin/strace $(TEST_AGENTS:%=$(AUTORL_AGENTS_DIR)/%/.installed) $(TOOLCHAIN) ## what the tests need beyond .venv
 
 sweep: setup /usr/bin/bwrap $(TOOLCHAIN) ## the embedded default: scripted agent × gsm8k fixture × tiny model on a local Ray
 	$(BIN)/python -m autorl.sweep

@@ -270,6 +270,7 @@ class Workspace:
             ctx = LaunchContext(
                 workspace, cfg.agent, cfg.driver, env, self.cell_dir, self.cell.seed,
                 task_agent_dir=agent_code, task_recipe=spec.entry_points.get("recipe"), python=seal.python,
+                budget_s=self.cell.budget_s,
             )
             # The copy of the task's agent side and of agent_kit (copy_agent_code's folder).
             read_only = [agent_code.parent] if agent_code else []

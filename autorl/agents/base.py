@@ -28,6 +28,9 @@ class LaunchContext:
     continuation_prompt: str | None = None
     resume_index: int = 0  # 0 for the first launch, then 1, 2, ... for each resume
     python: str | None = None  # the interpreter for agent-side Python (the toolchain's); None: sys.executable
+    # The cell's time budget from its config. Never read back from the workspace's run_meta.json:
+    # the agent can rewrite that file (or put a FIFO in its place) before a resume reads it.
+    budget_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from autorl.agent_schema import ClaudeCodeAgentConfig
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent
+from autorl.agents.cli import CLIAgent, home_dir
 from autorl.errors import ConfigError
 
 
@@ -32,8 +32,7 @@ class ClaudeCodeAgent(CLIAgent):
                 f"agent {agent.name!r} runs Claude Code: its conf/agent file must start with `defaults: [_claude_code, _self_]`"
             )
         model = str(ctx.driver_cfg.model)
-        config_dir = home / ".claude"
-        config_dir.mkdir(parents=True, exist_ok=True)
+        config_dir = home_dir(home, ".claude")
         # Long training commands must not be cut at Claude Code's default 2-minute bash timeout.
         bash_ms = str(int(agent.bash_timeout_s * 1000))
         env = {

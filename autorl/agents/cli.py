@@ -266,6 +266,36 @@ def cli_config(ctx: LaunchContext) -> CliAgentConfig:
     return ctx.agent_cfg
 
 
+def home_dir(home: Path, *parts: str) -> Path:
+    """The folder ``home/parts...``, made where missing, with nothing of it a link or a file.
+
+    The adapter writes the CLI's config into the agent's HOME on every launch, outside the sandbox
+    and as the harness's user. By a resume the agent has owned HOME for hours and may have put a
+    link (to ``/etc``, to the cell folder) where a config folder was: each such entry on the way is
+    removed and made a real folder again, so a write never leaves HOME (docs/threat-model.md).
+    """
+    folder = home
+    for part in parts:
+        folder = folder / part
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            folder.unlink()
+        folder.mkdir(exist_ok=True)
+    return folder
+
+
+def write_home_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (in a folder from :func:`home_dir`), replacing a link there.
+
+    ``O_NOFOLLOW`` refuses a link that appears at ``path`` between the unlink and the open; a FIFO
+    planted there is replaced too (``O_NONBLOCK`` keeps the open from waiting for a reader).
+    """
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        path.unlink()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK
+    with os.fdopen(os.open(path, flags, 0o644), "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
 class CLIAgent:
     """Base of the CLI adapters: subclasses set :attr:`stream_format` and implement :meth:`command`."""
 
@@ -277,7 +307,9 @@ class CLIAgent:
         if GATEWAY_URL_ENV not in ctx.env or GATEWAY_TOKEN_ENV not in ctx.env:
             raise ConfigError(f"agent {agent.name!r} needs a driver gateway; run it with a driver (driver=...)")
         binary = find_binary(agent)
-        prompt = build_prompt(ctx.workspace, agent.mode) if ctx.continuation_prompt is None else ctx.continuation_prompt
+        prompt = ctx.continuation_prompt
+        if prompt is None:
+            prompt = build_prompt(ctx.workspace, agent.mode, ctx.budget_s)
         if ctx.cell_dir is not None:  # prompt.md, then prompt.resume1.md, ... (what the agent was told, in order)
             name = "prompt.md" if ctx.continuation_prompt is None else f"prompt.resume{ctx.resume_index}.md"
             (ctx.cell_dir / name).write_text(prompt)

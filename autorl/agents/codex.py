@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent, cli_config
+from autorl.agents.cli import CLIAgent, cli_config, home_dir, write_home_file
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV
 
 
@@ -28,10 +28,10 @@ class CodexAgent(CLIAgent):
     def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
         """``codex exec --json`` with a per-cell CODEX_HOME pointing at the gateway."""
         url, _ = self.gateway(ctx)
-        codex_home = home / ".codex"
-        codex_home.mkdir(parents=True, exist_ok=True)
+        codex_home = home_dir(home, ".codex")
         model = str(ctx.driver_cfg.model)
-        (codex_home / "config.toml").write_text(
+        write_home_file(
+            codex_home / "config.toml",
             f"model = {_toml(model)}\n"
             'model_provider = "autorl"\n'
             'approval_policy = "never"\n'

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent, cli_config
+from autorl.agents.cli import CLIAgent, cli_config, home_dir, write_home_file
 from autorl.agents.prompt import tool_timeout_s
 
 
@@ -27,8 +27,7 @@ class GeminiCliAgent(CLIAgent):
     def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
         """``gemini --yolo -p`` with the gateway as its Gemini endpoint."""
         url, token = self.gateway(ctx)
-        settings_dir = home / ".gemini"
-        settings_dir.mkdir(parents=True, exist_ok=True)
+        settings_dir = home_dir(home, ".gemini")
         settings = {
             "security": {"auth": {"selectedType": "gemini-api-key"}},
             "privacy": {"usageStatisticsEnabled": False},
@@ -36,9 +35,9 @@ class GeminiCliAgent(CLIAgent):
             "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
             # A shell command is stopped after this many seconds without output (default 300): a
             # quiet training run may take the whole budget.
-            "tools": {"shell": {"inactivityTimeout": tool_timeout_s(ctx.workspace)}},
+            "tools": {"shell": {"inactivityTimeout": tool_timeout_s(ctx.budget_s)}},
         }
-        (settings_dir / "settings.json").write_text(json.dumps(settings, indent=2))
+        write_home_file(settings_dir / "settings.json", json.dumps(settings, indent=2))
         env = {"GEMINI_API_KEY": token, "GOOGLE_GEMINI_BASE_URL": url, "GEMINI_SANDBOX": "false",
                "GEMINI_CLI_TRUST_WORKSPACE": "true"}
         # A resumed agent continues the newest session of this workspace (kept under ~/.gemini/tmp).

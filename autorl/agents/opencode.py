@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent, cli_config
+from autorl.agents.cli import CLIAgent, cli_config, home_dir, write_home_file
 from autorl.agents.prompt import tool_timeout_s
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV
 
@@ -29,8 +29,8 @@ class OpenCodeAgent(CLIAgent):
         """``opencode run`` with a per-cell config pointing at the gateway."""
         url, _ = self.gateway(ctx)
         model = str(ctx.driver_cfg.model)
-        config_home = home / ".config"
-        (config_home / "opencode").mkdir(parents=True, exist_ok=True)
+        config_home = home_dir(home, ".config")
+        home_dir(config_home, "opencode")
         config = {
             "$schema": "https://opencode.ai/config.json",
             "provider": {"autorl": {
@@ -42,11 +42,11 @@ class OpenCodeAgent(CLIAgent):
             "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"},
             "autoupdate": False, "share": "disabled",
         }
-        (config_home / "opencode" / "opencode.json").write_text(json.dumps(config, indent=2))
+        write_home_file(config_home / "opencode" / "opencode.json", json.dumps(config, indent=2))
         env = {"XDG_CONFIG_HOME": str(config_home), "OPENCODE_DISABLE_MODELS_FETCH": "1",
                "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
                # The shell tool's default timeout (2 minutes) would cut a training run.
-               "OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS": str(tool_timeout_s(ctx.workspace) * 1000)}
+               "OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS": str(tool_timeout_s(ctx.budget_s) * 1000)}
         # A resumed agent continues the last session of this workspace (kept under ~/.local/share/opencode).
         resume = ["--continue"] if ctx.continuation_prompt is not None else []
         command = [binary, "run", "--format", "json", *resume, "--model", f"autorl/{model}", *cli_config(ctx).extra_args,

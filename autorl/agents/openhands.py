@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent, cli_config
+from autorl.agents.cli import CLIAgent, cli_config, home_dir
 
 
 class OpenHandsAgent(CLIAgent):
@@ -24,7 +24,7 @@ class OpenHandsAgent(CLIAgent):
     def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
         """``openhands --headless --json`` with its LLM pointed at the gateway."""
         url, token = self.gateway(ctx)
-        (home / ".openhands").mkdir(parents=True, exist_ok=True)
+        home_dir(home, ".openhands")
         env = {"LLM_MODEL": f"openai/{ctx.driver_cfg.model}", "LLM_BASE_URL": f"{url}/v1", "LLM_API_KEY": token,
                # The bundled LiteLLM would fetch its price map from GitHub at start.
                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"}

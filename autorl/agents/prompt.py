@@ -11,7 +11,6 @@ workspace and the training data, and the mode (``agent.mode``):
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -38,7 +37,7 @@ _ROLE = (
     "Complete the whole task on your own: nobody will answer questions or approve actions."
 )
 _SAMPLE_LINES = 3
-FALLBACK_TOOL_TIMEOUT_S = 12 * 3600  # the paper's budget, for a workspace without run_meta.json
+FALLBACK_TOOL_TIMEOUT_S = 12 * 3600  # the paper's budget, for a launch whose budget is unknown
 _SAMPLE_CHARS = 400
 
 
@@ -55,25 +54,20 @@ def _data_sample(data_dir: Path) -> str:
     return "\n".join(lines) or "(no data files)"
 
 
-def budget_s(workspace: Path) -> float | None:
-    """The agent's time budget in seconds (``timeout_s`` in the workspace's ``run_meta.json``); None if unknown."""
-    meta = workspace / "run_meta.json"
-    if not meta.exists():
-        return None
-    value = json.loads(meta.read_text()).get("timeout_s")
-    return None if value is None else float(value)
-
-
-def tool_timeout_s(workspace: Path) -> int:
+def tool_timeout_s(budget_s: float | None) -> int:
     """How long one shell command of a CLI may run: the whole budget (the cell stops everything at
     its end anyway), else :data:`FALLBACK_TOOL_TIMEOUT_S`. A CLI's own default (2 or 5 minutes)
-    would cut a training run."""
-    budget = budget_s(workspace)
-    return FALLBACK_TOOL_TIMEOUT_S if budget is None else max(1, math.ceil(budget))
+    would cut a training run.
+
+    >>> tool_timeout_s(899.5), tool_timeout_s(None)
+    (900, 43200)
+    """
+    return FALLBACK_TOOL_TIMEOUT_S if budget_s is None else max(1, math.ceil(budget_s))
 
 
-def build_prompt(workspace: Path, mode: str) -> str:
-    """The full task prompt for an agent working in ``workspace`` in operating mode ``mode`` (``agent.mode``).
+def build_prompt(workspace: Path, mode: str, budget: float | None) -> str:
+    """The full task prompt for an agent working in ``workspace`` in operating mode ``mode`` (``agent.mode``)
+    with a time budget of ``budget`` seconds (None: unknown; the prompt then points at ``GET /time``).
 
     Raises:
         ConfigError: if ``mode`` is not one of :data:`MODES`.
@@ -82,7 +76,6 @@ def build_prompt(workspace: Path, mode: str) -> str:
     if mode not in MODES:
         raise ConfigError(f"agent.mode must be one of {', '.join(MODES)}, got {mode!r}")
     entries = sorted(p.name + ("/" if p.is_dir() else "") for p in workspace.iterdir())
-    budget = budget_s(workspace)
     budget_line = (
         f"You have {budget:.0f} seconds of wall-clock time in total, counted from `start_time` in run_meta.json; "
         "check what is left with `curl -s -H \"Authorization: Bearer $GRADING_TOKEN\" $GRADING_SERVER_URL/time`. "

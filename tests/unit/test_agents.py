@@ -66,7 +66,8 @@ def _launch(agent: str, tmp_path: Path, driver: str = "gpt-5", **agent_overrides
     home.mkdir()
     env = {"HOME": str(home), "PATH": os.environ["PATH"], "OPENAI_API_KEY": "sk-real", "ANTHROPIC_API_KEY": "sk-ant",
            GATEWAY_URL_ENV: GATEWAY, GATEWAY_TOKEN_ENV: TOKEN, "GRADING_TOKEN": "g"}
-    launch = load_adapter(agent_cfg).launch(LaunchContext(ws, agent_cfg, cfg.driver, env, tmp_path / "cell"))
+    ctx = LaunchContext(ws, agent_cfg, cfg.driver, env, tmp_path / "cell", budget_s=900)
+    launch = load_adapter(agent_cfg).launch(ctx)
     return launch, ws, home
 
 
@@ -137,14 +138,14 @@ def test_openhands_env(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_modes_are_prompt_variants(mode: str, tmp_path: Path) -> None:
-    prompt = build_prompt(_workspace(tmp_path), mode)
+    prompt = build_prompt(_workspace(tmp_path), mode, 900)
     assert MODES[mode] in prompt and all(MODES[other] not in prompt for other in MODES if other != mode)
     assert '"question": "1+1?"' in prompt  # a look at the training data
 
 
 def test_unknown_mode_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="agent.mode must be one of"):
-        build_prompt(_workspace(tmp_path), "rl_only")
+        build_prompt(_workspace(tmp_path), "rl_only", 900)
 
 
 def test_missing_cli_error_says_how_to_install(tmp_path: Path) -> None:
@@ -223,10 +224,54 @@ def test_shell_tools_may_run_for_the_whole_budget(tmp_path: Path) -> None:
     assert settings["tools"]["shell"]["inactivityTimeout"] == 900
     launch, ws, _ = _launch("opencode", tmp_path / "opencode")
     assert launch.env["OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS"] == "900000"
-    (ws / "run_meta.json").unlink()  # no budget known: the paper's 12 hours
     from autorl.agents.prompt import tool_timeout_s
 
-    assert tool_timeout_s(ws) == 12 * 3600
+    assert tool_timeout_s(None) == 12 * 3600  # no budget known: the paper's 12 hours
+
+
+@pytest.mark.parametrize("agent", ["gemini-cli", "opencode"])
+def test_a_resume_never_reads_the_agents_run_meta(agent: str, tmp_path: Path) -> None:
+    """By a resume the agent has had the workspace for hours: a FIFO (which would block a reader
+    forever) in place of run_meta.json changes nothing of the relaunch; the budget is the config's."""
+    driver = "gemini-2.5-flash" if agent == "gemini-cli" else "gpt-5"
+    first, ws, home = _launch(agent, tmp_path, driver=driver)
+    (ws / "run_meta.json").unlink()
+    os.mkfifo(ws / "run_meta.json")
+    cfg = compose([f"agent={agent}", f"driver={driver}"])
+    agent_cfg = dataclasses.replace(cfg.agent, binary=first.command[0])
+    ctx = LaunchContext(ws, agent_cfg, cfg.driver, {"HOME": str(home), "PATH": os.environ["PATH"],
+                        GATEWAY_URL_ENV: GATEWAY, GATEWAY_TOKEN_ENV: TOKEN}, tmp_path / "cell", budget_s=900,
+                        continuation_prompt="go on", resume_index=1)
+    again = load_adapter(agent_cfg).launch(ctx)
+    timeouts = {k: v for k, v in first.env.items() if "TIMEOUT" in k}
+    assert {k: again.env[k] for k in timeouts} == timeouts
+    if agent == "gemini-cli":
+        assert json.loads((home / ".gemini" / "settings.json").read_text())["tools"]["shell"]["inactivityTimeout"] == 900
+
+
+@pytest.mark.parametrize("agent", CLI_AGENTS)
+def test_a_relaunch_writes_its_config_into_home_never_through_the_agents_links(agent: str, tmp_path: Path) -> None:
+    """The agent may replace each config folder the adapter made in HOME by a link to a folder
+    outside (here holding a copy of the config): the relaunch writes into HOME again, the folder
+    the links led to keeps its files untouched."""
+    driver = "gemini-2.5-flash" if agent == "gemini-cli" else "gpt-5"
+    first, ws, home = _launch(agent, tmp_path, driver=driver)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for entry in list(home.iterdir()):
+        entry.rename(outside / entry.name)
+        (home / entry.name).symlink_to(outside / entry.name, target_is_directory=True)
+        for file in (outside / entry.name).rglob("*"):
+            if file.is_file():  # a file link inside the moved folder, too
+                file.write_text("victim")
+    before = {f: f.read_text() for f in outside.rglob("*") if f.is_file()}
+    cfg = compose([f"agent={agent}", f"driver={driver}"])
+    agent_cfg = dataclasses.replace(cfg.agent, binary=first.command[0])
+    env = {"HOME": str(home), "PATH": os.environ["PATH"], GATEWAY_URL_ENV: GATEWAY, GATEWAY_TOKEN_ENV: TOKEN}
+    load_adapter(agent_cfg).launch(LaunchContext(ws, agent_cfg, cfg.driver, env, tmp_path / "cell", budget_s=900,
+                                                 continuation_prompt="go on", resume_index=1))
+    assert {f: f.read_text() for f in outside.rglob("*") if f.is_file()} == before
+    assert all(not entry.is_symlink() for entry in home.rglob("*"))
 
 
 RESUME_FLAGS = {
@@ -277,7 +322,8 @@ class _NoToolTimeout(ReplayLLM):
         return kind, value
 
 
-def _run_real(agent: str, root: Path, replay: ReplayServer, continuation: str | None = None) -> str:
+def _run_real(agent: str, root: Path, replay: ReplayServer, continuation: str | None = None,
+              budget_s: float = 900) -> str:
     """Run the real CLI once in ``root``'s cell (workspace and HOME kept between runs); its stdout."""
     server = replay.base_url.removesuffix("/v1")
     driver = "gemini-2.5-flash" if agent == "gemini-cli" else "local"
@@ -293,7 +339,7 @@ def _run_real(agent: str, root: Path, replay: ReplayServer, continuation: str | 
     gateway.start()
     try:
         env = {"HOME": str(home), "PATH": os.environ["PATH"], GATEWAY_URL_ENV: gateway.url, GATEWAY_TOKEN_ENV: TOKEN}
-        ctx = LaunchContext(ws, agent_cfg, cfg.driver, env, root / "cell")
+        ctx = LaunchContext(ws, agent_cfg, cfg.driver, env, root / "cell", budget_s=budget_s)
         launch = load_adapter(agent_cfg).launch(
             dataclasses.replace(ctx, continuation_prompt=continuation) if continuation else ctx)
         done = subprocess.run(launch.command, cwd=ws, env=launch.env, capture_output=True, text=True, timeout=240,
@@ -338,9 +384,8 @@ def test_a_real_cli_shell_timeout_is_the_cells_budget(agent: str, tmp_path: Path
     log = tmp_path / "requests.jsonl"
     replay = ReplayServer(_NoToolTimeout(["sleep 20; echo slept-through"], "Done.", log)).start()
     _workspace(tmp_path)
-    (tmp_path / "cell" / "workspace" / "run_meta.json").write_text(json.dumps({"timeout_s": 3}))
     try:
-        out = _run_real(agent, tmp_path, replay)
+        out = _run_real(agent, tmp_path, replay, budget_s=3)
     finally:
         replay.stop()
     # No wall-clock bound here (a loaded CI machine makes CLI start-up slow): the tool result
