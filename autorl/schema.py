@@ -93,6 +93,9 @@ class DriverBudget:
 
     max_tokens: int | None = setting("input + output tokens; null: no limit")
     max_cost_usd: float | None = setting("USD; null: no limit")
+    default_max_output_tokens: int = setting(
+        "output tokens a call without its own maximum reserves of the budgets while it runs", default=32_000
+    )
 
 
 @dataclass
@@ -214,6 +217,10 @@ class CellResources:
     gpus: float = setting("GPUs of the cell's bundle, e.g. 0 or 1; the sandbox shows only these devices")
     memory_gb: float = setting("memory of the cell's bundle; the agent's cgroup memory limit (its processes are killed past it)")
     max_processes: int = setting("tasks (processes and threads) the agent may have at once (its cgroup's pids limit)")
+    max_log_mb: float = setting(
+        "the agent's stdout and stderr kept in agent.log; past it the output is read and dropped, so an agent "
+        "that prints without end cannot fill the node's disk"
+    )
 
 
 class SandboxMode(StrEnum):

@@ -290,6 +290,7 @@ class Workspace:
                 return run_agent(
                     command, cwd=workspace, env=started.env, log_path=self.cell_dir / "agent.log", budget_s=budget_s,
                     grace_s=cfg.budget.kill_grace_s, cancel=self.cancelled, on_start=on_start, cgroup=cgroup,
+                    max_log_bytes=int(cfg.cell.max_log_mb * (1 << 20)),
                 )
 
             ticker = threading.Thread(target=periodic, name="code-revisions", daemon=True)

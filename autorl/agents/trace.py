@@ -27,6 +27,12 @@ from typing import Any
 from autorl.agents.streams import PARSERS
 
 _POLL_S = 1.0
+# A line of the agent's stream longer than this is cut to it before parsing (a CLI's longest JSON
+# event, a big tool output, stays far below): the follower runs outside the agent's cgroup, and an
+# agent that prints gigabytes without a newline must not grow its memory.
+MAX_LINE_BYTES = 4 << 20
+# Read the log in pieces of this size, so one poll never holds more than a piece and a line.
+_READ_BYTES = 8 << 20
 
 
 @dataclass
@@ -162,18 +168,27 @@ class TraceFollower:
     def _drain(self, final: bool) -> None:
         if not self.log_path.exists():
             return
-        with open(self.log_path, "rb") as src:
+        with open(self.log_path, "rb") as src, open(self.trace_path, "a", encoding="utf-8") as out:
             src.seek(self._offset)
-            data = src.read()
-        self._offset += len(data)
-        data = self._pending + data
-        lines = data.split(b"\n")
-        # The last piece is a line still being written, unless the agent is gone.
-        self._pending = b"" if final else lines.pop()
-        with open(self.trace_path, "a", encoding="utf-8") as out:
-            for raw in lines:
-                for event in self.parser.line(raw.decode("utf-8", errors="replace")):
-                    out.write(json.dumps(event) + "\n")
+            while data := src.read(_READ_BYTES):
+                self._offset += len(data)
+                self._parse(data.split(b"\n"), out)
             if final:
+                self._parse([], out, final=True)
                 for event in self.parser.finish():
                     out.write(json.dumps(event) + "\n")
+
+    def _parse(self, pieces: list[bytes], out: Any, final: bool = False) -> None:
+        """Parse the complete lines in ``pieces`` (the log's next bytes split at newlines)."""
+        if pieces:
+            pieces[0] = self._pending + pieces[0]
+            # The last piece is a line still being written; at the end it is a line of its own.
+            self._pending = pieces.pop()[: MAX_LINE_BYTES + 1]  # past the cap: unparsed once it ends
+        elif final:
+            pieces, self._pending = [self._pending], b""
+        for raw in pieces:
+            if len(raw) > MAX_LINE_BYTES:
+                self.parser.stats.unparsed_lines += 1
+                continue
+            for event in self.parser.line(raw.decode("utf-8", errors="replace")):
+                out.write(json.dumps(event) + "\n")

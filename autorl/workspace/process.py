@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -28,6 +29,64 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 # How long SIGKILLed processes may take to leave the cgroup (a task in uninterruptible I/O can lag).
 _KILL_TIMEOUT_S = 30.0
+# What agent.log keeps of the agent's output unless told otherwise (cell.max_log_mb).
+DEFAULT_MAX_LOG_BYTES = 512 << 20
+_CHUNK = 1 << 16
+
+
+class CappedLog:
+    """Copies the agent's output from a pipe into its log, keeping at most ``max_bytes`` of it.
+
+    The agent's stdout is a channel it controls: written straight to a file outside the sandbox it
+    could fill the node's disk, which every cell and grader on the node shares. Past the cap the
+    output is still read (so the agent never blocks on a full pipe) and dropped, with one line in
+    the log that says so. The copy stops at end of file (every writer gone) or, after
+    :meth:`finish`, once the pipe stays quiet (a process that escaped the stop still holds it).
+    """
+
+    def __init__(self, pipe_fd: int, log_path: Path, max_bytes: int) -> None:
+        """Start copying from ``pipe_fd`` (the read end, owned from now on) to ``log_path``."""
+        self.fd = pipe_fd
+        self.max_bytes = max_bytes
+        self.kept = 0
+        self.dropped = 0
+        self._finishing = threading.Event()
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed by the copying thread
+        self._thread = threading.Thread(target=self._copy, name="agent-log", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        try:
+            while True:
+                ready, _, _ = select.select([self.fd], [], [], 0.5)
+                if not ready:
+                    if self._finishing.is_set():
+                        return
+                    continue
+                chunk = os.read(self.fd, _CHUNK)
+                if not chunk:
+                    return
+                room = max(0, self.max_bytes - self.kept)
+                if room:
+                    self._log.write(chunk[:room])
+                    self._log.flush()
+                    self.kept += min(room, len(chunk))
+                if len(chunk) > room:
+                    if not self.dropped:
+                        self._log.write(f"\n[autorl: the agent's output past {self.max_bytes} bytes (cell.max_log_mb) "
+                                        "is dropped]\n".encode())
+                        self._log.flush()
+                    self.dropped += len(chunk) - room
+        finally:
+            self._log.close()
+            os.close(self.fd)
+
+    def finish(self, timeout_s: float = 10.0) -> None:
+        """Wait for the copy to end: at end of file, or once the pipe has been quiet for a moment."""
+        self._finishing.set()
+        self._thread.join(timeout_s)
+        if self.dropped:
+            logger.warning("agent output past %d bytes was dropped (%d bytes)", self.max_bytes, self.dropped)
 
 
 @dataclass(frozen=True)
@@ -121,21 +180,31 @@ def run_agent(
     cancel: threading.Event,
     on_start: Callable[[], None] | None = None,
     cgroup: CellCgroup | None = None,
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
 ) -> AgentExit:
     """Run ``command`` in its own session until it exits, the budget ends or ``cancel`` is set.
 
-    stdout and stderr go to ``log_path``. In every case, also after a normal exit, what is left
-    is stopped: the whole ``cgroup`` (see :func:`stop_cell`) or, without one, the process group.
+    stdout and stderr go to ``log_path``, at most ``max_log_bytes`` of them (:class:`CappedLog`).
+    In every case, also after a normal exit, what is left is stopped: the whole ``cgroup`` (see
+    :func:`stop_cell`) or, without one, the process group.
 
     Args:
         cgroup: The cell's cgroup; the agent joins it before exec. The caller creates and removes it.
     """
     started = time.monotonic()
-    with open(log_path, "ab") as log:
+    read_fd, write_fd = os.pipe()
+    try:
         proc = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            command, cwd=cwd, env=env, stdout=write_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, preexec_fn=_child_setup(cgroup),  # noqa: PLW1509 - writes and prctl only
         )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)  # the agent's processes hold the only write ends: their exit is end of file
+    log = CappedLog(read_fd, log_path, max_log_bytes)
+    try:
         if on_start is not None:
             on_start()
         deadline = started + budget_s
@@ -156,6 +225,8 @@ def run_agent(
             stop_group(proc, grace_s)
         else:
             stop_cell(proc, cgroup, grace_s)
+    finally:
+        log.finish()
     code = proc.returncode
     limit_hit = cgroup.limit_hit(main_sigkilled=_sigkilled(code)) if cgroup is not None else None
     if exit_class == "exited" and limit_hit == "memory" and _sigkilled(code):

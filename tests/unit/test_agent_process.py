@@ -27,6 +27,19 @@ def _run(tmp_path: Path, code: str, budget_s: float = 30.0, cancel: threading.Ev
     )
 
 
+def test_output_past_the_log_cap_is_read_and_dropped(tmp_path: Path) -> None:
+    """The agent prints 20 MB to a log capped at 1 MB: it is never blocked (it exits by itself, at
+    once), the log holds the first MB and one line saying the rest was dropped."""
+    code = "import sys\nfor _ in range(20): sys.stdout.write('y' * (1 << 20))\nsys.stdout.flush()"
+    result = run_agent([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ),
+                       log_path=tmp_path / "agent.log", budget_s=60, grace_s=1.0, cancel=threading.Event(),
+                       max_log_bytes=1 << 20)
+    assert result.exit_class == "exited" and result.exit_code == 0
+    log = (tmp_path / "agent.log").read_bytes()
+    assert log.startswith(b"y" * (1 << 20)) and len(log) < (1 << 20) + 200
+    assert b"past 1048576 bytes (cell.max_log_mb) is dropped" in log
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

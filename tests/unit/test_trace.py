@@ -13,6 +13,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,6 +100,29 @@ def test_follower_tails_the_log_while_it_grows(tmp_path: Path) -> None:
     stats = follower.stop()
     assert stats.tool_calls == 2 and stats.unparsed_lines == 0
     assert len((tmp_path / "trace.jsonl").read_text().splitlines()) == stats.events
+
+
+def test_a_line_without_end_is_cut_and_the_lines_after_it_still_parse(tmp_path: Path, monkeypatch: Any) -> None:
+    """An agent that prints far past the line cap without a newline: the follower's memory stays at
+    about the cap (it never holds the whole line), the line counts as unparsed, and the stream's
+    next events parse as before."""
+    import autorl.agents.trace as trace
+
+    monkeypatch.setattr(trace, "MAX_LINE_BYTES", 1000)
+    monkeypatch.setattr(trace, "_READ_BYTES", 4096)
+    log = tmp_path / "agent.log"
+    log.write_text("")
+    follower = TraceFollower(log, tmp_path / "trace.jsonl", "gemini-cli", "gemini-cli")
+    follower.start()
+    with open(log, "a") as out:
+        for _ in range(50):
+            out.write("x" * 4096)  # 200 KB of one line
+            out.flush()
+        follower._drain(final=False)
+        assert len(follower._pending) <= 1001
+        out.write("\n" + (FIXTURES / "gemini-cli.jsonl").read_text())
+    stats = follower.stop()
+    assert stats.unparsed_lines == 1 and stats.tool_calls == 2
 
 
 def _gemini(kind: str, **fields: object) -> str:
