@@ -38,6 +38,7 @@ from autorl.records.types import CodeRevision, DriverCall, SubmissionRecord, Tra
 from autorl.seal.launch import CellSeal
 from autorl.task_code import PLUGIN_PATH_ENV
 from autorl.tasks import TaskSpec, build_task_data, get_task
+from autorl.workspace.environment import CellEnvironment, disk_free_gb, toolchain_versions, visible_gpus
 from autorl.workspace.layout import WorkspacePaths, build_workspace, copy_agent_code, write_instructions
 from autorl.workspace.process import AgentExit, run_agent
 from autorl.workspace.revisions import CodeRevisions
@@ -150,12 +151,18 @@ class Workspace:
             self.cell_dir, public_dir=data.public_dir, description_md=spec.description_md,
             base_model_dir=base_dir, model_name=self.cell.model,
         )
-        write_instructions(paths, budget_s=self.cell.budget_s, baseline=feedback_baseline, model_name=self.cell.model,
-                           eval_settings={"source": target.source, **target.eval_options})
         run_meta = RunMeta(paths.run_meta, self.cell.budget_s, self.cell_dir)
         # Sealed (sandbox.mode=bwrap): the agent runs in its own sandbox and cgroup, and reaches this
         # API and its gateway only through unix sockets forwarded into its network namespace.
         seal = CellSeal(cfg, self.cell.cell_id, self.cell_dir)
+        environment = CellEnvironment(
+            cpus=cfg.cell.cpus, memory_gb=cfg.cell.memory_gb, max_processes=cfg.cell.max_processes,
+            disk_free_gb=disk_free_gb(paths.root), gpus=visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")),
+            toolchain=toolchain_versions(seal.python), sealed=seal.sealed, isolated_network=seal.isolated_network,
+            budget_s=self.cell.budget_s,
+        )
+        write_instructions(paths, budget_s=self.cell.budget_s, baseline=feedback_baseline, model_name=self.cell.model,
+                           eval_settings={"source": target.source, **target.eval_options}, environment=environment)
         history = self.cell_dir / "code_history.git"
         revisions = CodeRevisions(
             history, paths.code, self.cell.cell_id, self._record_revision, owner=seal.uid,

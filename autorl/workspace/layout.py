@@ -23,6 +23,7 @@ from typing import Any
 import agent_kit
 from agent_kit.scripted.__main__ import AGENT_PACKAGE
 from autorl.tasks import TaskSpec
+from autorl.workspace.environment import CellEnvironment
 
 INSTRUCTIONS = """\
 # Instructions
@@ -34,6 +35,8 @@ grading API. You may submit as often as you like; the best valid submission coun
 ## Budget
 - {budget_s:.0f} seconds of wall-clock time, counted from `start_time` in `run_meta.json`
   (`GET $GRADING_SERVER_URL/time` returns `remaining`). At the end every process you started is stopped.
+
+{environment}
 
 ## Your workspace (the current directory)
 - `code/`: put your scripts here (it is snapshotted at every submission).
@@ -142,10 +145,12 @@ def copy_agent_code(spec: TaskSpec, dest: Path) -> Path | None:
 
 
 def write_instructions(
-    paths: WorkspacePaths, *, budget_s: float, baseline: float, model_name: str, eval_settings: dict[str, Any]
+    paths: WorkspacePaths, *, budget_s: float, baseline: float, model_name: str, eval_settings: dict[str, Any],
+    environment: CellEnvironment,
 ) -> None:
-    """Write ``instructions.md`` with this run's budget, API, baseline and eval settings."""
+    """Write ``instructions.md`` with this run's budget, machine, API, baseline and eval settings."""
     text = INSTRUCTIONS.format(
-        budget_s=budget_s, model_name=model_name, baseline=baseline, eval_settings=json.dumps(eval_settings, indent=2)
+        budget_s=budget_s, model_name=model_name, baseline=baseline, eval_settings=json.dumps(eval_settings, indent=2),
+        environment=environment.markdown(),
     )
     (paths.root / "instructions.md").write_text(text)

@@ -1,13 +1,17 @@
-"""A cell the cluster cannot hold: the sweep says what it waits for, then fails it with a clear error."""
+"""What a cell is given: a cell the cluster cannot hold is explained, then failed; a placed cell is told
+what it holds."""
 
 from __future__ import annotations
 
 import csv
+import importlib.metadata
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import run_sweep_cli
+from tests.integration.conftest import run_sweep_cli, sweep_env
 
 pytestmark = pytest.mark.integration
 
@@ -21,3 +25,25 @@ def test_a_cell_bigger_than_the_cluster_is_explained_then_failed(tmp_path: Path,
     rows = list(csv.DictReader((tmp_path / "unplaceable" / "results.csv").open()))
     assert [row["status"] for row in rows] == ["failed"]
     assert "did not become available" in rows[0]["error"] and "lower cell.cpus" in rows[0]["error"], rows[0]
+
+
+def test_a_sealed_cell_is_told_its_quota_memory_gpus_toolchain_and_network(
+    tmp_path: Path, ray_tmp: Path, cache_dir: Path
+) -> None:
+    """instructions.md's machine section is written from the cell's config and node: with
+    cell.cpus and cell.memory_gb away from their defaults, the section shows the values set."""
+    command = [
+        sys.executable, "-m", "autorl.sweep", f"out_dir={tmp_path}", "sweep_id=told", "progress=false",
+        "cluster.include_dashboard=false", "cluster.num_cpus=2", f"cluster.temp_dir={ray_tmp}",
+        "agent=command", "agent.command=[true]", "cell.cpus=0.5", "cell.memory_gb=3", "cell.max_processes=300",
+        "budget.seconds=60",
+    ]
+    done = subprocess.run(command, env=sweep_env(cache_dir), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [cell] = (tmp_path / "told" / "cells").iterdir()
+    text = (cell / "workspace" / "instructions.md").read_text()
+    section = text[text.index("## Your machine"):text.index("## Your workspace")]
+    assert "- CPUs: 0.5 " in section and "- Memory: 3 GB" in section and "at most 300 processes" in section
+    assert "- GPUs: none" in section and "no package index" in section and "60 seconds" in section
+    # The toolchain's own versions (the pins), not the sweep's interpreter's by accident: both agree here.
+    assert f"torch {importlib.metadata.version('torch')}" in section and "not enforced" not in section

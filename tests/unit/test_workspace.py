@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import platform
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +16,7 @@ from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.models.tiny import ensure_tiny_model
 from autorl.records.types import CodeRevision
 from autorl.tasks import build_task_data, get_task
+from autorl.workspace.environment import CellEnvironment, Gpu, toolchain_versions, visible_gpus
 from autorl.workspace.layout import build_workspace, write_instructions
 from autorl.workspace.revisions import CodeRevisions
 from autorl.workspace.run_meta import RunMeta
@@ -30,7 +35,8 @@ def test_workspace_holds_public_data_only(tmp_path: Path, tiny_model_dir: Path, 
     data = build_task_data(spec, "fixture", cache_dir / "tasks", options={"train_size": 30, "eval_size": 10})
     paths = build_workspace(tmp_path / "cell", public_dir=data.public_dir, description_md=spec.description_md,
                             base_model_dir=tiny_model_dir, model_name="tiny")
-    write_instructions(paths, budget_s=60, baseline=1.5, model_name="tiny", eval_settings={"num_shots": 0})
+    write_instructions(paths, budget_s=60, baseline=1.5, model_name="tiny", eval_settings={"num_shots": 0},
+                       environment=_environment())
     assert {p.name for p in paths.root.iterdir()} == {"code", "output", "data", "models", "description.md", "instructions.md"}
     assert not os.access(paths.data / "train.jsonl", os.W_OK) or os.geteuid() == 0
     assert not (paths.data.stat().st_mode & 0o222)
@@ -84,3 +90,40 @@ def test_run_meta_never_writes_through_a_link_the_agent_planted(tmp_path: Path) 
     assert canary.read_text() == "untouched"
     assert not (workspace / "run_meta.json").is_symlink()
     assert json.loads((workspace / "run_meta.json").read_text())["last_submit_time"] == 1.0
+
+
+def _environment(**changes: Any) -> CellEnvironment:
+    fields: dict[str, Any] = dict(cpus=1.0, memory_gb=8.0, max_processes=2048, disk_free_gb=12.5, gpus=(),
+                                  toolchain=toolchain_versions(sys.executable), sealed=True, isolated_network=True,
+                                  budget_s=600.0)
+    return CellEnvironment(**(fields | changes))
+
+
+def test_the_machine_section_states_each_fact_of_the_cell() -> None:
+    """Each field of the section comes from its own setting: change one, and only its line changes."""
+    base = _environment().markdown()
+    assert "- CPUs: 1 " in base and "- Memory: 8 GB" in base and "at most 2048 processes" in base
+    assert "12.5 GB free" in base and "- GPUs: none" in base and "600 seconds" in base
+    assert "no package index" in base and "only the grading API" in base
+    assert f"torch {importlib.metadata.version('torch')}" in base and f"trl {importlib.metadata.version('trl')}" in base
+    assert f"Python {platform.python_version()}" in base
+    changes = {"cpus": (0.5, "- CPUs: 0.5 "), "memory_gb": (3.0, "- Memory: 3 GB"), "max_processes": (64, "at most 64 "),
+               "disk_free_gb": (1.25, "1.2 GB free"), "budget_s": (42.0, "42 seconds"),
+               "gpus": ((Gpu("NVIDIA H100 80GB HBM3", 81559),), "- GPUs: 1: NVIDIA H100 80GB HBM3 (80 GB)"),
+               "isolated_network": (False, "the node's own"), "sealed": (False, "not enforced")}
+    for field, (value, expected) in changes.items():
+        text = _environment(**{field: value}).markdown()
+        assert expected in text and expected not in base, (field, text)
+        assert len(set(text.splitlines()) - set(base.splitlines())) <= 3, field
+
+
+def test_visible_gpus_are_matched_by_index_or_uuid_as_nvidia_smi_lists_them(tmp_path: Path, monkeypatch: Any) -> None:
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '0, GPU-aaaa, NVIDIA H100 80GB HBM3, 81559'\n"
+                    "echo '1, GPU-bbbb, NVIDIA H100 80GB HBM3, 81559'\necho '2, GPU-cccc, NVIDIA A10G, 23028'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert visible_gpus("2,GPU-aaaa") == (Gpu("NVIDIA A10G", 23028), Gpu("NVIDIA H100 80GB HBM3", 81559))
+    assert visible_gpus("") == () and visible_gpus(None) == ()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert visible_gpus("0") == ()  # no driver on the node: no GPU to tell of
