@@ -82,8 +82,10 @@ class CellEnvironment:
         - Time: 600 seconds in all (see Budget).
         """
         listed = "; ".join(f"{g.name} ({g.memory_mib / 1024:.0f} GB)" for g in self.gpus)
-        gpus = (f"{len(self.gpus)}: {listed} (`CUDA_VISIBLE_DEVICES` names them; they are this "
-                "cell's alone)." if self.gpus else "none; train on the CPU (small batches, short sequences).")
+        gpus = "none; train on the CPU (small batches, short sequences)."
+        if self.gpus:
+            gpus = (f"{len(self.gpus)}: {listed} (`CUDA_VISIBLE_DEVICES` names them; "
+                    "they are this cell's alone).")
         packages = ", ".join(f"{name} {v}" for name, v in self.toolchain.packages.items())
         if self.isolated_network:
             install = "Nothing else can be installed: there is no package index."
