@@ -22,7 +22,9 @@ Two isolation modes:
   agent's own processes, none of which the run can signal from its PID namespace), and every other
   namespace as above; this is logged once.
 - ``rlimits`` (fallback, logged as a warning): limits, private directory and kill only, no network or
-  filesystem isolation; as root the program runs as ``nobody`` (uid 65534).
+  filesystem isolation (``hidden`` folders stay visible); as root the program runs as ``nobody``
+  (uid 65534). A caller that must hide files checks :func:`namespaces_problem` and asks for
+  ``rlimits`` only when told to explicitly.
 
 The number of tasks (processes and threads) of a run is capped with a ``pids`` cgroup of its own
 when one can be created (cgroup v1, or v2 with ``pids`` delegated): every task of the run is in
@@ -417,17 +419,50 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 @functools.cache
-def detect_mode() -> Mode:
-    """``"namespaces"`` if the real launcher runs a trivial program here, else ``"rlimits"`` (logged)."""
+def namespaces_problem() -> str | None:
+    """Why ``namespaces`` mode cannot run here; None when the launcher runs a trivial program.
+
+    Checked once per process (the kernel's settings do not change under a running grader).
+    """
     if shutil.which("unshare") is None:
-        logger.warning("sandbox: `unshare` (util-linux) not found; falling back to rlimit-only mode "
-                       "(no network or filesystem isolation)")
-        return "rlimits"
-    probe = _run("print('sandbox-ok')", SandboxLimits(timeout_s=30, cpu_s=30), "namespaces", sys.executable, None)
+        return "`unshare` (util-linux) not found on PATH"
+    limits = SandboxLimits(timeout_s=30, cpu_s=30)
+    probe = _run("print('sandbox-ok')", limits, "namespaces", sys.executable, None)
     if probe.ok and "sandbox-ok" in probe.output:
+        return None
+    return f"the namespace probe exited {probe.returncode}: {probe.output.strip()[-500:]}"
+
+
+def namespaces_required(judge: str, setting: str, problem: str) -> str:
+    """What a judge that refuses to run without namespaces says (and the sweep's preflight).
+
+    Args:
+        judge: Who refuses, e.g. ``the humaneval judge``.
+        setting: The config key that opts into ``rlimits`` mode.
+        problem: Why namespaces do not work here (:func:`namespaces_problem`).
+    """
+    return (
+        f"{judge} needs unprivileged user namespaces (util-linux unshare with user, mount, "
+        "network and PID namespaces: sysctl kernel.unprivileged_userns_clone=1 and "
+        "user.max_user_namespaces > 0, as bubblewrap needs for the cells) to hide the private "
+        f"split from the tests and solutions it runs; here {problem}; enable them, or set "
+        f"{setting}=rlimits to run it without them (the code it runs can then read the private "
+        "split; results.csv says judge_sandbox=rlimits)"
+    )
+
+
+@functools.cache
+def detect_mode() -> Mode:
+    """``"namespaces"`` if the launcher runs a trivial program here, else ``"rlimits"`` (logged).
+
+    For callers that accept the weaker mode; a judge that must hide files asks
+    :func:`namespaces_problem` and refuses instead (``tasks/humaneval/evaluate.py``).
+    """
+    problem = namespaces_problem()
+    if problem is None:
         return "namespaces"
-    logger.warning("sandbox: namespaces unavailable (exit %s: %s); falling back to rlimit-only mode "
-                   "(no network or filesystem isolation)", probe.returncode, probe.output.strip()[-500:])
+    logger.warning("sandbox: namespaces unavailable (%s); falling back to rlimit-only mode "
+                   "(no network or filesystem isolation)", problem)
     return "rlimits"
 
 

@@ -37,7 +37,7 @@ from autorl.cluster import configure_client_auth
 from autorl.config import SweepPlan, plan_sweep
 from autorl.errors import AutorlError
 from autorl.jobs.spec import take_job_options
-from autorl.seal.preflight import sandbox_problems
+from autorl.seal.preflight import judge_sandbox_problems, sandbox_problems
 
 FINAL_OK = ("completed",)
 
@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = missing_requirements(plan.cells, check_binaries=local)
     if local:  # this node runs the cells; a cluster's nodes each check before their cell's agent starts
         missing += sandbox_problems(plan.base_config)
+        # ... and grades them: a judge that runs code never shows that code the private split
+        missing += judge_sandbox_problems(plan.cells)
     if plan.base_config.dry_run:
         print_plan(plan, console)
         for problem in missing:

@@ -1,10 +1,17 @@
-"""Derived views of the record store: ``results.csv`` and a cell's submission summary."""
+"""Derived views of the record store: ``results.csv`` and a cell's submission summary.
+
+Text in the records may come from the agent (model paths, error messages quoting its output) or
+from the config; every view of it must show it as inert text (docs/threat-model.md). This module
+holds the medium-neutral part, :func:`visible_controls`, which the report and the W&B rows build
+on, and the CSV rule, :func:`csv_cell`.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,13 +21,89 @@ from autorl.records.types import RESULTS_COLUMNS, VALID_SUBMISSION_STATUSES, Cel
 if TYPE_CHECKING:
     from autorl.records.store import RecordStore
 
+# C0 and C1 control characters, DEL, and the invisible characters that reorder or hide text
+# (bidi embeddings, overrides and isolates, zero-width characters, line and paragraph separators,
+# the byte order mark): a terminal, spreadsheet or browser would act on them, not show them.
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# OWASP's CSV-injection rule: a cell starting with one of these is run as a formula by spreadsheets.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+JUDGE_SANDBOX_COLUMN = "judge_sandbox"
+# results.csv: the cell record's columns, then the ones derived from its submissions.
+CSV_COLUMNS: tuple[str, ...] = (*RESULTS_COLUMNS, JUDGE_SANDBOX_COLUMN)
 
-def _csv_value(value: Any) -> Any:
+
+def visible_controls(text: str, keep: str = "") -> str:
+    """``text`` with every control or invisible formatting character written out as an escape.
+
+    Args:
+        text: Any text, possibly the agent's.
+        keep: Characters to leave as they are (e.g. ``"\\n\\t"`` inside a code block).
+
+    Returns:
+        The text, each such character replaced by ``\\xNN`` or ``\\uNNNN`` (the literal
+        backslash sequence), so that it is seen rather than obeyed.
+
+    >>> visible_controls("a\\x1b[31mb\\u202ec\\r\\n")
+    'a\\\\x1b[31mb\\\\u202ec\\\\r\\\\n'
+    >>> visible_controls("x\\ny", keep="\\n")
+    'x\\ny'
+    """
+
+    def escape(match: re.Match[str]) -> str:
+        char = match.group(0)
+        if char in keep:
+            return char
+        named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(char)
+        if named:
+            return named
+        code = ord(char)
+        return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+    return _CONTROLS.sub(escape, text)
+
+
+def csv_cell(value: Any) -> Any:
+    """One ``results.csv`` cell: numbers stay numbers, text is made inert for spreadsheets.
+
+    Text gets its control characters written out (:func:`visible_controls`, newlines included,
+    so one cell is one line) and, when it would start a formula (``=``, ``+``, ``-``, ``@``, TAB,
+    CR) and is not a number, a leading ``'``. Numbers (also a negative improvement) are never
+    prefixed; floats are rounded to 4 decimals.
+
+    >>> csv_cell(-3.5), csv_cell("-3.5"), csv_cell("=HYPERLINK(1)"), csv_cell("-1+1")
+    (-3.5, '-3.5', "'=HYPERLINK(1)", "'-1+1")
+    >>> csv_cell(None), csv_cell("a\\r\\nb")
+    ('', 'a\\\\r\\\\nb')
+    """
     if value is None:
         return ""
     if isinstance(value, float):
         return round(value, 4)
-    return value
+    if not isinstance(value, str):
+        return value
+    text = visible_controls(value)
+    if value.startswith(_FORMULA_START) and not _NUMBER.fullmatch(value):
+        text = "'" + text
+    return text
+
+
+def judge_sandbox(subs: list[SubmissionRecord]) -> str | None:
+    """How the task's judge ran the submissions' code (the evaluator's ``sandbox_mode`` detail).
+
+    Every mode seen, comma-separated in order (graders on different nodes may differ); None for a
+    task without a judge sandbox or a cell with no scored submission.
+    """
+    modes: list[str] = []
+    for sub in subs:
+        try:
+            details = json.loads(sub.details_json or "{}")
+        except ValueError:
+            continue
+        mode = details.get("sandbox_mode") if isinstance(details, dict) else None
+        if isinstance(mode, str) and mode not in modes:
+            modes.append(mode)
+    return ",".join(modes) or None
 
 
 def write_results_csv(store: RecordStore, sweep_id: str, path: Path) -> int:
@@ -44,9 +127,11 @@ def write_results_csv(store: RecordStore, sweep_id: str, path: Path) -> int:
     try:
         with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
-            writer.writerow(RESULTS_COLUMNS)
+            writer.writerow(CSV_COLUMNS)
             for cell in cells:
-                writer.writerow([_csv_value(getattr(cell, c)) for c in RESULTS_COLUMNS])
+                derived = judge_sandbox(store.list_submissions(cell.cell_id))
+                row = [*(getattr(cell, c) for c in RESULTS_COLUMNS), derived]
+                writer.writerow([csv_cell(v) for v in row])
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_name, path)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import base64
-import html
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from autorl.report.escape import html_text
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
@@ -22,27 +23,29 @@ details { margin: .6em 0; } summary { cursor: pointer; font-weight: 600; }
 
 
 def esc(value: Any) -> str:
-    """HTML-escaped text of a value; None shows as an em dash.
+    """HTML-escaped text of a value (:func:`autorl.report.escape.html_text`); None shows as —.
 
-    >>> esc(None), esc(0.123456), esc("<b>")
-    ('—', '0.1235', '&lt;b&gt;')
+    >>> esc(None), esc(0.123456), esc("<b>"), esc("a\\x1b[0m")
+    ('—', '0.1235', '&lt;b&gt;', 'a\\\\x1b[0m')
     """
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return html.escape(str(value))
+    return html_text(value)
 
 
-def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, raw: Sequence[str] = ()) -> str:
-    """An HTML table; columns named in ``raw`` hold trusted HTML, everything else is escaped."""
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """An HTML table; an :class:`Html` value (markup built here) is kept, all else is escaped.
+
+    Trust goes with the value's type, not with its column, so text from a record can never reach
+    the page unescaped by sitting in a column that elsewhere holds markup.
+    """
     head = "".join(f"<th>{esc(c)}</th>" for c in columns)
     body = []
     for row in rows:
         cells = []
-        for column, value in zip(columns, row, strict=True):
+        for value in row:
             css = ' class="num"' if isinstance(value, int | float) and not isinstance(value, bool) else ""
-            cells.append(f"<td{css}>{value if column in raw else esc(value)}</td>")
+            cells.append(f"<td{css}>{esc(value)}</td>")
+        if len(cells) != len(columns):
+            raise ValueError(f"a row of {len(cells)} cells in a table of {len(columns)} columns")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 

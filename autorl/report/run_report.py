@@ -16,6 +16,7 @@ from autorl.records.results import allows_substitution
 from autorl.records.types import CellRecord, CodeRevision, SubmissionRecord
 from autorl.report.cell_metrics import RunTimes, best_so_far, compute_cell_metrics, is_valid
 from autorl.report.code_facts import METHODS, added_text, scan_files, trainer_class_in_model
+from autorl.report.escape import md_code_block, md_text
 from autorl.report.failures import Failure, classify_cell, classify_submission, log_segments
 from autorl.report.sources import CellSources, model_files, revision_diff, revision_files
 
@@ -189,77 +190,105 @@ def integrity_facts(cell: CellRecord, subs: list[SubmissionRecord]) -> dict[str,
     }
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+def _md(value: Any) -> str:
+    """A value as inline Markdown text (:func:`autorl.report.escape.md_text`): every value in
+    ``run_report.md`` goes through here, since any may hold the agent's text."""
+    return md_text(value)
+
+
+def _md_join(values: Any, sep: str = ", ", empty: str = "—") -> str:
+    """Each value escaped, then joined (the separator is ours)."""
+    return sep.join(_md(v) for v in values) or empty
 
 
 def _integrity_line(facts: dict[str, Any] | None) -> str:
     if not facts or not facts["checked"]:
         return "not checked (cell from before the integrity checks)"
     contamination = facts["contamination"] or {}
-    overlap = (f"{contamination['items_hit']}/{contamination['items_total']} eval items seen in the agent's files"
-               if "items_hit" in contamination else "contamination check off")
+    overlap = "contamination check off"
+    if "items_hit" in contamination:
+        hit, total = _md(contamination["items_hit"]), _md(contamination["items_total"])
+        overlap = f"{hit}/{total} eval items seen in the agent's files"
     judge = facts["judge"]
     verdict = "judge off" if not judge else f"judge: {len(judge.get('findings', []))} finding(s)"
-    return f"flags {', '.join(facts['flags']) or 'none'}; {overlap}; {verdict}"
+    return f"flags {_md_join(facts['flags'], empty='none')}; {overlap}; {verdict}"
+
+
+def _evidence(facts: list[str], lead: str = " — ") -> str:
+    return f"{lead}{_md_join(facts, '; ')}" if facts else ""
+
+
+def _entry_lines(e: dict[str, Any]) -> list[str]:
+    """The Markdown section of one submission entry."""
+    hyperparameters = ", ".join(f"{_md(k)}={_md(v)}" for k, v in e["hyperparameters"].items())
+    method_evidence = e["method_evidence"][:4]
+    lines = [
+        "",
+        f"## Iteration {_md(e['iteration'])}: submission {_md(e['submission_id'])} "
+        f"({_md(e['model_path'])})",
+        "",
+        f"- status {_md(e['status'])}, score {_md(e['score'])}, "
+        f"improvement {_md(e['improvement'])}, best so far {_md(e['best_so_far'])}"
+        + (" (new best)" if e["new_best"] else ""),
+        f"- submitted {_md(e['submitted_at'])} (t = {_md(e['t_since_start_s'])} s), "
+        f"scoring {_md(e['scoring_s'])} s",
+        f"- method: **{_md(e['method'])}**"
+        + (f" (evidence: {_md_join(method_evidence, '; ')})" if method_evidence else ""),
+        f"- hyperparameters: {hyperparameters or '—'}",
+        f"- failure type: {_md(e['failure_type'])}{_evidence(e['failure_evidence'])}",
+    ]
+    if e["error"]:
+        lines.append(f"- error: {_md(e['error'])}")
+    if e.get("flags") or e.get("weight_distance") is not None:
+        lines.append(f"- integrity: flags {_md_join(e.get('flags') or [], empty='none')}; "
+                     f"weight distance to the base {_md(e.get('weight_distance'))}")
+    if e["code_unchanged"]:
+        lines.append("- code unchanged since the previous submission")
+    elif e["diff"]:
+        truncated = " (truncated)" if e["diff_truncated"] else ""
+        lines += [f"- code diff ({_md_join(e['diff_files'])}){truncated}:", "",
+                  *md_code_block(e["diff"][:6000].rstrip(), "diff")]
+    return lines
 
 
 def render_markdown(report: dict[str, Any]) -> str:
-    """The run report as Markdown (the same facts as the JSON)."""
+    """The run report as Markdown (the same facts as the JSON).
+
+    Every value is escaped for inline Markdown (no raw HTML, no links, no markup; control
+    characters written out) and the diff sits in a fence longer than any backtick run in it, so
+    what the agent wrote renders as text (docs/threat-model.md).
+    """
     r = report
+    limit = f", {_md(r['limit_hit'])} limit hit" if r.get("limit_hit") else ""
     lines = [
-        f"# Run report: {r['cell_id']}",
+        f"# Run report: {_md(r['cell_id'])}",
         "",
-        f"agent **{r['agent']}** · driver **{r['driver']}** · task **{r['task']}** v{r['task_version']} "
-        f"({r['task_source']}) · model **{r['model']}** · seed {r['seed']} · mode {r['mode']}",
+        f"agent **{_md(r['agent'])}** · driver **{_md(r['driver'])}** · "
+        f"task **{_md(r['task'])}** v{_md(r['task_version'])} ({_md(r['task_source'])}) · "
+        f"model **{_md(r['model'])}** · seed {_md(r['seed'])} · mode {_md(r['mode'])}",
         "",
-        f"- status: {r['status']}; agent exit: {_fmt(r['exit_class'])} (code {_fmt(r['exit_code'])}"
-        + (f", {r['limit_hit']} limit hit" if r.get("limit_hit") else "") + f"); budget {r['budget_s']:.0f} s",
-        f"- sandbox: {_fmt(r.get('sandbox'))}; resumed {r.get('resumes', 0)} time(s)",
+        f"- status: {_md(r['status'])}; agent exit: {_md(r['exit_class'])} "
+        f"(code {_md(r['exit_code'])}{limit}); budget {float(r['budget_s']):.0f} s",
+        f"- sandbox: {_md(r.get('sandbox'))}; resumed {_md(r.get('resumes', 0))} time(s)",
         f"- integrity: {_integrity_line(r.get('integrity'))}",
-        f"- baseline {_fmt(r['baseline'])} → best {_fmt(r['best_score'])} (improvement {_fmt(r['improvement'])})",
-        f"- methods used: {', '.join(r['methods_used']) or '—'}",
-        f"- failure type: {_fmt(r['failure_type'])}"
-        + (f" — {'; '.join(r['failure_evidence'])}" if r["failure_evidence"] else ""),
+        f"- baseline {_md(r['baseline'])} → best {_md(r['best_score'])} "
+        f"(improvement {_md(r['improvement'])})",
+        f"- methods used: {_md_join(r['methods_used'])}",
+        f"- failure type: {_md(r['failure_type'])}{_evidence(r['failure_evidence'])}",
         "",
         "| metric | value |",
         "|---|---|",
-        *(f"| {k} | {_fmt(v)} |" for k, v in r["metrics"].items()),
+        *(f"| {_md(k)} | {_md(v)} |" for k, v in r["metrics"].items()),
     ]
     for note in r["notes"]:
-        lines.append(f"\n> note: {note}")
+        lines.append(f"\n> note: {_md(note)}")
     attempts = r.get("attempts") or []
     if len(attempts) > 1:
-        lines += ["", "## Attempts (only the final one counts)", "", "| attempt | status | error | submissions | best |",
-                  "|---|---|---|---|---|"]
-        lines += [f"| {a['attempt']}{' (final)' if a['final'] else ''} | {a['status']} | {_fmt(a['error'])} | "
-                  f"{a['valid_submissions']}/{a['submissions']} | {_fmt(a['best_score'])} |" for a in attempts]
+        lines += ["", "## Attempts (only the final one counts)", "",
+                  "| attempt | status | error | submissions | best |", "|---|---|---|---|---|"]
+        lines += [f"| {_md(a['attempt'])}{' (final)' if a['final'] else ''} | {_md(a['status'])} | "
+                  f"{_md(a['error'])} | {_md(a['valid_submissions'])}/{_md(a['submissions'])} | "
+                  f"{_md(a['best_score'])} |" for a in attempts]
     for e in r["entries"]:
-        lines += [
-            "",
-            f"## Iteration {e['iteration']}: submission {e['submission_id']} ({e['model_path']})",
-            "",
-            f"- status {e['status']}, score {_fmt(e['score'])}, improvement {_fmt(e['improvement'])}, "
-            f"best so far {_fmt(e['best_so_far'])}{' (new best)' if e['new_best'] else ''}",
-            f"- submitted {e['submitted_at']} (t = {_fmt(e['t_since_start_s'])} s), scoring {_fmt(e['scoring_s'])} s",
-            f"- method: **{e['method']}**"
-            + (f" (evidence: {'; '.join(e['method_evidence'][:4])})" if e["method_evidence"] else ""),
-            f"- hyperparameters: {', '.join(f'{k}={v}' for k, v in e['hyperparameters'].items()) or '—'}",
-            f"- failure type: {_fmt(e['failure_type'])}"
-            + (f" — {'; '.join(e['failure_evidence'])}" if e["failure_evidence"] else ""),
-        ]
-        if e["error"]:
-            lines.append(f"- error: {e['error']}")
-        if e.get("flags") or e.get("weight_distance") is not None:
-            lines.append(f"- integrity: flags {', '.join(e.get('flags') or []) or 'none'}; "
-                         f"weight distance to the base {_fmt(e.get('weight_distance'))}")
-        if e["code_unchanged"]:
-            lines.append("- code unchanged since the previous submission")
-        elif e["diff"]:
-            lines += [f"- code diff ({', '.join(e['diff_files'])}){' (truncated)' if e['diff_truncated'] else ''}:", "",
-                      "```diff", e["diff"][:6000].rstrip(), "```"]
+        lines += _entry_lines(e)
     return "\n".join(lines) + "\n"

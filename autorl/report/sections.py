@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import html as html_lib
 import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from autorl.report.escape import Html
 from autorl.report.feedback import selection_bias_section
 from autorl.report.html_page import esc, figure, page, table
 from autorl.report.stages import stage_cells, stage_columns, stage_statistics
@@ -36,7 +36,7 @@ def _signed(value: float | None) -> str:
     if value is None:
         return "—"
     css = "good" if value > 0 else "bad" if value < 0 else ""
-    return f'<span class="{css}">{value:+.4g}</span>'
+    return Html(f'<span class="{css}">{float(value):+.4g}</span>')
 
 
 def _results(cells: list[dict[str, Any]]) -> str:
@@ -45,7 +45,7 @@ def _results(cells: list[dict[str, Any]]) -> str:
     rows = []
     for c in cells:
         cell, m, r = c["src"].cell, c["metrics"], c["report"]
-        link = f'<a href="../cells/{esc(cell.cell_id)}/run_report.md">{esc(cell.cell_id)}</a>'
+        link = Html(f'<a href="../cells/{esc(cell.cell_id)}/run_report.md">{esc(cell.cell_id)}</a>')
         rows.append((
             link, cell.agent, cell.driver, cell.task, c["src"].mode, cell.model, cell.seed, cell.status, m["baseline"],
             m["best_score"], _signed(m["improvement"]), f"{m['valid_submissions']}/{m['submissions']}",
@@ -53,7 +53,7 @@ def _results(cells: list[dict[str, Any]]) -> str:
             _sandbox(cell.sandbox), cell.resumes,
             round(cell.duration_s) if cell.duration_s is not None else None, m["tokens"], cell.cost_usd,
         ))
-    return table(columns, rows, raw=("cell", "improvement"))
+    return table(columns, rows)
 
 
 def _exit(exit_class: str | None, limit_hit: str | None) -> str | None:
@@ -179,11 +179,11 @@ def _run_reports(cells: list[dict[str, Any]]) -> str:
             e["failure_type"], "; ".join(e["failure_evidence"]) or "—", _diff(e),
         ) for e in r["entries"]]
         entries = table(("#", "submission", "model path", "status", "score", "improvement", "method", "hyperparameters",
-                         "failure type", "evidence", "code diff"), rows, raw=("improvement", "code diff"))
+                         "failure type", "evidence", "code diff"), rows)
         summary = ""
         if c["summary"]:
             summary = (f"<h4>LLM summary (<code>run_summary.md</code>)</h4>"
-                       f'<pre style="white-space: pre-wrap">{html_lib.escape(c["summary"])}</pre>')
+                       f'<pre style="white-space: pre-wrap">{esc(c["summary"])}</pre>')
         files = (f'<p class="note">files: <a href="../cells/{esc(r["cell_id"])}/run_report.json">run_report.json</a>, '
                  f'<a href="../cells/{esc(r["cell_id"])}/metrics.json">metrics.json</a></p>')
         out.append(f"<details><summary>{esc(head)}</summary>{facts}{notes}{entries}{summary}{files}</details>")
@@ -196,7 +196,8 @@ def _diff(entry: dict[str, Any]) -> str:
     if not entry["diff"]:
         return "—"
     files = ", ".join(entry["diff_files"]) or "diff"
-    return f"<details><summary>{esc(files)}</summary><pre>{esc(entry['diff'][:8000])}</pre></details>"
+    diff = esc(entry["diff"][:8000])
+    return Html(f"<details><summary>{esc(files)}</summary><pre>{diff}</pre></details>")
 
 
 def render_sections(

@@ -14,12 +14,14 @@ import logging
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from autorl.errors import AutorlError
 from autorl.records.results import allows_substitution, feedback_split, summarize_submissions
 from autorl.records.store import RecordStore
 from autorl.records.types import CellRecord, CodeRevision, SubmissionRecord
+from autorl.workspace.run_meta import RECORD_NAME
 
 logger = logging.getLogger(__name__)
 _TEXT_SUFFIXES = (".py", ".json", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".ini", ".txt", ".md", ".jsonl")
@@ -117,15 +119,7 @@ def load_cells(sweep_dir: Path, store: RecordStore) -> list[CellSources]:
     out = []
     for cell in store.list_cells():
         cell_dir = Path(sweep_dir) / "cells" / cell.cell_id
-        meta = None
-        meta_path = cell_dir / "workspace" / "run_meta.json"
-        notes = []
-        try:
-            meta = json.loads(meta_path.read_text())
-        except FileNotFoundError:
-            notes.append(f"no {meta_path.relative_to(sweep_dir)}: budget metrics are unknown")
-        except (OSError, ValueError) as error:
-            notes.append(f"unreadable {meta_path.name}: {error}")
+        meta, notes = _run_meta(cell_dir, Path(sweep_dir))
         try:
             config = json.loads(cell.config_json)
         except ValueError:
@@ -270,6 +264,38 @@ def model_files(workspace: Path, model_path: str) -> dict[str, bytes]:
     out = {}
     for name in ("training_args.bin",):
         path = folder / name
-        if path.is_file() and path.stat().st_size <= 1_000_000:
+        # The agent made this folder: a link there could point at any file of the host the report
+        # can read (and a FIFO would block it), so only a regular file itself is read.
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if S_ISREG(info.st_mode) and info.st_size <= 1_000_000:
             out[name] = path.read_bytes()
     return out
+
+
+def _run_meta(cell_dir: Path, sweep_dir: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """The cell's budget facts: the harness's copy in the cell folder.
+
+    A sweep folder from before that copy existed has only the workspace's, which the agent could
+    rewrite: it is read only when it is a regular file (not a link, FIFO or device) of at most
+    64 KiB, and said to come from the workspace.
+    """
+    record = cell_dir / RECORD_NAME
+    legacy = cell_dir / "workspace" / "run_meta.json"
+    notes: list[str] = []
+    path = record if record.is_file() else legacy
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None, [f"no {record.relative_to(sweep_dir)}: budget metrics are unknown"]
+    if not S_ISREG(info.st_mode) or info.st_size > 64 << 10:
+        return None, [f"{path.relative_to(sweep_dir)} is not a small regular file: budget metrics are unknown"]
+    if path == legacy:
+        notes.append(f"budget metrics from {legacy.relative_to(sweep_dir)} (a sweep from before the cell's own copy)")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return None, [f"unreadable {path.name}: {error}"]
+    return (meta if isinstance(meta, dict) else None), notes

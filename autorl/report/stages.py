@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
+from autorl.records.results import visible_controls
 from autorl.records.types import VALID_SUBMISSION_STATUSES, CellRecord, SubmissionRecord
 from autorl.report.aggregate import mean_se
 
@@ -124,14 +126,20 @@ def stage_statistics(cells: list[CellRecord], submissions: dict[str, list[Submis
     return rows
 
 
+def _console_text(text: str) -> str:
+    """Text for the sweep's terminal: the stage columns are the agent's model paths, so rich
+    markup (``[link=...]``) is escaped and control characters (ANSI sequences) are written out."""
+    return escape(visible_controls(text))
+
+
 def stages_table(title: str, rows: list[StageRow]) -> Table:
     """The rows as a rich table: baseline, each stage, improvement (mean ± s.e.) and the 2-s.e. verdict."""
     columns = stage_columns(rows)
     table = Table(title=title, title_justify="left")
     for column in columns:
-        table.add_column(column, no_wrap=column != "configuration", overflow="fold")
+        table.add_column(_console_text(column), no_wrap=column != "configuration", overflow="fold")
     for row in rows:
-        table.add_row(*stage_cells(row, columns))
+        table.add_row(*(_console_text(cell) for cell in stage_cells(row, columns)))
     return table
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from autorl.config import load_driver_config
 from autorl.errors import ConfigError, PrerequisiteError
+from autorl.report.escape import md_narrative, md_text
 
 SYSTEM_PROMPT = (
     "You are the analyst of an AI-agent benchmark. An autonomous coding agent tried to post-train a small "
@@ -126,9 +127,10 @@ def summarize(driver: SummarizerDriver, report: dict[str, Any]) -> str:
         raise PrerequisiteError(f"summariser {driver.name} returned an empty narrative")
     usage = payload.get("usage") or {}
     return (
-        f"# Run summary: {report['cell_id']}\n\n"
-        f"> Narrative by the summariser driver `{driver.name}` (model `{payload.get('model', driver.model)}`, "
+        f"# Run summary: {md_text(report['cell_id'])}\n\n"
+        f"> Narrative by the summariser driver {md_text(driver.name)} "
+        f"(model {md_text(payload.get('model', driver.model))}, "
         f"{usage.get('prompt_tokens', '?')} prompt / {usage.get('completion_tokens', '?')} completion tokens), "
         f"written from `run_report.json` and `metrics.json`. Those files hold the facts; where this text "
-        f"disagrees with them, they are right.\n\n{text.strip()}\n"
+        f"disagrees with them, they are right.\n\n{md_narrative(text.strip())}\n"
     )

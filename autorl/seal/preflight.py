@@ -4,6 +4,11 @@ A sweep with ``sandbox.mode=bwrap`` (the default) needs bubblewrap, the namespac
 (with ``setpriv`` to drop to the agent's uid when the sweep runs as root, else user namespaces),
 the cgroup controllers that enforce the cell's budget and limits, and the agent toolchain. Each
 missing piece is named with what to install, and with the explicit opt-out ``sandbox.mode=none``.
+
+A task whose evaluator runs the candidate's code in :mod:`agent_kit.sandbox` (its eval options
+have a ``sandbox_mode``, e.g. humaneval) needs that sandbox's namespaces to hide its private split
+from the code: :func:`judge_sandbox_problems` names what is missing, with the explicit opt-in
+``task.eval.<source>.sandbox_mode=rlimits``.
 """
 
 from __future__ import annotations
@@ -11,8 +16,11 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from agent_kit.sandbox import namespaces_problem, namespaces_required
 from autorl.errors import PrerequisiteError
 from autorl.schema import RunConfig, SandboxMode
 from autorl.seal.bwrap import Mount, SandboxSpec, bwrap_command
@@ -20,6 +28,11 @@ from autorl.seal.cgroups import cgroup_support
 from autorl.seal.launch import resolve_bwrap
 from autorl.seal.toolchain import check_toolchain, toolchain_dir
 
+if TYPE_CHECKING:
+    from autorl.config import CellSpec
+
+# The eval option of a task whose evaluator judges code in agent_kit.sandbox (e.g. humaneval).
+JUDGE_MODE_OPTION = "sandbox_mode"
 OPT_OUT = "or run agents unsealed (debugging only, recorded with every result) with sandbox.mode=none"
 
 
@@ -62,6 +75,33 @@ def sandbox_problems(cfg: RunConfig) -> list[str]:
         check_toolchain(toolchain_dir(cfg.sandbox.toolchain))
     except PrerequisiteError as error:
         problems.append(f"{error}; {OPT_OUT}")
+    return problems
+
+
+def judge_sandbox_problems(cells: Sequence[CellSpec]) -> list[str]:
+    """What keeps this node's judges from hiding their tasks' private splits; empty: nothing.
+
+    A cell's task uses the judge sandbox when its eval options (``task.eval.<source>``) have a
+    ``sandbox_mode``; ``rlimits`` there is the explicit opt-in to run without namespaces. One
+    message per task and source.
+
+    Args:
+        cells: The sweep's cells.
+    """
+    problems: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for cell in cells:
+        task = cell.config.task
+        options = task.eval.get(task.source) or {}
+        key = (task.name, task.source)
+        opted_in = options.get(JUDGE_MODE_OPTION) == "rlimits"
+        if JUDGE_MODE_OPTION not in options or opted_in or key in seen:
+            continue
+        seen.add(key)
+        problem = namespaces_problem()
+        if problem is not None:
+            setting = f"task.eval.{task.source}.{JUDGE_MODE_OPTION}"
+            problems.append(namespaces_required(f"the {task.name} judge", setting, problem))
     return problems
 
 

@@ -12,6 +12,10 @@ status (``submission_id``, ``score``, ``improvement``, ``best_score`` by SPEC §
 ``weight_distance``), and the cell's
 outcome in the summary. Per sweep: a run with ``job_type`` = ``comparison`` that logs the table
 ``comparison`` (one row per cell, :data:`TABLE_COLUMNS`).
+
+Keys are fixed names (the columns above, the config's schema keys); every text value W&B gets
+passes :func:`wandb_value`: control characters written out, length capped. Nothing is logged as
+``wandb.Html`` or a media caption, so W&B shows the values as text (docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from autorl.records.results import allows_substitution
+from autorl.records.results import allows_substitution, visible_controls
 from autorl.records.types import FINAL_STATUSES, CellRecord, SubmissionRecord
 from autorl.schema import WandbConfig, WandbMode
 
@@ -36,6 +40,8 @@ TABLE_COLUMNS = (
     "flagged_submissions", "weight_distance", "contamination", "integrity_flags",
 )
 SCORED = ("scored", "duplicate", "copy_of_base")
+MAX_TEXT_CHARS = 1000  # per text value: an agent's error message or path must not flood a W&B row
+MAX_TAG_CHARS = 64  # W&B refuses longer tags
 _MAX_INIT_FAILURES = 2  # after this many failed wandb.init calls the tracker stops trying
 _INIT_MODES: dict[WandbMode, Literal["online", "offline", "disabled"]] = {
     WandbMode.online: "online", WandbMode.offline: "offline", WandbMode.disabled: "disabled",
@@ -50,13 +56,48 @@ def _mode_of(cell: CellRecord) -> str:
     return str(agent.get("mode") or "free") if isinstance(agent, dict) else "free"
 
 
+def wandb_value(value: Any, limit: int = MAX_TEXT_CHARS) -> Any:
+    """``value`` as W&B may show it: text with its control characters written out and cut at
+    ``limit`` characters (an ellipsis marks the cut); mappings and lists value by value (their
+    keys as they are: schema names); anything else unchanged.
+
+    >>> wandb_value("a\\x1b[31m\\u202eb"), wandb_value("x" * 5, limit=3)
+    ('a\\\\x1b[31m\\\\u202eb', 'xx…')
+    >>> wandb_value({"k": ["\\r"]})
+    {'k': ['\\\\r']}
+    """
+    if isinstance(value, str):
+        text = visible_controls(value)
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+    if isinstance(value, Mapping):
+        return {str(k): wandb_value(v, limit) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [wandb_value(v, limit) for v in value]
+    return value
+
+
 def table_rows(cells: list[CellRecord]) -> list[list[Any]]:
-    """One comparison-table row per cell, in :data:`TABLE_COLUMNS` order."""
+    """One comparison-table row per cell in :data:`TABLE_COLUMNS` order, text made safe
+    (:func:`wandb_value`)."""
     rows = []
     for cell in cells:
         values = {"mode": _mode_of(cell)} | {c: getattr(cell, c) for c in TABLE_COLUMNS if c != "mode"}
-        rows.append([values[c] for c in TABLE_COLUMNS])
+        rows.append([wandb_value(values[c]) for c in TABLE_COLUMNS])
     return rows
+
+
+def cell_run_config(cell: CellRecord) -> dict[str, Any]:
+    """The config of a cell's W&B run: the cell's config, text made safe (:func:`wandb_value`)."""
+    try:
+        config = json.loads(cell.config_json)
+    except ValueError:
+        return {}
+    return wandb_value(config) if isinstance(config, dict) else {}
+
+
+def cell_run_tags(cell: CellRecord) -> list[str]:
+    """The tags of a cell's W&B run: its agent, driver and task, made safe and short enough."""
+    return [wandb_value(t, MAX_TAG_CHARS) for t in (cell.agent, cell.driver, cell.task)]
 
 
 def wandb_config(block: WandbConfig | Mapping[str, Any] | None) -> WandbConfig | None:
@@ -176,12 +217,9 @@ class WandbTracker:
     def _cell_run(self, cell: CellRecord) -> Any:
         run = self._runs.get(cell.cell_id)
         if run is None:
-            try:
-                config = json.loads(cell.config_json)
-            except ValueError:
-                config = {}
-            run = self._init(name=cell.cell_id, group=cell.sweep_id, job_type="cell", config=config,
-                             tags=[cell.agent, cell.driver, cell.task])
+            run = self._init(name=wandb_value(cell.cell_id), group=wandb_value(cell.sweep_id),
+                             job_type="cell", config=cell_run_config(cell),
+                             tags=cell_run_tags(cell))
             if run is not None:
                 run.define_metric("submission_id")
                 run.define_metric("*", step_metric="submission_id")
@@ -231,7 +269,8 @@ class WandbTracker:
 
         for cell_id in list(self._runs):
             self._runs.pop(cell_id).finish()
-        run = self._init(name=f"{sweep_id}-comparison", group=sweep_id, job_type="comparison")
+        run = self._init(name=wandb_value(f"{sweep_id}-comparison"), group=wandb_value(sweep_id),
+                         job_type="comparison")
         if run is None:
             return
         run.log({"comparison": wandb.Table(columns=list(TABLE_COLUMNS), data=table_rows(cells))})

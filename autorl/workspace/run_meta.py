@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The harness's copy of run_meta.json in the cell folder (RunMeta.record_path).
+RECORD_NAME = "run_meta.json"
+
 
 class RunMeta:
     """Thread-safe owner of a workspace's ``run_meta.json``.
@@ -54,9 +57,17 @@ class RunMeta:
         now = time.time() if now is None else now
         return max(0.0, float(data["timeout_s"]) - (now - float(data["start_time"])))
 
+    @property
+    def record_path(self) -> Path:
+        """The harness's own copy, in the scratch folder: what the report reads. The workspace's
+        copy is the agent's to rewrite (or to replace by a FIFO) once it runs."""
+        return self.scratch_dir / RECORD_NAME
+
     def _write(self) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=".run_meta-", suffix=".json", dir=self.scratch_dir)
-        with os.fdopen(fd, "w") as out:
-            out.write(json.dumps(self._data, indent=2))
-        os.chmod(tmp, 0o644)  # the agent reads it (mkstemp makes it 0600)
-        os.replace(tmp, self.path)
+        text = json.dumps(self._data, indent=2)
+        for target, mode in ((self.path, 0o644), (self.record_path, 0o600)):
+            fd, tmp = tempfile.mkstemp(prefix=".run_meta-", suffix=".json", dir=self.scratch_dir)
+            with os.fdopen(fd, "w") as out:
+                out.write(text)
+            os.chmod(tmp, mode)  # the agent reads the workspace's copy (mkstemp makes it 0600)
+            os.replace(tmp, target)

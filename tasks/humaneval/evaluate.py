@@ -17,7 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from agent_kit.function_judge import FunctionJudge, Problem
-from agent_kit.sandbox import Sandbox, SandboxError, SandboxLimits
+from agent_kit.sandbox import (
+    Mode,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    namespaces_problem,
+    namespaces_required,
+)
 from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import PrerequisiteError, TaskError
 from autorl.tasks import EvalContext, EvalResult, require_options
@@ -25,6 +32,8 @@ from autorl.tasks import EvalContext, EvalResult, require_options
 from .agent.protocol import build_solution, format_prompt
 
 NUM_SAMPLES = 5
+# The eval option of the judge's isolation; only an explicit rlimits runs it without namespaces.
+MODE_OPTION = "sandbox_mode"
 
 
 def build_conversation(prompt: str) -> list[ChatMessage]:
@@ -32,15 +41,45 @@ def build_conversation(prompt: str) -> list[ChatMessage]:
     return [{"role": "user", "content": format_prompt(prompt)}]
 
 
-def sandbox_from_options(options: dict[str, Any], hidden: tuple[Path, ...] = ()) -> Sandbox:
+def judge_mode(requested: str | None, source: str = "<source>") -> Mode:
+    """The judge's isolation mode for the ``sandbox_mode`` option; never a silent downgrade.
+
+    ``null`` and ``namespaces`` need namespaces: without them the hidden folders (the private
+    split, the task's fixture generator) would be readable by the code the judge runs, so the
+    judge refuses. Only ``rlimits``, set explicitly, runs it without them.
+
+    Args:
+        requested: The option's value.
+        source: The task's data source, to name the setting in the message.
+
+    Raises:
+        PrerequisiteError: namespaces were asked for (or left to the default) and do not work here.
+        TaskError: an unknown mode.
+    """
+    if requested == "rlimits":
+        return "rlimits"
+    if requested not in (None, "namespaces"):
+        raise TaskError(f"humaneval eval option {MODE_OPTION} must be null, namespaces or rlimits, "
+                        f"not {requested!r}")
+    problem = namespaces_problem()
+    if problem is not None:
+        setting = f"task.eval.{source}.{MODE_OPTION}"
+        raise PrerequisiteError(namespaces_required("the humaneval judge", setting, problem))
+    return "namespaces"
+
+
+def sandbox_from_options(
+    options: dict[str, Any], hidden: tuple[Path, ...] = (), source: str = "<source>"
+) -> Sandbox:
     """The sandbox the eval options ask for (``timeout_s``, ``memory_mb``, ``max_processes``, ``sandbox_mode``).
 
-    ``timeout_s`` bounds one whole problem (both processes); the memory and process limits apply to each process.
+    ``timeout_s`` bounds one whole problem (both processes); the memory and process limits apply
+    to each process; the mode is :func:`judge_mode`'s (``source`` names the setting in its message).
     """
     timeout = float(options["timeout_s"])
     limits = SandboxLimits(timeout_s=timeout, cpu_s=max(1, int(timeout)), memory_bytes=int(options["memory_mb"]) << 20,
                            max_processes=int(options["max_processes"]))
-    return Sandbox(limits, mode=options["sandbox_mode"], hidden=hidden)
+    return Sandbox(limits, mode=judge_mode(options[MODE_OPTION], source), hidden=hidden)
 
 
 def hidden_from_programs(private_dir: Path) -> tuple[Path, ...]:
@@ -69,7 +108,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
             ``entry_point``, ``test``); ``options`` (every one required; defaults and meanings in
             ``conf/task/humaneval.yaml`` ``eval``): ``max_new_tokens``, ``limit`` (first N
             problems), ``timeout_s`` (per problem), ``workers`` (problems judged at once),
-            ``memory_mb``, ``max_processes``, ``sandbox_mode`` (``None`` = best available).
+            ``memory_mb``, ``max_processes``, ``sandbox_mode`` (:func:`judge_mode`).
 
     Returns:
         pass@1 x100, with ``passed``, ``timed_out`` and a few of the model's completions in details.
@@ -77,7 +116,8 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Raises:
         TaskError: Unknown or missing options, no eval items, or the engine returned the wrong
             number of generations.
-        PrerequisiteError: The sandbox cannot judge even a trivial correct solution here.
+        PrerequisiteError: The sandbox cannot judge even a trivial correct solution here, or
+            namespaces do not work here and ``sandbox_mode`` is not ``rlimits``.
     """
     options, private_dir = require_options(__package__, "eval", ctx.options), Path(ctx.private_dir)
     max_new_tokens = int(options["max_new_tokens"])

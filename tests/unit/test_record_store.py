@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autorl.records.migrations import SCHEMA_VERSION
-from autorl.records.results import summarize_submissions, write_results_csv
+from autorl.records.results import CSV_COLUMNS, summarize_submissions, write_results_csv
 from autorl.records.store import RecordStore
 from autorl.records.types import (
     CELL_STATUSES,
@@ -238,7 +238,7 @@ def test_results_csv_columns_rows_and_rewrite(store: RecordStore, tmp_path: Path
     out = tmp_path / "out" / "results.csv"
     assert write_results_csv(store, "s1", out) == 2
     rows = _read_csv(out)
-    assert tuple(rows[0]) == RESULTS_COLUMNS
+    assert tuple(rows[0]) == CSV_COLUMNS == (*RESULTS_COLUMNS, "judge_sandbox")
     assert len(rows) == 3
     first = dict(zip(rows[0], rows[1], strict=True))
     assert first["cell_id"] == "c1"
@@ -262,7 +262,7 @@ def test_results_csv_columns_rows_and_rewrite(store: RecordStore, tmp_path: Path
 def test_results_csv_empty_sweep(store: RecordStore, tmp_path: Path) -> None:
     out = tmp_path / "results.csv"
     assert write_results_csv(store, "s1", out) == 0
-    assert _read_csv(out) == [list(RESULTS_COLUMNS)]
+    assert _read_csv(out) == [list(CSV_COLUMNS)]
 
 
 def test_summarize_with_invalid_and_ties() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +32,9 @@ class Cell:
         self.dir = sweep_dir / "cells" / cell_id
         self.code = self.dir / "workspace" / "code"
         self.code.mkdir(parents=True)
-        (self.dir / "workspace" / "run_meta.json").write_text(json.dumps(
-            {"start_time": T0, "timeout_s": 600, "last_submit_time": T0 + 100, "end_time": T0 + 300}))
+        meta = json.dumps({"start_time": T0, "timeout_s": 600, "last_submit_time": T0 + 100, "end_time": T0 + 300})
+        for path in (self.dir / "workspace" / "run_meta.json", self.dir / "run_meta.json"):  # as RunMeta writes
+            path.write_text(meta)
         self.log: list[str] = []
         self.n = 0
         repo = self.dir / "code_history.git" if git else Path(str(self.dir) + "-elsewhere.git")
@@ -152,6 +154,21 @@ def test_build_report_writes_cell_files_and_page(sweep: tuple[Path, RecordStore]
     html = index.read_text()
     assert html.count("data:image/png;base64,") == 8 and "c3" in html and "failed" in html
     assert len(list((sweep_dir / "report" / "figures").glob("*.png"))) == 8
+
+
+def test_budget_metrics_come_from_the_cells_copy_never_the_agents(sweep: tuple[Path, RecordStore]) -> None:
+    """The workspace's run_meta.json is the agent's: forged, or a FIFO that would block a reader,
+    it changes nothing; a sweep folder with only the workspace's copy still reads a plain file."""
+    sweep_dir, store = sweep
+    c = Cell(sweep_dir, store, "c5")
+    c.submit("scored", 13.0)
+    c.finish()
+    (c.dir / "workspace" / "run_meta.json").unlink()
+    os.mkfifo(c.dir / "workspace" / "run_meta.json")
+    assert report_of(sweep_dir, store, "c5")["metrics"]["time_used_ratio"] == 0.5  # 300 of 600 s
+    (c.dir / "run_meta.json").unlink()
+    (src,) = [s for s in load_cells(sweep_dir, store) if s.cell.cell_id == "c5"]
+    assert src.run_meta is None and "not a small regular file" in " ".join(src.notes)
 
 
 def test_report_cli_rejects_a_folder_without_records(tmp_path: Path) -> None:
