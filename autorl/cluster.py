@@ -11,11 +11,15 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from autorl.errors import PrerequisiteError
 from autorl.schema import ClusterConfig, RunConfig
+
+if TYPE_CHECKING:
+    from autorl.config import CellSpec
 
 
 def configure_client_auth(cluster_cfg: ClusterConfig) -> None:
@@ -138,8 +142,9 @@ def _init(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
     return f"http://127.0.0.1:{port}" if port else None
 
 
-def check_nodes_sealable(cfg: RunConfig, timeout_s: float = 120.0) -> None:
-    """Run the sandbox preflight on every alive node with CPUs (any of them may run a cell).
+def check_nodes_sealable(cfg: RunConfig, cells: Sequence[CellSpec] = (), timeout_s: float = 120.0) -> None:
+    """Run the sandbox preflight on every alive node with CPUs (any of them may run a cell or a
+    grader): the cells' sandbox, and the judge sandbox of ``cells``' tasks that run code.
 
     The sweep's own node is checked before Ray starts (:mod:`autorl.sweep`); a joined cluster's
     other nodes are checked here, before any cell is placed.
@@ -150,13 +155,16 @@ def check_nodes_sealable(cfg: RunConfig, timeout_s: float = 120.0) -> None:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from autorl.seal.preflight import sandbox_problems
+    from autorl.seal.preflight import judge_sandbox_problems, sandbox_problems
 
-    probe = ray.remote(num_cpus=0)(sandbox_problems)
+    def node_problems(cfg: RunConfig, cells: Sequence[CellSpec]) -> list[str]:
+        return sandbox_problems(cfg) + judge_sandbox_problems(cells)
+
+    probe = ray.remote(num_cpus=0)(node_problems)
     refs = {
         node["NodeManagerAddress"]: probe.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-        ).remote(cfg)
+        ).remote(cfg, list(cells))
         for node in ray.nodes()
         if node["Alive"] and node["Resources"].get("CPU", 0) > 0
     }

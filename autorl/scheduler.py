@@ -351,7 +351,7 @@ def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
     dashboard = connect(cluster, f"{cluster.namespace_prefix}-{plan.sweep_id}")
     try:
         if cluster.address:  # a joined cluster: its nodes were not checked with this one
-            check_nodes_sealable(plan.base_config)
+            check_nodes_sealable(plan.base_config, plan.cells)
         runner = SweepRunner(plan)
         if dashboard:
             runner.board.note(f"Ray dashboard: {dashboard}")

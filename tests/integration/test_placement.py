@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import csv
 import importlib.metadata
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import ray
 
+from autorl.cluster import check_nodes_sealable
+from autorl.config import plan_sweep
+from autorl.errors import PrerequisiteError
 from tests.integration.conftest import run_sweep_cli, sweep_env
 
 pytestmark = pytest.mark.integration
@@ -47,3 +52,22 @@ def test_a_sealed_cell_is_told_its_quota_memory_gpus_toolchain_and_network(
     assert "- GPUs: none" in section and "no package index" in section and "60 seconds" in section
     # The toolchain's own versions (the pins), not the sweep's interpreter's by accident: both agree here.
     assert f"torch {importlib.metadata.version('torch')}" in section and "not enforced" not in section
+
+
+def test_a_joined_clusters_nodes_are_checked_for_the_judge_sandbox(tmp_path: Path, ray_tmp: Path) -> None:
+    """On a cluster this sweep joins, every node may grade: one whose workers lack namespaces
+    (no ``unshare`` on their PATH) stops a HumanEval sweep before any cell, naming the node."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "bash").symlink_to(shutil.which("bash") or "/bin/bash")  # Ray starts its workers with bash
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=str(ray_tmp),
+             runtime_env={"env_vars": {"PATH": str(bin_dir)}})
+    try:
+        plan = plan_sweep(["task=humaneval", "sandbox.mode=none", f"out_dir={tmp_path}"])
+        with pytest.raises(PrerequisiteError, match=r"node [\d.]+: the humaneval judge needs unprivileged"):
+            check_nodes_sealable(plan.base_config, plan.cells)
+        opted_in = plan_sweep(["task=humaneval", "sandbox.mode=none", "task.eval.fixture.sandbox_mode=rlimits",
+                               f"out_dir={tmp_path}"])
+        check_nodes_sealable(opted_in.base_config, opted_in.cells)
+    finally:
+        ray.shutdown()
