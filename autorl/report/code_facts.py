@@ -46,7 +46,9 @@ HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
 _SPELLING = {s: canon for canon, spellings in HYPERPARAMETERS.items() for s in spellings}
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 # `name = 1e-5`, `name: 8`, `name=8,` (python kwargs, YAML, TOML) and `--name 8` / `--name=8` (shell).
-_ASSIGN = re.compile(rf"(?<![\w.])(?:--)?([A-Za-z_][\w-]*)\s*(?:=|:|\s)\s*({_NUMBER})(?![\w.])")
+# The separator is `=` or `:` with blanks around, or blanks alone: two blank runs side by side
+# (`\s*\s\s*`) would backtrack quadratically over a long run of them in the agent's code.
+_ASSIGN = re.compile(rf"(?<![\w.])(?:--)?([A-Za-z_][\w-]*)(?:\s*[=:]\s*|\s+)({_NUMBER})(?![\w.])")
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,11 @@ RL_METHODS = ("GRPO", "PPO")
 # A score at or below this fraction of a positive baseline counts as a collapse of the model.
 COLLAPSE_FRACTION = 0.5
 
-_NAN = re.compile(r"\b(?:loss|grad_norm|reward)['\"]?\s*[:=]?\s*['\"]?[-+]?(?:nan|inf)\b", re.IGNORECASE)
+# The agent's log is hostile text: no two blank runs side by side and no unbounded scan per
+# match start, so a long line cannot make these backtrack quadratically.
+_NAN = re.compile(r"\b(?:loss|grad_norm|reward)['\"]?\s*(?:[:=]\s*)?['\"]?[-+]?(?:nan|inf)\b", re.IGNORECASE)
 _REWARD = re.compile(r"\breward['\"]?\s*[:=]\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", re.IGNORECASE)
-_REWARD_LIST = re.compile(r"\breward[^\[\n]*\[([-+0-9.eE,\s]*)\]", re.IGNORECASE)
+_REWARD_LIST = re.compile(r"\breward[^\[\n]{0,200}\[([-+0-9.eE,\s]*)\]", re.IGNORECASE)
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*")
 
 

@@ -171,6 +171,20 @@ def test_budget_metrics_come_from_the_cells_copy_never_the_agents(sweep: tuple[P
     assert src.run_meta is None and "not a small regular file" in " ".join(src.notes)
 
 
+@pytest.mark.timeout(120)
+def test_hostile_code_and_logs_do_not_stall_the_report(sweep: tuple[Path, RecordStore]) -> None:
+    """Long runs of blanks after a hyperparameter's name or a loss, and a line of 100,000 words
+    'reward': the report's patterns scan them in linear time (quadratic backtracking would take
+    hours) and still find what is real."""
+    sweep_dir, store = sweep
+    c = Cell(sweep_dir, store, "c6")
+    c.write("train.py", "lr" + " " * 200_000 + "x\n" + SFT_CODE)
+    c.submit("scored", 12.0, log="loss" + " " * 200_000 + "\n" + "reward " * 100_000)
+    c.finish()
+    entry = report_of(sweep_dir, store, "c6")["entries"][0]
+    assert entry["method"] == "SFT" and entry["hyperparameters"]["learning_rate"] == 2e-5
+
+
 def test_report_cli_rejects_a_folder_without_records(tmp_path: Path) -> None:
     with pytest.raises(ReportError, match="no records.sqlite"):
         open_store(tmp_path)
