@@ -52,6 +52,8 @@ class DriverSettings:
         max_backoff_s: Longest retry delay (also caps a provider's ``Retry-After``).
         enforce_model: Rewrite the requested model to :attr:`model` (so a CLI's side calls to
             another model still go to, and are billed as, the configured driver).
+        default_max_output_tokens: Output tokens that a call naming no maximum of its own reserves
+            of the budgets while it runs (:mod:`autorl.gateway.budget`).
     """
 
     name: str
@@ -69,6 +71,7 @@ class DriverSettings:
     initial_backoff_s: float
     max_backoff_s: float
     enforce_model: bool
+    default_max_output_tokens: int = 32_000
 
     @classmethod
     def from_config(cls, cfg: DriverConfig) -> DriverSettings:
@@ -84,6 +87,10 @@ class DriverSettings:
             raise ConfigError(f"driver {name!r}: set driver.model and driver.base_url")
         if not cfg.protocols:
             raise ConfigError(f"driver {name!r}: driver.protocols must map some of {', '.join(PROTOCOLS)} to base URLs")
+        if cfg.budget.default_max_output_tokens < 1:
+            raise ConfigError(
+                f"driver {name!r}: driver.budget.default_max_output_tokens must be at least 1"
+            )
         if cfg.gateway.max_attempts < 1:
             raise ConfigError(f"driver {name!r}: driver.gateway.max_attempts must be at least 1, got {cfg.gateway.max_attempts}")
         price, budget, gateway = cfg.price_per_mtok, cfg.budget, cfg.gateway
@@ -95,6 +102,7 @@ class DriverSettings:
             timeout_s=gateway.timeout_s, max_attempts=gateway.max_attempts,
             initial_backoff_s=gateway.initial_backoff_s, max_backoff_s=gateway.max_backoff_s,
             enforce_model=gateway.enforce_model,
+            default_max_output_tokens=budget.default_max_output_tokens,
         )
 
     def api_key(self, environ: dict[str, str] | None = None) -> str | None:

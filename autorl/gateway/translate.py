@@ -4,10 +4,16 @@ Examples: Claude Code (Anthropic Messages) driven by GPT-5, Codex (Responses) dr
 the Gemini CLI (generateContent) driven by GPT-4o. LiteLLM converts the request to the provider's
 protocol and the answer (JSON or stream) back. It is imported on the first translated call only
 (it takes seconds to import), never by a cell whose CLI speaks the provider's own protocol.
+
+LiteLLM takes the request's fields as keyword arguments next to the settings of the call itself
+(``api_base``, ``api_key``, ``extra_headers``, ``mock_response``...), so the body it gets is cut
+to the protocol's allow-list first (:mod:`autorl.gateway.requests`) and checked against
+:data:`LITELLM_CONTROL` here again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
@@ -16,6 +22,17 @@ from typing import Any
 
 from autorl.gateway.settings import LITELLM_PREFIX, DriverSettings
 from autorl.gateway.usage import Usage, usage_from_json
+
+# LiteLLM keyword arguments that set up the call rather than describe the request.
+LITELLM_CONTROL = frozenset({
+    "api_base", "base_url", "api_key", "api_version", "extra_headers", "headers", "extra_body",
+    "extra_query", "timeout", "num_retries", "max_retries", "callbacks", "success_callback",
+    "failure_callback", "mock_response", "mock_tool_calls", "mock_timeout", "custom_llm_provider",
+    "user_api_key", "litellm_params", "litellm_metadata", "litellm_logging_obj", "litellm_call_id",
+    "client", "organization", "project", "use_chat_completions_api", "model_list", "fallbacks",
+    "input_cost_per_token", "output_cost_per_token", "aws_access_key_id", "aws_secret_access_key",
+    "vertex_credentials", "vertex_project", "azure_ad_token",
+})
 
 
 class TranslationError(Exception):
@@ -84,6 +101,12 @@ async def call(settings: DriverSettings, protocol: str, body: dict[str, Any], ap
         TranslationError: LiteLLM rejected the call or the provider failed (after LiteLLM's own
             ``num_retries`` retries on 429/5xx).
     """
+    # The body comes cut to its allow-list (autorl.gateway.requests), whose fields are request
+    # fields only; a name LiteLLM reads as a setting of the call itself (where to send it, with
+    # which key or headers, whether to answer it at all) must still never come from the agent.
+    control = sorted(body.keys() & LITELLM_CONTROL)
+    if control:
+        raise TranslationError(f"request fields not allowed: {', '.join(control)}", status=400)
     litellm = load_litellm()
     # Every provider here serves OpenAI chat completions (Anthropic and Google through their
     # OpenAI-compatible endpoints), so that is the one target LiteLLM translates to when listed.
@@ -125,9 +148,16 @@ async def call(settings: DriverSettings, protocol: str, body: dict[str, Any], ap
         return Translated(content=content, usage=usage_from_json(protocol, content))
 
     async def events() -> AsyncIterator[bytes]:
-        async for chunk in result:
-            yield sse_bytes(protocol, chunk)
-        if protocol == "chat":
-            yield b"data: [DONE]\n\n"
+        try:
+            async for chunk in result:
+                yield sse_bytes(protocol, chunk)
+            if protocol == "chat":
+                yield b"data: [DONE]\n\n"
+        finally:
+            # A stream the agent closed early: close LiteLLM's, and with it the provider's.
+            aclose = getattr(result, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
 
     return Translated(stream=events())

@@ -1,8 +1,10 @@
 """Forwarding one call to the provider: URL, headers, retries with exponential backoff.
 
-A call on a protocol the provider speaks natively is passed through byte for byte (only the
-model is rewritten and, for streamed chat completions, usage reporting switched on), so every
-field a CLI sends reaches the provider unchanged.
+A call on a protocol the provider speaks natively is passed through with its body cut to the
+protocol's allow-list (:mod:`autorl.gateway.requests`; the model rewritten and, for streamed chat
+completions, usage reporting switched on). Of the client's headers only :data:`FORWARDED_HEADERS`
+reach the provider, and of the query only :data:`FORWARDED_QUERY`: nothing the agent sends may
+choose the upstream URL, its key or its other headers (docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -10,18 +12,23 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import httpx
 
 from autorl.gateway.settings import DriverSettings
 
-# Headers that describe the client's connection or carry the agent's gateway token: never forwarded.
-_DROP_REQUEST = frozenset({
-    "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
-    "authorization", "x-api-key", "x-goog-api-key", "accept-encoding", "proxy-authorization", "cookie",
+# The client headers a provider needs to serve the CLIs' calls (protocol version, beta features,
+# streaming); every other header of the agent's is dropped. The body's type is the gateway's own.
+FORWARDED_HEADERS = frozenset({"accept", "anthropic-version", "anthropic-beta", "openai-beta"})
+# The only query parameters forwarded, per protocol: Gemini's streaming format and the flag the
+# Anthropic SDK's beta client adds (``key``, which may carry the gateway token, never is).
+FORWARDED_QUERY = {"gemini": frozenset({("alt", "sse")}), "messages": frozenset({("beta", "true")})}
+# Provider headers that describe its connection, set cookies or name the operator's account.
+_DROP_RESPONSE = frozenset({
+    "content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive",
+    "set-cookie", "openai-organization", "openai-project", "anthropic-organization-id",
 })
-_DROP_RESPONSE = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive", "set-cookie"})
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 520, 522, 524, 529})
 
 
@@ -38,6 +45,19 @@ def upstream_url(settings: DriverSettings, protocol: str, suffix: str, query: st
     return f"{url}?{query}" if query else url
 
 
+def forwarded_query(protocol: str, params: Iterable[tuple[str, str]]) -> str:
+    """The part of a client's query string that is forwarded (:data:`FORWARDED_QUERY`).
+
+    >>> forwarded_query("gemini", [("alt", "sse"), ("key", "gateway-token"), ("x", "y")])
+    'alt=sse'
+    >>> forwarded_query("chat", [("alt", "sse")])
+    ''
+    """
+    allowed = FORWARDED_QUERY.get(protocol, frozenset())
+    kept = [f"{k}={v}" for k, v in params if (k, v) in allowed]
+    return "&".join(dict.fromkeys(kept))
+
+
 def auth_headers(protocol: str, api_key: str | None) -> dict[str, str]:
     """The provider's own way of sending the real key for ``protocol``."""
     if api_key is None:
@@ -50,8 +70,14 @@ def auth_headers(protocol: str, api_key: str | None) -> dict[str, str]:
 
 
 def request_headers(incoming: Mapping[str, str], protocol: str, api_key: str | None) -> dict[str, str]:
-    """The client's headers minus connection and credential headers, plus the provider key."""
-    headers = {k: v for k, v in incoming.items() if k.lower() not in _DROP_REQUEST}
+    """The client's :data:`FORWARDED_HEADERS`, the gateway's own body headers and the provider key.
+
+    >>> incoming = {"Anthropic-Beta": "b", "x-api-key": "gateway-token", "Host": "elsewhere"}
+    >>> sorted(request_headers(incoming, "messages", None))
+    ['accept-encoding', 'anthropic-beta', 'anthropic-version', 'content-type']
+    """
+    headers = {k.lower(): v for k, v in incoming.items() if k.lower() in FORWARDED_HEADERS}
+    headers["content-type"] = "application/json"  # the gateway serialises the body itself
     # Uncompressed, so that usage can be read from the stream as it passes.
     headers["accept-encoding"] = "identity"
     if protocol == "messages":

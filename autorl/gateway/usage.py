@@ -87,14 +87,92 @@ def _from_messages(payload: dict[str, Any], usage: Usage) -> None:
         usage.tokens_out = _int(raw.get("output_tokens"))
 
 
+_RESPONSES_FINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
+def is_final(protocol: str, payload: Any) -> bool:
+    """Whether a stream event of ``protocol`` carries the call's final usage.
+
+    >>> is_final("messages", {"type": "message_delta", "usage": {"output_tokens": 9}})
+    True
+    >>> is_final("messages", {"type": "message_start", "message": {"usage": {"output_tokens": 1}}})
+    False
+    """
+    if not isinstance(payload, dict):
+        return False
+    if protocol == "chat":
+        return isinstance(payload.get("usage"), dict)
+    if protocol == "responses":
+        return payload.get("type") in _RESPONSES_FINAL
+    if protocol == "messages":
+        return payload.get("type") == "message_delta" and isinstance(payload.get("usage"), dict)
+    # Gemini repeats usage on every chunk; the one with a finish reason is the last.
+    candidates = payload.get("candidates")
+    finished = isinstance(candidates, list) and any(
+        isinstance(c, dict) and c.get("finishReason") for c in candidates
+    )
+    return finished and isinstance(payload.get("usageMetadata"), dict)
+
+
+def _texts(value: Any) -> int:
+    """Characters of the strings in ``value`` (a streamed delta or tool call)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_texts(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_texts(v) for v in value)
+    return 0
+
+
+def output_chars(protocol: str, payload: Any) -> int:
+    """Characters of model output (text, reasoning, tool calls) in one stream event of ``protocol``.
+
+    Events that echo the request or the whole response (``response.created``,
+    ``message_start``, ``*.done``) count nothing: their text was counted from its deltas.
+
+    >>> output_chars("chat", {"choices": [{"delta": {"content": "hello"}}]})
+    5
+    >>> output_chars("responses", {"type": "response.output_text.delta", "delta": "hi"})
+    2
+    """
+    if not isinstance(payload, dict):
+        return 0
+    if protocol == "chat":
+        choices = payload.get("choices")
+        if not isinstance(choices, list):
+            return 0
+        return sum(_texts(c.get("delta")) for c in choices if isinstance(c, dict))
+    if protocol == "responses":
+        kind, delta = payload.get("type"), payload.get("delta")
+        is_delta = isinstance(kind, str) and kind.endswith(".delta")
+        return len(delta) if is_delta and isinstance(delta, str) else 0
+    if protocol == "messages":
+        return _texts(payload.get("delta")) if payload.get("type") == "content_block_delta" else 0
+    candidates = payload.get("candidates")
+    if not isinstance(candidates, list):
+        return 0
+    return sum(
+        _texts((c.get("content") or {}).get("parts")) for c in candidates if isinstance(c, dict)
+    )
+
+
 class SSEUsageParser:
-    """Feeds on raw SSE bytes as they stream by and keeps the usage they report."""
+    """Feeds on raw SSE bytes as they stream by and keeps the usage they report.
+
+    Attributes:
+        usage: The usage reported so far.
+        final: Whether the final usage event was seen (else :attr:`usage` may be partial or empty).
+        output_chars: Characters of model output relayed so far (:func:`output_chars`).
+    """
 
     def __init__(self, protocol: str) -> None:
         """Parse events of ``protocol``."""
         self.protocol = protocol
         self.usage = Usage()
         self.events = 0
+        self.final = False
+        self.output_chars = 0
         self._buffer = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -126,6 +204,8 @@ class SSEUsageParser:
             return
         self.events += 1
         apply(self.protocol, payload, self.usage)
+        self.final = self.final or is_final(self.protocol, payload)
+        self.output_chars += output_chars(self.protocol, payload)
 
 
 def _event_end(buffer: bytes) -> tuple[int, int] | None:

@@ -102,13 +102,14 @@ def test_wrong_token_is_refused_and_the_key_never_reaches_the_agent(replay: Repl
 
 
 def test_token_budget_gives_429_with_a_clear_message(replay: ReplayServer, gateway_factory: Any) -> None:
-    gateway, calls = gateway_factory(_settings(replay.base_url, budget__max_tokens=10))
-    body = {"messages": [{"role": "user", "content": "go"}]}
+    # A call reserves its estimated input plus its largest output before it is forwarded.
+    gateway, calls = gateway_factory(_settings(replay.base_url, budget__max_tokens=100))
+    body = {"max_tokens": 5, "messages": [{"role": "user", "content": "go"}]}
     assert _post(f"{gateway.url}/v1/chat/completions", body).status_code == 200
-    refused = _post(f"{gateway.url}/v1/chat/completions", body)
+    refused = _post(f"{gateway.url}/v1/chat/completions", body | {"max_tokens": 90})
     assert refused.status_code == 429
-    assert "driver.budget.max_tokens=10" in refused.json()["error"]["message"]
-    anthropic = _post(f"{gateway.url}/v1/messages", {"max_tokens": 10, "messages": []})
+    assert "driver.budget.max_tokens=100" in refused.json()["error"]["message"]
+    anthropic = _post(f"{gateway.url}/v1/messages", {"max_tokens": 100, "messages": []})
     assert anthropic.status_code == 429 and anthropic.json()["type"] == "error"
     assert [c.status_code for c in calls] == [200, 429, 429] and calls[1].error
 
