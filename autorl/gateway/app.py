@@ -71,6 +71,8 @@ _MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _BODY_KINDS: dict[str, requests.BodyKind] = {
     p: p for p in ("chat", "responses", "messages", "gemini")
 }
+# What a call's record keeps of the model name the agent asked for.
+MAX_MODEL_CHARS = 200
 STREAM_CUT_SHORT = "stream closed by the client before usage; tokens estimated"
 NO_USAGE = "provider reported no usage; tokens estimated"
 
@@ -449,6 +451,8 @@ class Gateway:
             if protocol == "gemini"
             else (str(body["model"]) if body.get("model") is not None else None)
         )
+        if requested is not None:  # the agent's string, kept with every call's record: bounded
+            requested = requested[:MAX_MODEL_CHARS]
         stream = suffix.endswith(":streamGenerateContent") or body.get("stream") is True
         call = _Call(protocol, started, t0, requested, stream, len(raw), notes=notes)
         if self.settings.enforce_model:

@@ -925,3 +925,14 @@ def test_a_deeply_nested_body_is_a_400_not_a_crash(replay: ReplayServer, gateway
         response = httpx.post(url, content=content, headers=headers, timeout=30)
         assert response.status_code == 400 and "nested" in response.json()["error"]["message"]
     assert calls == [] and _sent(replay)[before:] == []
+
+
+def test_a_huge_model_name_is_kept_bounded_in_the_record(replay: ReplayServer, gateways: Any) -> None:
+    """The model the agent asks for goes into every call's record: a megabyte of it is cut."""
+    gateway, calls = gateways(_settings(replay.base_url))
+    body = {"model": "m" * (1 << 20), "messages": [{"role": "user", "content": "hi"}]}
+    answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body,
+                        headers={"authorization": f"Bearer {TOKEN}"}, timeout=60)
+    assert answer.status_code == 200
+    [call] = calls
+    assert call.requested_model == "m" * 200
