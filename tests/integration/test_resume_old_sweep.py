@@ -3,8 +3,8 @@
 The fixture (``tests/fixtures/sweep_b0f395e``, see its README) is the folder of
 ``task=gsm8k seed=0,1`` with the overrides below, interrupted after seed 0 completed: seed 1 is
 ``cancelled``. Running the same command again must migrate the store, run seed 1 and write
-results.csv and the report. Seed 0 completed under GSM8K's task version 1, and the task is at
-version 2 now: it runs again as a new attempt, its old attempt kept in the store as it was (a
+results.csv and the report. Seed 0 completed under GSM8K's task version 1, and the task is at a
+later version now: it runs again as a new attempt, its old attempt kept in the store as it was (a
 completed cell of the current version is skipped: ``tests/integration/test_sweep.py``).
 """
 
@@ -19,12 +19,14 @@ from pathlib import Path
 import pytest
 
 from autorl.records.migrations import SCHEMA_VERSION
+from autorl.tasks import get_task
 from tests.integration.conftest import query, sweep_env
 
 pytestmark = pytest.mark.integration
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "sweep_b0f395e" / "default-9f036f8b"
 COMPLETED, CANCELLED = "gsm8k.scripted.none.tiny.s0", "gsm8k.scripted.none.tiny.s1"
+VERSION = get_task("gsm8k").version  # the fixture's cells ran under version 1
 # Exactly the fixture's overrides that are not presentation keys: they make its sweep id.
 SAME_COMMAND = [
     "task=gsm8k", "seed=0,1", "budget.seconds=60", "agent.sft.steps=5", "agent.grpo.steps=1",
@@ -53,13 +55,13 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert [p.name for p in out_dir.iterdir()] == [FIXTURE.name]  # the same sweep id: no new folder
     assert "1 completed cell(s) ran an older task version and run again" in run.stdout
-    assert f"{COMPLETED} (v1 -> v2)" in run.stdout
+    assert f"{COMPLETED} (v1 -> v{VERSION})" in run.stdout
 
     assert query(db, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
     # The stale cell ran again under this autorl and the current task version, as attempt 2 ...
     ((status, task_version, attempts, version),) = query(
         db, "SELECT status, task_version, attempts, autorl_version FROM cells WHERE cell_id = ?", COMPLETED)
-    assert (status, task_version, attempts) == ("completed", 2, 2) and version
+    assert (status, task_version, attempts) == ("completed", VERSION, 2) and version
     assert (sweep_dir / "cells" / COMPLETED / "agent.log").is_file()
     # ... and its first attempt's submissions are as the old main left them, under attempt 1. Every old
     # column as it was; the columns added since (flags, weight_distance) are empty: never checked.
@@ -84,7 +86,7 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
 
     rows = _rows(sweep_dir / "results.csv")
     assert set(rows) == {COMPLETED, CANCELLED}
-    assert {rows[cell]["task_version"] for cell in rows} == {"2"}
+    assert {rows[cell]["task_version"] for cell in rows} == {str(VERSION)}
     assert {rows[cell]["sandbox"] for cell in rows} == {"bwrap"}  # both ran sealed, under this autorl
     html = (sweep_dir / "report" / "index.html").read_text()
     assert COMPLETED in html and CANCELLED in html
