@@ -5,7 +5,11 @@ device, **options)`` (the options of its ``conf/engine/<name>.yaml``), and has `
 ``generate_text``, ``swap`` (load another submission into the warm engine; ``False``: build anew)
 and ``close``. ``base_dir`` is the grader's copy of the cell's base model: a LoRA adapter in
 ``model_dir`` is always applied to it, whatever base its ``adapter_config.json`` names (issue #12);
-every engine must keep that rule (:func:`autorl.engine.hf.load_adapter_on_base`).
+every engine must keep that rule (:func:`autorl.engine.hf.load_adapter_on_base`). Two more rules
+every engine keeps (docs/threat-model.md): decoding is greedy with the task's lengths and stops,
+never what the submission's ``generation_config.json`` says (:mod:`autorl.engine.decoding`), and the
+submission's chat template renders in a child process with limits
+(:mod:`autorl.engine.chat_render`), never in the grader's.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ from typing import Any
 
 from agent_kit.hf_prefix import PrefixCache, generate_rows, supports_prefix_cache
 from autorl.engine.base import ChatTemplateEngine
+from autorl.engine.chat_render import RenderLimits
+from autorl.engine.decoding import greedy_generation_config
 from autorl.engine.hf_swap import load_into, model_signature, read_safetensors
 from autorl.errors import AutorlError
 
@@ -34,6 +36,7 @@ class HFEngine(ChatTemplateEngine):
     def __init__(
         self, model_dir: Path, *, batch_size: int = 64, device: str | None = None, base_dir: Path | None = None,
         prefix_cache: bool = True, prefix_cache_mb: int = 512, min_shared_tokens: int = 16,
+        render_limits: RenderLimits | None = None,
     ) -> None:
         """Load the model and tokenizer from ``model_dir`` (raises what transformers raises).
 
@@ -46,6 +49,8 @@ class HFEngine(ChatTemplateEngine):
             prefix_cache: Reuse the key/values of prompt prefixes encoded before (conf/engine/hf.yaml).
             prefix_cache_mb: Memory the kept key/values may take.
             min_shared_tokens: A prefix all rows of a batch share is encoded once when at least this long.
+            render_limits: Time and size limits of the chat template's render process (None:
+                the defaults).
 
         Raises:
             AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a folder.
@@ -58,7 +63,8 @@ class HFEngine(ChatTemplateEngine):
         self.tokenizer = _load_tokenizer(model_dir)
         self.dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
         model: Any  # a PreTrainedModel; Any, as transformers' decorator on .to() hides its signature from mypy
-        if (model_dir / ADAPTER_CONFIG).is_file():
+        adapter = (model_dir / ADAPTER_CONFIG).is_file()
+        if adapter:
             _require_base(model_dir, base_dir)
             assert base_dir is not None
             model = load_adapter_on_base(model_dir, base_dir, dtype=self.dtype, vocab_size=len(self.tokenizer))
@@ -66,6 +72,12 @@ class HFEngine(ChatTemplateEngine):
             model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype)
         self.model = model.to(self.device)
         self.model.eval()
+        self.render_limits = render_limits
+        # Greedy with the task's lengths and stops: never the submission's generation_config.json.
+        weights_dir = base_dir if adapter and base_dir is not None else model_dir
+        config = self.model.config
+        self.generation_config = greedy_generation_config(weights_dir, config, self.tokenizer)
+        self.model.generation_config = self.generation_config
         self._base: tuple[Path, dict[str, Any]] | None = None  # the cell's base weights, for adapters swapped in
         self.prefix: PrefixCache | None = None
         if prefix_cache and supports_prefix_cache(self.model.config):
@@ -87,7 +99,7 @@ class HFEngine(ChatTemplateEngine):
             Exception: What loading the submission raises (as the constructor would); the engine may
                 then hold partly loaded weights and must be discarded.
         """
-        from transformers import AutoConfig, GenerationConfig
+        from transformers import AutoConfig
 
         adapter = (model_dir / ADAPTER_CONFIG).is_file()
         if adapter:
@@ -106,11 +118,10 @@ class HFEngine(ChatTemplateEngine):
         if adapter:
             self.model = apply_adapter(self.model, model_dir, base_dir=weights_dir)
             self.model.eval()
-        try:
-            self.model.generation_config = GenerationConfig.from_pretrained(weights_dir)
-        except OSError:  # no generation_config.json: from_pretrained derives it from the config
-            self.model.generation_config = GenerationConfig.from_model_config(self.model.config)
+        self.generation_config = greedy_generation_config(weights_dir, self.model.config, tokenizer)
+        self.model.generation_config = self.generation_config
         self.tokenizer = tokenizer
+        self.reset_render_budget()
         if self.prefix is not None:
             self.prefix.model = self.model
             self.prefix.clear()
@@ -120,6 +131,7 @@ class HFEngine(ChatTemplateEngine):
         """Drop the model, the kept key/values and the held base weights."""
         import gc
 
+        self.close_renderer()
         self.prefix = None
         self._base = None
         self.model = None
@@ -132,8 +144,11 @@ class HFEngine(ChatTemplateEngine):
         outputs: list[str] = []
         for start in range(0, len(prompts), self.batch_size):
             rows = self._token_ids(prompts[start : start + self.batch_size], add_special_tokens, max_new_tokens)
+            # Passed as well as set on the model: generate() fills what a call leaves unset from
+            # the model's, and reads no generation keys of config.json when given one.
             outputs += generate_rows(self.model, self.tokenizer, rows, self.prefix, max_new_tokens=max_new_tokens,
-                                     stop=stop, do_sample=False)
+                                     stop=stop, do_sample=False,
+                                     generation_config=self.generation_config)
         return outputs
 
     def _token_ids(self, prompts: list[str], add_special_tokens: bool, max_new_tokens: int) -> list[Any]:

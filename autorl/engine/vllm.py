@@ -33,6 +33,8 @@ from typing import Any
 
 from agent_kit.protocol import cut_at_stop
 from autorl.engine.base import ChatTemplateEngine
+from autorl.engine.chat_render import RenderLimits
+from autorl.engine.decoding import eos_token_ids, generation_config_eos
 from autorl.engine.hf import ADAPTER_CONFIG, _load_tokenizer, _require_base
 from autorl.errors import AutorlError
 
@@ -83,7 +85,7 @@ class VLLMEngine(ChatTemplateEngine):
         dtype: str | None = None, max_model_len: int | None = None, enable_prefix_caching: bool = True,
         kv_cache_gb: float | None = 1.0, gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
         enable_lora: bool = True, max_lora_rank: int = 64, lora_mode: str = "auto", multiprocessing: bool = False,
-        seed: int = 0,
+        seed: int = 0, render_limits: RenderLimits | None = None,
     ) -> None:
         """Start an engine on ``model_dir`` (a full model, or a LoRA adapter served on ``base_dir``).
 
@@ -104,6 +106,8 @@ class VLLMEngine(ChatTemplateEngine):
             multiprocessing: Run vLLM's EngineCore in a process of its own (vLLM's default); False:
                 in this process (one process fewer to start; the grader actor is the engine's process).
             seed: vLLM's seed (greedy decoding does not use it).
+            render_limits: Time and size limits of the chat template's render process (None:
+                the defaults).
 
         Raises:
             AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a folder.
@@ -124,6 +128,7 @@ class VLLMEngine(ChatTemplateEngine):
         if lora_mode not in LORA_MODES:
             raise VLLMEngineError(f"lora_mode={lora_mode!r} is not one of {', '.join(LORA_MODES)} (conf/engine/vllm.yaml)")
         self.batch_size = batch_size
+        self.render_limits = render_limits
         self.merge_adapters = lora_mode == "merge" or (lora_mode == "auto" and platform == "cpu")
         self._lora_dir: Path | None = None
         self._lora: Any = None
@@ -133,6 +138,7 @@ class VLLMEngine(ChatTemplateEngine):
         self.tokenizer = _load_tokenizer(_tokenizer_dir(model_dir, weights_dir))
         self._signature = _weights_signature(weights_dir)
         self._tokenizer_signature = _tokenizer_signature(self.tokenizer, weights_dir)
+        self.eos_ids = _eos_ids(weights_dir, self.tokenizer)
         merged: Path | None = None
         if adapter and self.merge_adapters:
             merged = _merged_adapter(model_dir, weights_dir, len(self.tokenizer))
@@ -156,6 +162,9 @@ class VLLMEngine(ChatTemplateEngine):
             "worker_extension_cls": f"{__name__}.WeightSwapExtension",
             "enable_lora": self.lora_enabled,
             "gpu_memory_utilization": gpu_memory_utilization,
+            # vLLM's own sampling defaults, not those of the submission's generation_config.json:
+            # decoding is the task's (autorl.engine.decoding); end ids go with each request.
+            "generation_config": "vllm",
         }
         if kv_cache_gb is not None:
             kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
@@ -214,6 +223,8 @@ class VLLMEngine(ChatTemplateEngine):
         if serve_lora:
             self._use_adapter(model_dir, weights_dir)
         self.tokenizer = tokenizer  # prompts are built with the submission's chat template
+        self.eos_ids = _eos_ids(weights_dir, tokenizer)
+        self.reset_render_budget()
         self.llm.reset_prefix_cache()
         return True
 
@@ -229,6 +240,7 @@ class VLLMEngine(ChatTemplateEngine):
     def close(self) -> None:
         """Shut the engine down (its EngineCore process, if any) and free its memory."""
         llm, self.llm = self.llm, None
+        self.close_renderer()
         self._drop_adapter()
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
@@ -251,8 +263,11 @@ class VLLMEngine(ChatTemplateEngine):
         keep = max(1, self.max_model_len - max_new_tokens)  # as HFEngine: keep the prompt's end (the question)
         encoded = self.tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"]
         inputs = [{"prompt_token_ids": list(ids)[-keep:]} for ids in encoded]
+        # Greedy, no penalties, no minimum length, stopping at the model's end ids
+        # (autorl.engine.decoding).
         params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) if stop else None,
-                                skip_special_tokens=True)
+                                stop_token_ids=list(self.eos_ids) or None, repetition_penalty=1.0,
+                                min_tokens=0, skip_special_tokens=True)
         outputs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=self._lora)
         # Decoded as HFEngine decodes (one batch_decode of the new tokens): vLLM's incremental
         # detokenizer holds back a trailing incomplete UTF-8 sequence that batch_decode shows as U+FFFD.
@@ -364,16 +379,18 @@ def _tokenizer_signature(tokenizer: Any, weights_dir: Path) -> str:
     another transformers version writes other bytes). The chat template may differ: prompts are
     built here, with the submission's tokenizer.
     """
-    from transformers import GenerationConfig
-
-    try:
-        eos = GenerationConfig.from_pretrained(weights_dir).eos_token_id
-    except OSError:  # no generation_config.json
-        eos = None
+    eos = generation_config_eos(weights_dir) or None  # the only key of the file vLLM is let use
     backend = tokenizer.backend_tokenizer.to_str() if getattr(tokenizer, "is_fast", False) else repr(tokenizer.get_vocab())
     payload = {"backend": backend, "special": sorted(map(str, tokenizer.all_special_tokens)),
                "eos": [tokenizer.eos_token_id, eos], "pad": tokenizer.pad_token_id}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _eos_ids(weights_dir: Path, tokenizer: Any) -> list[int]:
+    """The end-of-sequence ids of a submission (:func:`autorl.engine.decoding.eos_token_ids`)."""
+    from transformers import AutoConfig
+
+    return eos_token_ids(weights_dir, AutoConfig.from_pretrained(weights_dir), tokenizer)
 
 
 def _weights_signature(model_dir: Path) -> str | None:

@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from autorl.envs.training import TrainingEnvs
 from autorl.grading.model_checks import SubmissionRejected
+from autorl.grading.public_errors import scrub_any_paths
 from autorl.grading.service import QueueFull, SubmissionService
 from autorl.serving import ServerThread, bind_tcp
 from autorl.workspace.run_meta import RunMeta
@@ -360,7 +361,10 @@ def add_env_routes(app: FastAPI, envs: TrainingEnvs | None) -> None:
         except TooManySessions as full:
             return _error(429, str(full))
         except EnvError as error:
-            return _error(409, str(error))
+            # An environment's message may name the host's folders or servers (its data, its URL):
+            # the agent gets it without them, the log keeps it whole.
+            logger.info("env request refused: %s", error)
+            return _error(409, scrub_any_paths(str(error)))
 
     @app.get("/env/episodes")
     def env_episodes() -> JSONResponse:

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
+from autorl.engine.decoding import GENERATION_CONFIG, generation_config_eos
 from autorl.errors import AutorlError
 from autorl.grading.weights import (
     SAVE_HINT,
@@ -48,6 +48,11 @@ __all__ = [
 
 # Largest config/tokenizer JSON read (real tokenizer.json files of large vocabularies are ~10-30 MB).
 MAX_JSON_BYTES = 256 << 20
+# Largest model folder copied for grading: an 8B model in float32 with room to spare.
+MAX_SUBMISSION_BYTES = 64 << 30
+# A file over this size on disk at under 1/SPARSE_RATIO of its size is refused as sparse.
+SPARSE_MIN_BYTES = 64 << 20
+SPARSE_RATIO = 8
 SAFE_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
 ADAPTER_CONFIG = "adapter_config.json"
@@ -61,6 +66,12 @@ VOCAB_FILES = (
     "vocab.txt",
     "tiktoken.model",
     "qwen.tiktoken",
+)
+# Files transformers reads whole when it loads a tokenizer or a config: each at most MAX_JSON_BYTES.
+WHOLE_READ_FILES = (
+    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+    "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json",
+    "merges.txt", ADAPTER_CONFIG, SAFE_INDEX, BIN_INDEX, *VOCAB_FILES,
 )
 
 
@@ -114,8 +125,10 @@ def resolve_submission_path(workspace: Path, model_path: object) -> Path:
     try:
         resolved = requested.resolve(strict=False)
     except (OSError, RuntimeError) as exc:  # RuntimeError: symlink loop (Python 3.11)
+        # The reason only: the exception's text holds the host's absolute path.
+        reason = exc.strerror if isinstance(exc, OSError) else "a symlink loop"
         raise SubmissionRejected(
-            400, f"model_path {model_path!r} cannot be resolved ({exc}): {example}"
+            400, f"model_path {model_path!r} cannot be resolved ({reason}): {example}"
         ) from exc
 
     if not resolved.is_relative_to(output):
@@ -124,7 +137,8 @@ def resolve_submission_path(workspace: Path, model_path: object) -> Path:
             raise SubmissionRejected(
                 400,
                 f"model_path {model_path!r} is or goes through a symlink that points outside "
-                f"output/ (to {resolved}): copy the model files into a real folder under output/ "
+                f"output/ (to {_shown(resolved, workspace)}): copy the model files into a real "
+                "folder under output/ "
                 "(e.g. output/v1) instead of linking to them, and submit that folder",
             )
         raise SubmissionRejected(
@@ -175,10 +189,11 @@ def check_loadable_model(model_dir: Path) -> ModelFiles:
             symlink that points outside the directory.
     """
     root = model_dir.resolve()
+    _check_sizes(root)
 
     config = _present(root, "config.json")
     if config is not None:
-        _load_json_object(config, "config.json")
+        _refuse_remote_code(_load_json_object(config, "config.json"), "config.json")
     adapter_config = _present(root, ADAPTER_CONFIG)
     full_weights = _full_model_weights(root)
 
@@ -249,6 +264,8 @@ def normalize_tokenizer_config(model_dir: Path, dest: Path) -> Path:
     they resolve inside ``model_dir``; others are skipped, so a link cannot pull files from
     elsewhere on the machine into grading.
 
+    The copy's ``generation_config.json`` keeps only its ``eos_token_id``: decoding is the task's.
+
     The quirk fixed: a list-form ``extra_special_tokens`` in ``tokenizer_config.json`` (written by
     TRL and transformers 5) breaks loading with transformers 4 and vLLM, which expect a mapping.
     The copy drops it and merges its tokens into ``additional_special_tokens``, which every version
@@ -270,12 +287,14 @@ def normalize_tokenizer_config(model_dir: Path, dest: Path) -> Path:
         raise ValueError(f"dest {dest} must be outside the submitted folder {model_dir}")
     dest.mkdir(parents=True, exist_ok=True)
 
+    sizes = _check_sizes(root)  # again: the folder may have changed since it was submitted
     for entry in sorted(root.iterdir()):
         source = entry.resolve()
         if not source.is_relative_to(root) or not source.is_file():
             continue
-        shutil.copyfile(source, dest / entry.name)
+        _copy_at_most(source, dest / entry.name, sizes.get(entry.name, 0))
 
+    _keep_only_eos(dest / GENERATION_CONFIG)
     tokenizer_config = dest / "tokenizer_config.json"
     if tokenizer_config.is_file():
         data = _load_json_object(tokenizer_config, "tokenizer_config.json")
@@ -284,6 +303,96 @@ def normalize_tokenizer_config(model_dir: Path, dest: Path) -> Path:
                 json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
             )
     return dest
+
+
+def _check_sizes(root: Path) -> dict[str, int]:
+    """The sizes of the top-level files; a folder too big to copy or a sparse file is refused.
+
+    Sizes come from ``stat``: nothing is read. A sparse file (``truncate -s 100G``) costs its writer
+    no disk but would cost the grader its size in copying and hashing; files written by
+    ``save_pretrained`` occupy their size on disk (compressing file systems store weights at close
+    to their size, so only a file on disk at under 1/:data:`SPARSE_RATIO` of its size is refused).
+
+    Returns:
+        File name -> size in bytes, for the regular files that resolve inside ``root``.
+
+    Raises:
+        SubmissionRejected: 422 when the files add up to over :data:`MAX_SUBMISSION_BYTES`, or
+            one of over :data:`SPARSE_MIN_BYTES` is sparse.
+    """
+    sizes: dict[str, int] = {}
+    for entry in sorted(root.iterdir()):
+        try:
+            source = entry.resolve()
+            if not source.is_relative_to(root) or not source.is_file():
+                continue
+            info = source.stat()
+        except (OSError, RuntimeError):
+            continue  # not copied either: a broken or looping link
+        allocated = getattr(info, "st_blocks", None)
+        sparse = allocated is not None and allocated * 512 * SPARSE_RATIO < info.st_size
+        if info.st_size > SPARSE_MIN_BYTES and sparse:
+            raise SubmissionRejected(
+                422, f"{entry.name} is a sparse file ({info.st_size} bytes, "
+                f"{(allocated or 0) * 512} on disk): {SAVE_HINT} into an empty folder",
+            )
+        if entry.name in WHOLE_READ_FILES and info.st_size > MAX_JSON_BYTES:
+            raise SubmissionRejected(
+                422, f"{entry.name} is {info.st_size} bytes, over the {MAX_JSON_BYTES >> 20} MiB a "
+                f"tokenizer or config file may have: {SAVE_HINT} instead of writing it by hand",
+            )
+        sizes[entry.name] = info.st_size
+    total = sum(sizes.values())
+    if total > MAX_SUBMISSION_BYTES:
+        raise SubmissionRejected(
+            422, f"the model folder's files add up to {total} bytes, over the "
+            f"{MAX_SUBMISSION_BYTES >> 30} GiB a submission may have: submit only the model "
+            f"({SAVE_HINT} into an empty folder)",
+        )
+    return sizes
+
+
+def _copy_at_most(source: Path, dest: Path, limit: int) -> None:
+    """Copies the first ``limit`` bytes of ``source`` (its size when checked): a file that grows
+    while it is copied cannot make the copy bigger than what :func:`_check_sizes` allowed."""
+    with source.open("rb") as reader, dest.open("wb") as writer:
+        copied = 0
+        while copied < limit:
+            try:  # in the kernel, as shutil.copyfile copies
+                count = min(limit - copied, 1 << 30)
+                sent = os.sendfile(writer.fileno(), reader.fileno(), copied, count)
+            except OSError:  # no sendfile between these files: through Python
+                reader.seek(copied)
+                sent = writer.write(reader.read(min(limit - copied, 8 << 20)))
+            if sent == 0:
+                break  # the file shrank since it was checked
+            copied += sent
+
+
+def _refuse_remote_code(data: dict[str, Any], name: str) -> None:
+    """Refuses a config naming code of its own (``auto_map``): the grader runs no submitted code.
+
+    Raises:
+        SubmissionRejected: 422 naming the file.
+    """
+    if "auto_map" in data:
+        raise SubmissionRejected(
+            422, f"{name} has an \"auto_map\", which names Python code in the model folder: "
+            "the grader loads only transformers' own classes and never runs submitted code; "
+            f"delete \"auto_map\" (and any .py files) and {SAVE_HINT} with a built-in class",
+        )
+
+
+def _keep_only_eos(path: Path) -> None:
+    """Rewrites the copy's ``generation_config.json`` to its ``eos_token_id`` alone (or ``{}``).
+
+    Decoding is the task's (:mod:`autorl.engine.decoding`): no engine may see the submission's
+    beams, sampling, penalties or lengths, and none reads a file of unbounded size.
+    """
+    if not path.is_file():
+        return
+    eos = generation_config_eos(path.parent)
+    path.write_text(json.dumps({"eos_token_id": eos} if eos else {}) + "\n", encoding="utf-8")
 
 
 def _merge_list_extra_special_tokens(data: dict[str, Any]) -> bool:
@@ -328,13 +437,36 @@ def _present(root: Path, name: str) -> Path | None:
     path = root / name
     if not path.is_file():
         return None
-    if not path.resolve().is_relative_to(root):
+    target = path.resolve()
+    if not target.is_relative_to(root):
+        shown = _shown(target, root, "a path outside it")
         raise SubmissionRejected(
             400,
-            f"{name} is a symlink that points outside the model folder (to {path.resolve()}): "
+            f"{name} is a symlink that points outside the model folder (to {shown}): "
             "copy the file into the folder instead of linking to it",
         )
     return path
+
+
+def _shown(target: Path, base: Path, outside: str = "a path outside the workspace") -> str:
+    """Where a symlink leads, as the agent may be told: relative to ``base`` (the workspace, or the
+    model folder), else ``outside``; never the host's absolute path.
+
+    >>> workspace = Path("/host/ws")
+    >>> _shown(Path("/host/ws/models/tiny"), workspace), _shown(Path("/etc/passwd"), workspace)
+    ('models/tiny', 'a path outside the workspace')
+    """
+    for form in {base, base.absolute(), _resolve_or_keep(base)}:
+        if target.is_relative_to(form):
+            return target.relative_to(form).as_posix()
+    return outside
+
+
+def _resolve_or_keep(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path
 
 
 def _load_json_object(path: Path, name: str) -> dict[str, Any]:
@@ -354,7 +486,11 @@ def _load_json_object(path: Path, name: str) -> dict[str, Any]:
             )
         data = json.loads(path.read_text(encoding="utf-8"))
     # ValueError: also JSONDecodeError, UnicodeDecodeError, and ints of over 4,300 digits; RecursionError: deep nesting
-    except (OSError, ValueError, RecursionError) as exc:
+    except OSError as exc:  # its text names the grader's copy of the file: the reason only
+        raise SubmissionRejected(
+            422, f"{name} cannot be read ({exc.strerror or type(exc).__name__}): {SAVE_HINT}"
+        ) from exc
+    except (ValueError, RecursionError) as exc:
         raise SubmissionRejected(
             422, f"{name} is not valid JSON ({exc}): {SAVE_HINT} instead of writing it by hand"
         ) from exc
@@ -444,7 +580,8 @@ def _check_tokenizer(root: Path) -> None:
     hint = "save it with tokenizer.save_pretrained(path) into the same folder as the model"
     tokenizer_config = _present(root, "tokenizer_config.json")
     if tokenizer_config is not None:
-        _load_json_object(tokenizer_config, "tokenizer_config.json")
+        name = "tokenizer_config.json"
+        _refuse_remote_code(_load_json_object(tokenizer_config, name), name)
     tokenizer_json = _present(root, "tokenizer.json")
     if tokenizer_json is not None:
         _load_json_object(tokenizer_json, "tokenizer.json")

@@ -11,6 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from autorl.engine.warm import WarmEngines
+from autorl.grading.public_errors import (
+    CHAT_TEMPLATE,
+    CHAT_TEMPLATE_FILES,
+    EVALUATION,
+    MODEL_LOAD,
+    PublicError,
+    fixed,
+    mentioned_file,
+)
 from autorl.schema import RunConfig
 from autorl.tasks import (
     EvalContext,
@@ -53,13 +62,18 @@ class EvalTarget:
 
 @dataclass(frozen=True)
 class ScoreOutcome:
-    """The result of scoring one model: a score, or the error that made the model invalid."""
+    """The result of scoring one model: a score, or the error that made the model invalid.
+
+    ``error`` is the full text (exception included) for the records and the report; ``public_error``
+    is what the agent may be told of it (:mod:`autorl.grading.public_errors`).
+    """
 
     score: float | None
     num_examples: int
     details: dict[str, Any]
     error: str | None
     elapsed_s: float
+    public_error: PublicError | None = None
 
 
 def target_from_config(config: RunConfig, task_version: int) -> EvalTarget:
@@ -126,6 +140,7 @@ def score_model(
         ConfigError: ``engine`` is unknown or its package is not installed.
     """
     from autorl.engine import ENGINES, resolve_engine
+    from autorl.engine.chat_render import ChatRenderUnavailable, ChatTemplateFailed
     from autorl.engine.hf import AdapterBaseMissing
     from autorl.envs.base import EnvError
     from autorl.judge.client import JudgeError
@@ -145,15 +160,38 @@ def score_model(
         raise  # the grader was not wired with the cell's base: not the agent's failure
     except Exception as error:  # noqa: BLE001 - any load failure makes the submission invalid
         logger.info("model %s failed to load: %s", model_dir, error)
-        return ScoreOutcome(None, 0, {}, f"model failed to load: {type(error).__name__}: {error}", 0.0)
+        # The agent is told the class and, at most, which of its files the error names.
+        public = fixed(MODEL_LOAD, mentioned_file(str(error), _file_names(model_dir)))
+        text = f"model failed to load: {type(error).__name__}: {error}"
+        return ScoreOutcome(None, 0, {}, text, 0.0, public)
     try:
         result = evaluate(loaded, ctx)
-    except (EnvError, JudgeError):
-        raise  # the environments or the judge failed, not the model: an infrastructure failure
+    except (EnvError, JudgeError, ChatRenderUnavailable):
+        raise  # the environments, the judge or the render process failed: infrastructure
+    except ChatTemplateFailed as error:  # its text can hold the rendered eval prompts: records only
+        logger.info("the chat template of %s failed: %s", model_dir, error.reason)
+        public = fixed(CHAT_TEMPLATE, _template_file(model_dir))
+        elapsed = time.monotonic() - started
+        return ScoreOutcome(None, 0, {}, f"evaluation failed: {error}", elapsed, public)
     except Exception as error:  # noqa: BLE001 - e.g. generation with broken weights
         logger.info("evaluation of %s failed: %s", model_dir, error)
-        return ScoreOutcome(None, 0, {}, f"evaluation failed: {type(error).__name__}: {error}", time.monotonic() - started)
+        return ScoreOutcome(None, 0, {}, f"evaluation failed: {type(error).__name__}: {error}",
+                            time.monotonic() - started, fixed(EVALUATION))
     finally:
         if warm is None:
             loaded.close()
     return ScoreOutcome(float(result.score), result.num_examples, dict(result.details), None, time.monotonic() - started)
+
+
+def _file_names(model_dir: Path) -> list[str]:
+    """The names of the files in ``model_dir`` (the submitted folder's copy)."""
+    try:
+        return [path.name for path in model_dir.iterdir() if path.is_file()]
+    except OSError:
+        return []
+
+
+def _template_file(model_dir: Path) -> str:
+    """The file the chat template came from: the first of :data:`CHAT_TEMPLATE_FILES` there."""
+    names = set(_file_names(model_dir))
+    return next((name for name in CHAT_TEMPLATE_FILES if name in names), "tokenizer_config.json")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import re
 import shutil
 import threading
 import time
@@ -29,6 +30,18 @@ from autorl.grading.model_checks import (
     normalize_tokenizer_config,
     resolve_submission_path,
     weights_hash,
+)
+from autorl.grading.public_errors import (
+    CORRUPT_WEIGHTS,
+    GRADING,
+    REJECTED,
+    UNREADABLE,
+    PublicError,
+    checked,
+    fixed,
+    from_details,
+    mentioned_file,
+    strip_details,
 )
 from autorl.grading.scoring import ScoreOutcome
 from autorl.records.results import summarize_submissions
@@ -52,6 +65,9 @@ class RecordSink(Protocol):
 # String details an agent may see: written by the service (never by an evaluator, which could copy eval
 # data into them; the service overwrites these keys after merging an evaluator's details).
 _PUBLIC_STRINGS = ("flag", "flag_reason")
+# Keys an agent may see: names such as ``per_type`` or ``pick``; an evaluator that keyed numbers
+# by an eval item (its question, its id) would hand the item's text to the agent.
+_PUBLIC_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,39}")
 
 
 def public_details(details: dict[str, Any]) -> dict[str, Any]:
@@ -69,16 +85,26 @@ def public_details(details: dict[str, Any]) -> dict[str, Any]:
 
     >>> public_details({"flag": "model_mismatch", "flag_reason": "hidden_size 8 (base: 16)", "weight_distance": 1.2})
     {'flag': 'model_mismatch', 'flag_reason': 'hidden_size 8 (base: 16)', 'weight_distance': 1.2}
+
+    Keys that are not short names (an eval question used as a key) are left out, at both levels:
+
+    >>> public_details({"by_question": {"What is 2 + 2?": 1, "q_7": 0}, "Natalia sold clips?": 3})
+    {'by_question': {'q_7': 0}}
     """
     def number(value: Any) -> bool:
         return isinstance(value, int | float)  # bools included: they are ints
 
+    def name(key: Any) -> bool:
+        return isinstance(key, str) and _PUBLIC_KEY.fullmatch(key) is not None
+
     public: dict[str, Any] = {}
-    for key, value in details.items():
+    for key, value in strip_details(details).items():
+        if not name(key):
+            continue
         if number(value) or (key in _PUBLIC_STRINGS and isinstance(value, str)):
             public[key] = value
         elif isinstance(value, dict):
-            numbers = {k: v for k, v in value.items() if number(v)}
+            numbers = {k: v for k, v in value.items() if name(k) and number(v)}
             if numbers:
                 public[key] = numbers
     return public
@@ -161,8 +187,14 @@ class SubmissionService:
             SubmissionRejected: 400/422 with a message saying what to fix (nothing is recorded).
             QueueFull: when ``max_queued`` submissions of this cell already wait.
         """
-        model_dir = resolve_submission_path(self.ctx.workspace, model_path)
-        check_loadable_model(model_dir)
+        try:
+            model_dir = resolve_submission_path(self.ctx.workspace, model_path)
+            check_loadable_model(model_dir)
+        except SubmissionRejected as rejected:
+            # The checks name files relative to the workspace; this catches a host path they missed.
+            roots = [self.ctx.workspace, self.snapshot_root]
+            public = checked(REJECTED, rejected.message, [], roots)
+            raise SubmissionRejected(rejected.status_code, public.message) from rejected
         with self._lock:
             if self._queued >= self.ctx.max_queued:
                 raise QueueFull(
@@ -214,9 +246,11 @@ class SubmissionService:
             "best": {"submission_id": summary["best_submission_id"], "score": summary["best_feedback_score"]},
             "total_submissions": total,
         }
-        if record.error:
-            body["error"] = record.error
-        details = public_details(json.loads(record.details_json))
+        stored = json.loads(record.details_json)
+        public = from_details(stored, record.error)
+        if public is not None:  # the class and a fixed text: the full error stays in the records
+            body |= public.as_answer()
+        details = public_details(stored)
         if details:
             body["details"] = details
         return body
@@ -267,7 +301,7 @@ class SubmissionService:
                 final = self._score(pending)
             except Exception as error:  # noqa: BLE001 - never lose a submission to a grader crash
                 logger.exception("scoring submission %s failed", pending.record.submission_id)
-                final = replace(pending.record, status="invalid", error=f"grading failed: {error}", finished_at=time.time())
+                final = self._invalid(pending.record, f"grading failed: {error}", fixed(GRADING))
             self._finish(final)
             pending.done.set()
 
@@ -292,7 +326,7 @@ class SubmissionService:
             result = self._score_snapshot(record, snapshot, digest, identity)
             return result
         except (CorruptWeightsError, SubmissionRejected, OSError) as error:
-            return replace(record, status="invalid", error=str(error), finished_at=time.time())
+            return self._invalid(record, str(error), self._public_error(error, snapshot))
         finally:
             # With dev feedback a scored snapshot waits for its test score (autorl.grading.heldout).
             if not (self.ctx.feedback == "dev" and result is not None and result.status in ("scored", "duplicate")):
@@ -326,14 +360,42 @@ class SubmissionService:
             return self._scored(record, earlier.score, "duplicate", flags)
         outcome, cached = self.scorer(snapshot, digest)
         if outcome.error is not None or outcome.score is None:
-            return replace(record, status="invalid", error=outcome.error, finished_at=time.time())
-        details = {"num_examples": outcome.num_examples, **outcome.details}
+            public = outcome.public_error or fixed(GRADING)
+            return self._invalid(record, outcome.error or "scored without a score", public)
+        details = {"num_examples": outcome.num_examples, **strip_details(outcome.details)}
         for key in _PUBLIC_STRINGS:
             details.pop(key, None)  # only the service writes these (see public_details)
         if cached:
             details["flag"] = "duplicate"
         details.update(integrity)  # model_mismatch outranks duplicate: it is what decides whether it counts
         return self._scored(record, outcome.score, "duplicate" if cached else "scored", details)
+
+    def _invalid(
+        self, record: SubmissionRecord, error: str, public: PublicError
+    ) -> SubmissionRecord:
+        """``record`` made invalid: ``error`` in full for the records, ``public`` (in its details)
+        for the agent."""
+        details = json.dumps({**json.loads(record.details_json), **public.as_details()})
+        return replace(record, status="invalid", error=error, details_json=details,
+                       finished_at=time.time())
+
+    def _public_error(self, error: Exception, snapshot: Path) -> PublicError:
+        """What the agent is told of a check that failed on the snapshot (no host path, and no
+        library text of an OS error)."""
+        try:
+            names = [path.name for path in snapshot.iterdir()]
+        except OSError:
+            names = []
+        roots = [snapshot, self.snapshot_root, self.ctx.workspace]
+        if self.ctx.base_model_dir is not None:
+            roots.append(self.ctx.base_model_dir)
+        if isinstance(error, SubmissionRejected):
+            return checked(REJECTED, error.message, names, roots)
+        if isinstance(error, CorruptWeightsError):
+            return checked(CORRUPT_WEIGHTS, str(error), names, roots)
+        filename = getattr(error, "filename", None)
+        named = mentioned_file(Path(str(filename)).name, names) if filename else None
+        return fixed(UNREADABLE, named)
 
     def _scored(self, record: SubmissionRecord, score: float, status: str, details: dict[str, Any]) -> SubmissionRecord:
         return replace(
