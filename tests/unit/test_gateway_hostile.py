@@ -37,42 +37,16 @@ from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 TOKEN = "cell-token"
 KEY = "real-key"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli_requests"
-SHELL_CHAT = [
-    {
-        "type": "function",
-        "function": {
-            "name": "bash",
-            "parameters": {
-                "type": "object",
-                "properties": {"command": {"type": "string"}},
-                "required": ["command"],
-            },
-        },
-    }
-]
-SHELL_MESSAGES = [
-    {
-        "name": "Bash",
-        "input_schema": {
-            "type": "object",
-            "properties": {"command": {"type": "string"}},
-            "required": ["command"],
-        },
-    }
-]
+# One shell tool's parameters, in each protocol's tool list.
+SHELL_SCHEMA = {
+    "type": "object",
+    "properties": {"command": {"type": "string"}},
+    "required": ["command"],
+}
+SHELL_CHAT = [{"type": "function", "function": {"name": "bash", "parameters": SHELL_SCHEMA}}]
+SHELL_MESSAGES = [{"name": "Bash", "input_schema": SHELL_SCHEMA}]
 SHELL_GEMINI = [
-    {
-        "functionDeclarations": [
-            {
-                "name": "run_shell_command",
-                "parametersJsonSchema": {
-                    "type": "object",
-                    "properties": {"command": {"type": "string"}},
-                    "required": ["command"],
-                },
-            }
-        ]
-    }
+    {"functionDeclarations": [{"name": "run_shell_command", "parametersJsonSchema": SHELL_SCHEMA}]}
 ]
 
 
@@ -157,6 +131,18 @@ def _settings(base_url: str, **overrides: Any) -> DriverSettings:
         else:
             cfg = dataclasses.replace(cfg, **{section: value})
     return DriverSettings.from_config(cfg)
+
+
+def _native_settings(replay: ReplayServer) -> DriverSettings:
+    """A driver that speaks all four protocols natively, each at the replay server."""
+    root = replay.base_url.removesuffix("/v1")
+    protocols = {
+        "chat": replay.base_url,
+        "responses": replay.base_url,
+        "messages": replay.base_url,
+        "gemini": f"{root}/v1beta",
+    }
+    return _settings(replay.base_url, protocols=protocols)
 
 
 @pytest.fixture(scope="module")
@@ -364,14 +350,7 @@ def _check_forwarded(sent: dict[str, Any], protocol: str, trap: str) -> None:
 def test_native_routes_forward_only_the_allow_list(
     route: str, replay: ReplayServer, trap: Listener, gateways: Any
 ) -> None:
-    root = replay.base_url.removesuffix("/v1")
-    protocols = {
-        "chat": replay.base_url,
-        "responses": replay.base_url,
-        "messages": replay.base_url,
-        "gemini": f"{root}/v1beta",
-    }
-    gateway, calls = gateways(_settings(replay.base_url, protocols=protocols))
+    gateway, calls = gateways(_native_settings(replay))
     suffix, protocol, _ = ROUTES[route]
     before = len(_sent(replay))
     response = httpx.post(
@@ -502,14 +481,7 @@ def test_recorded_cli_requests_pass_the_allow_list_whole(path: Path) -> None:
 def test_recorded_cli_requests_are_served_natively_with_nothing_dropped(
     replay: ReplayServer, gateways: Any
 ) -> None:
-    root = replay.base_url.removesuffix("/v1")
-    protocols = {
-        "chat": replay.base_url,
-        "responses": replay.base_url,
-        "messages": replay.base_url,
-        "gemini": f"{root}/v1beta",
-    }
-    gateway, calls = gateways(_settings(replay.base_url, protocols=protocols))
+    gateway, calls = gateways(_native_settings(replay))
     sent = 0
     for path in sorted(FIXTURES.glob("*.json")):
         for request in json.loads(path.read_text()):
@@ -893,14 +865,7 @@ def _media_bodies(trap: str) -> dict[str, tuple[str, dict[str, Any]]]:
 def test_media_given_by_url_or_file_id_never_reaches_the_provider(
     protocol: str, replay: ReplayServer, trap: Listener, gateways: Any
 ) -> None:
-    root = replay.base_url.removesuffix("/v1")
-    protocols = {
-        "chat": replay.base_url,
-        "responses": replay.base_url,
-        "messages": replay.base_url,
-        "gemini": f"{root}/v1beta",
-    }
-    gateway, calls = gateways(_settings(replay.base_url, protocols=protocols))
+    gateway, calls = gateways(_native_settings(replay))
     path, body = _media_bodies(trap.url)[protocol]
     before = len(_sent(replay))
     response = httpx.post(
