@@ -37,7 +37,8 @@ def save_adapter(base: Path, dest: Path) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    config = LoraConfig(r=2, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    config = LoraConfig(r=2, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                        init_lora_weights=False)
     get_peft_model(AutoModelForCausalLM.from_pretrained(base), config).save_pretrained(dest)
     AutoTokenizer.from_pretrained(base).save_pretrained(dest)
     return dest
@@ -63,8 +64,8 @@ def grade(root: Path, cache_dir: Path) -> None:
     store = RecordStore(root / "records.sqlite")
     run_meta = RunMeta(workspace / "run_meta.json", 600, root)
     run_meta.update(start_time=time.time())
-    ctx = CellGradingContext("trace", workspace, weights_hash(check_loadable_model(base)), baseline, 4,
-                             base_model_dir=base)
+    base_hash = weights_hash(check_loadable_model(base))
+    ctx = CellGradingContext("trace", workspace, base_hash, baseline, 4, base_model_dir=base)
 
     def scorer(model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
         return score_model(TARGET, model_dir, cache_dir, batch_size=16, base_dir=base), False

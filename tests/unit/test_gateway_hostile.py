@@ -892,7 +892,9 @@ def test_a_deeply_nested_body_is_a_400_not_a_crash(replay: ReplayServer, gateway
     assert calls == [] and _sent(replay)[before:] == []
 
 
-def test_a_huge_model_name_is_kept_bounded_in_the_record(replay: ReplayServer, gateways: Any) -> None:
+def test_a_huge_model_name_is_kept_bounded_in_the_record(
+    replay: ReplayServer, gateways: Any
+) -> None:
     """The model the agent asks for goes into every call's record: a megabyte of it is cut."""
     gateway, calls = gateways(_settings(replay.base_url))
     body = {"model": "m" * (1 << 20), "messages": [{"role": "user", "content": "hi"}]}

@@ -29,7 +29,10 @@ DOC = ROOT / "docs" / "threat-model.md"
 _ROW = re.compile(r"^\| `(?P<channel>[^`]+)` \|.*\| (?P<tests>[^|]+) \|\s*$")
 _TEST_REF = re.compile(r"`(?P<path>tests/[\w/]+\.py)::(?P<name>\w+)(?:\[[^\]]*\])?`")
 # System calls that open or probe a path (strace's %file class, less those that only walk folders).
-_PATH_CALL = re.compile(r'^\d+\s+(?:\w*open\w*|\w*stat\w*|access|faccessat2?|readlink\w*)\("?(?:AT_FDCWD, )?"(?P<path>[^"]+)"')
+_PATH_CALL = re.compile(
+    r'^\d+\s+(?:\w*open\w*|\w*stat\w*|access|faccessat2?|readlink\w*)\("?(?:AT_FDCWD, )?"'
+    r'(?P<path>[^"]+)"'
+)
 
 
 def rows() -> dict[str, list[tuple[str, str]]]:
@@ -38,23 +41,30 @@ def rows() -> dict[str, list[tuple[str, str]]]:
     for line in DOC.read_text(encoding="utf-8").splitlines():
         match = _ROW.match(line)
         if match:
-            tests = [(m["path"], m["name"]) for m in _TEST_REF.finditer(match["tests"])]
-            found[match["channel"]] = tests
+            tests = _TEST_REF.finditer(match["tests"])
+            found[match["channel"]] = [(m["path"], m["name"]) for m in tests]
     return found
+
+
+def _without_row(kind: str, routes: set[str]) -> list[str]:
+    table = rows()
+    return sorted(route for route in routes if f"{kind} {route}" not in table)
 
 
 def test_every_row_names_a_test_that_exists() -> None:
     table = rows()
-    assert len(table) >= 40, f"docs/threat-model.md has only {len(table)} rows: is the table format intact?"
+    assert len(table) >= 40, f"docs/threat-model.md has {len(table)} rows: is its table intact?"
     missing: list[str] = []
     for channel, tests in table.items():
         if not tests:
             missing.append(f"{channel}: no test named (`tests/...py::test_name`)")
         for path, name in tests:
             file = ROOT / path
-            if not file.is_file() or not re.search(rf"^(async )?def {name}\(", file.read_text(), re.M):
+            text = file.read_text() if file.is_file() else ""
+            defined = re.search(rf"^(async )?def {name}\(", text, re.M)
+            if not defined:
                 missing.append(f"{channel}: {path}::{name} does not exist")
-    assert not missing, "rows of docs/threat-model.md name tests that are not there:\n" + "\n".join(missing)
+    assert not missing, "docs/threat-model.md names missing tests:\n" + "\n".join(missing)
 
 
 def _routes(app: Any) -> set[str]:
@@ -63,18 +73,17 @@ def _routes(app: Any) -> set[str]:
 
 
 def test_every_gateway_route_has_a_row(tmp_path: Path) -> None:
-    settings = DriverSettings.from_config(compose(["driver=local", "driver.base_url=http://127.0.0.1:9"]).driver)
+    driver = compose(["driver=local", "driver.base_url=http://127.0.0.1:9"]).driver
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(str(tmp_path / "gateway.sock"))
     try:
-        gateway = Gateway(settings, token="t", api_key=None, cell_id="c", sink=lambda call: None, sock=sock)
+        gateway = Gateway(DriverSettings.from_config(driver), token="t", api_key=None, cell_id="c",
+                          sink=lambda call: None, sock=sock)
         routes = _routes(gateway.app)
     finally:
         sock.close()
     assert {"POST /v1/chat/completions", "POST /v1/messages"} <= routes
-    table = rows()
-    assert not [r for r in sorted(routes) if f"gateway {r}" not in table], \
-        f"gateway routes without a row in docs/threat-model.md: {sorted(r for r in routes if f'gateway {r}' not in table)}"
+    assert not _without_row("gateway", routes), _without_row("gateway", routes)
 
 
 def test_every_grading_api_route_has_a_row() -> None:
@@ -83,9 +92,7 @@ def test_every_grading_api_route_has_a_row() -> None:
                      submit_timeout_s=lambda: 1.0)
     routes = _routes(app)
     assert {"POST /submit", "POST /env/step"} <= routes
-    table = rows()
-    assert not [r for r in routes if f"grading {r}" not in table], \
-        f"grading API routes without a row in docs/threat-model.md: {sorted(r for r in routes if f'grading {r}' not in table)}"
+    assert not _without_row("grading", routes), _without_row("grading", routes)
 
 
 def _inside(path: str, folders: list[Path]) -> str | None:
@@ -99,15 +106,19 @@ def _inside(path: str, folders: list[Path]) -> str | None:
     return None
 
 
-def test_every_file_the_grader_opens_in_a_submission_has_a_row(tmp_path: Path, cache_dir: Path) -> None:
+def test_every_file_the_grader_opens_in_a_submission_has_a_row(
+    tmp_path: Path, cache_dir: Path
+) -> None:
     trace = tmp_path / "strace.txt"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     script = [sys.executable, str(ROOT / "tests/helpers/grade_under_trace.py")]
     where = [str(tmp_path / "cell"), str(cache_dir)]
-    saved = subprocess.run([*script, "prepare", *where], capture_output=True, text=True, timeout=600, env=env)
+    saved = subprocess.run([*script, "prepare", *where], capture_output=True, text=True,
+                           timeout=600, env=env)
     assert saved.returncode == 0, saved.stderr[-3000:]
-    result = subprocess.run(["strace", "-f", "-qq", "-e", "trace=%file", "-o", str(trace), *script, "grade", *where],
-                            capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    strace = ["strace", "-f", "-qq", "-e", "trace=%file", "-o", str(trace)]
+    result = subprocess.run([*strace, *script, "grade", *where], capture_output=True, text=True,
+                            timeout=600, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     folders = [Path(p) for p in json.loads(result.stdout.strip().splitlines()[-1])["traced"]]
     seen = set()
@@ -115,7 +126,7 @@ def test_every_file_the_grader_opens_in_a_submission_has_a_row(tmp_path: Path, c
         match = _PATH_CALL.match(line)
         if match and (name := _inside(match["path"], folders)) is not None:
             seen.add(name)
-    assert {"config.json", "adapter_config.json"} <= seen, f"the trace saw too little: {sorted(seen)}"
+    assert {"config.json", "adapter_config.json"} <= seen, f"the trace saw little: {sorted(seen)}"
     patterns = [channel.removeprefix("file ") for channel in rows() if channel.startswith("file ")]
     uncovered = sorted(name for name in seen if not any(fnmatch.fnmatch(name, p) for p in patterns))
-    assert not uncovered, f"files the grader opens or probes in a submission without a row: {uncovered}"
+    assert not uncovered, f"files the grader opens or probes without a row: {uncovered}"
