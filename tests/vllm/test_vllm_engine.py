@@ -7,7 +7,9 @@ it, the next one builds it again.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +118,16 @@ def test_an_adapter_without_a_base_is_a_clear_error(models: dict[str, Path], opt
 
     with pytest.raises(AdapterBaseMissing, match="no base model folder"):
         VLLMEngine(models["adapter"], batch_size=BATCH, **options)
+
+
+def test_a_submissions_generation_config_changes_no_text(warm: Any, models: dict[str, Path], hf_texts: Any,
+                                                       generate: Any, tmp_path: Path) -> None:
+    """Decoding is the task's: a generation_config.json asking for sampling, beams, penalties and
+    lengths changes nothing of what vLLM generates (its own copy of a submission, here unscrubbed)."""
+    hostile = tmp_path / "hostile"
+    shutil.copytree(models["other"], hostile)
+    (hostile / "generation_config.json").write_text(json.dumps({
+        "do_sample": True, "temperature": 5.0, "top_k": 3, "num_beams": 4, "repetition_penalty": 3.0,
+        "min_new_tokens": 20, "max_new_tokens": 2,
+    }))
+    assert generate(warm.get("vllm", hostile, None, BATCH)) == hf_texts(models["other"])
