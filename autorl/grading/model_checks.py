@@ -25,6 +25,7 @@ from typing import Any
 
 from autorl.engine.decoding import GENERATION_CONFIG, generation_config_eos
 from autorl.errors import AutorlError
+from autorl.grading.bounded_copy import copy_at_most
 from autorl.grading.weights import (
     SAVE_HINT,
     CorruptWeightsError,
@@ -292,7 +293,7 @@ def normalize_tokenizer_config(model_dir: Path, dest: Path) -> Path:
         source = entry.resolve()
         if not source.is_relative_to(root) or not source.is_file():
             continue
-        _copy_at_most(source, dest / entry.name, sizes.get(entry.name, 0))
+        copy_at_most(source, dest / entry.name, sizes.get(entry.name, 0))
 
     _keep_only_eos(dest / GENERATION_CONFIG)
     tokenizer_config = dest / "tokenizer_config.json"
@@ -350,23 +351,6 @@ def _check_sizes(root: Path) -> dict[str, int]:
             f"({SAVE_HINT} into an empty folder)",
         )
     return sizes
-
-
-def _copy_at_most(source: Path, dest: Path, limit: int) -> None:
-    """Copies the first ``limit`` bytes of ``source`` (its size when checked): a file that grows
-    while it is copied cannot make the copy bigger than what :func:`_check_sizes` allowed."""
-    with source.open("rb") as reader, dest.open("wb") as writer:
-        copied = 0
-        while copied < limit:
-            try:  # in the kernel, as shutil.copyfile copies
-                count = min(limit - copied, 1 << 30)
-                sent = os.sendfile(writer.fileno(), reader.fileno(), copied, count)
-            except OSError:  # no sendfile between these files: through Python
-                reader.seek(copied)
-                sent = writer.write(reader.read(min(limit - copied, 8 << 20)))
-            if sent == 0:
-                break  # the file shrank since it was checked
-            copied += sent
 
 
 def _refuse_remote_code(data: dict[str, Any], name: str) -> None:

@@ -10,6 +10,9 @@ import pytest
 
 from autorl.seal.cgroups import CellCgroup, CgroupLimits
 
+# The gateway tests' fixtures (trap, replay, gateways, gate), shared by their modules.
+from tests.helpers.gateway_cell import gate, gateways, replay, trap  # noqa: F401
+
 
 @pytest.fixture
 def make_group() -> Iterator[Callable[[CgroupLimits], CellCgroup]]:

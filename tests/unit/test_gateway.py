@@ -13,7 +13,6 @@ import pytest
 
 from autorl.config import compose
 from autorl.errors import ConfigError
-from autorl.gateway.app import Gateway
 from autorl.gateway.settings import DriverSettings
 from autorl.gateway.usage import SSEUsageParser
 from autorl.records.types import DriverCall
@@ -44,28 +43,12 @@ def replay(tmp_path: Path) -> Iterator[ReplayServer]:
     server.stop()
 
 
-@pytest.fixture()
-def gateway_factory() -> Iterator[Any]:
-    started: list[Gateway] = []
-
-    def make(settings: DriverSettings, api_key: str | None = "real-key") -> tuple[Gateway, list[DriverCall]]:
-        calls: list[DriverCall] = []
-        gateway = Gateway(settings, token=TOKEN, api_key=api_key, cell_id="c1", sink=calls.append)
-        gateway.start()
-        started.append(gateway)
-        return gateway, calls
-
-    yield make
-    for gateway in started:
-        gateway.stop()
-
-
 def _post(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> httpx.Response:
     return httpx.post(url, json=body, headers={"authorization": f"Bearer {TOKEN}"} | (headers or {}), timeout=120)
 
 
-def test_streamed_chat_is_relayed_and_counted(replay: ReplayServer, gateway_factory: Any) -> None:
-    gateway, calls = gateway_factory(_settings(replay.base_url, price_per_mtok=PricePerMtok(input=1.0, output=2.0)))
+def test_streamed_chat_is_relayed_and_counted(replay: ReplayServer, gateways: Any) -> None:
+    gateway, calls = gateways(_settings(replay.base_url, price_per_mtok=PricePerMtok(input=1.0, output=2.0)))
     body = {"model": "whatever", "stream": True, "messages": [{"role": "user", "content": "go"}], "tools": SHELL_TOOL_CHAT}
     response = _post(f"{gateway.url}/v1/chat/completions", body)
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
@@ -81,8 +64,8 @@ def test_streamed_chat_is_relayed_and_counted(replay: ReplayServer, gateway_fact
     assert gateway.totals()["tokens_in"] == call.tokens_in
 
 
-def test_responses_json_and_stream(replay: ReplayServer, gateway_factory: Any) -> None:
-    gateway, calls = gateway_factory(_settings(replay.base_url))
+def test_responses_json_and_stream(replay: ReplayServer, gateways: Any) -> None:
+    gateway, calls = gateways(_settings(replay.base_url))
     body = {"model": "m", "input": [{"type": "message", "role": "user", "content": "go"}]}
     plain = _post(f"{gateway.url}/v1/responses", body)
     assert plain.status_code == 200 and plain.json()["status"] == "completed"
@@ -92,8 +75,8 @@ def test_responses_json_and_stream(replay: ReplayServer, gateway_factory: Any) -
     assert all(c.tokens_in and c.tokens_out for c in calls) and all(c.cost_usd is None for c in calls)
 
 
-def test_wrong_token_is_refused_and_the_key_never_reaches_the_agent(replay: ReplayServer, gateway_factory: Any) -> None:
-    gateway, calls = gateway_factory(_settings(replay.base_url))
+def test_wrong_token_is_refused_and_the_key_never_reaches_the_agent(replay: ReplayServer, gateways: Any) -> None:
+    gateway, calls = gateways(_settings(replay.base_url))
     response = httpx.post(f"{gateway.url}/v1/chat/completions", json={"messages": []}, headers={"authorization": "Bearer nope"})
     assert response.status_code == 401 and "gateway token" in response.json()["error"]["message"]
     anthropic_style = httpx.get(f"{gateway.url}/v1/models", headers={"x-api-key": TOKEN})
@@ -101,9 +84,9 @@ def test_wrong_token_is_refused_and_the_key_never_reaches_the_agent(replay: Repl
     assert calls == []
 
 
-def test_token_budget_gives_429_with_a_clear_message(replay: ReplayServer, gateway_factory: Any) -> None:
+def test_token_budget_gives_429_with_a_clear_message(replay: ReplayServer, gateways: Any) -> None:
     # A call reserves its estimated input plus its largest output before it is forwarded.
-    gateway, calls = gateway_factory(_settings(replay.base_url, budget__max_tokens=100))
+    gateway, calls = gateways(_settings(replay.base_url, budget__max_tokens=100))
     body = {"max_tokens": 5, "messages": [{"role": "user", "content": "go"}]}
     assert _post(f"{gateway.url}/v1/chat/completions", body).status_code == 200
     refused = _post(f"{gateway.url}/v1/chat/completions", body | {"max_tokens": 90})
@@ -114,10 +97,10 @@ def test_token_budget_gives_429_with_a_clear_message(replay: ReplayServer, gatew
     assert [c.status_code for c in calls] == [200, 429, 429] and calls[1].error
 
 
-def test_provider_5xx_is_retried_with_backoff(tmp_path: Path, gateway_factory: Any) -> None:
+def test_provider_5xx_is_retried_with_backoff(tmp_path: Path, gateways: Any) -> None:
     server = ReplayServer(ReplayLLM([], "ok", tmp_path / "r.jsonl", fail_first=2)).start()
     try:
-        gateway, calls = gateway_factory(_settings(server.base_url, gateway__initial_backoff_s=0.01))
+        gateway, calls = gateways(_settings(server.base_url, gateway__initial_backoff_s=0.01))
         response = _post(f"{gateway.url}/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})
         assert response.status_code == 200 and response.json()["choices"][0]["message"]["content"] == "autorl replay"
         assert calls[0].attempts == 3 and server.llm.requests == 3
@@ -125,19 +108,19 @@ def test_provider_5xx_is_retried_with_backoff(tmp_path: Path, gateway_factory: A
         server.stop()
 
 
-def test_retries_run_out_and_the_provider_error_is_returned(tmp_path: Path, gateway_factory: Any) -> None:
+def test_retries_run_out_and_the_provider_error_is_returned(tmp_path: Path, gateways: Any) -> None:
     server = ReplayServer(ReplayLLM([], "ok", tmp_path / "r.jsonl", fail_first=10)).start()
     try:
-        gateway, calls = gateway_factory(_settings(server.base_url, gateway__initial_backoff_s=0.01, gateway__max_attempts=2))
+        gateway, calls = gateways(_settings(server.base_url, gateway__initial_backoff_s=0.01, gateway__max_attempts=2))
         response = _post(f"{gateway.url}/v1/chat/completions", {"messages": []})
         assert response.status_code == 503 and calls[0].attempts == 2 and "503" in (calls[0].error or "")
     finally:
         server.stop()
 
 
-def test_anthropic_messages_are_translated_to_chat_by_litellm(replay: ReplayServer, gateway_factory: Any) -> None:
+def test_anthropic_messages_are_translated_to_chat_by_litellm(replay: ReplayServer, gateways: Any) -> None:
     # A provider that only speaks chat completions (e.g. GPT via OpenAI) serving Claude Code's protocol.
-    gateway, calls = gateway_factory(_settings(replay.base_url, protocols={"chat": replay.base_url}))
+    gateway, calls = gateways(_settings(replay.base_url, protocols={"chat": replay.base_url}))
     tools = [{"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
                                                "required": ["command"]}}]
     body = {"model": "claude-x", "max_tokens": 256, "messages": [{"role": "user", "content": "go"}], "tools": tools}
@@ -178,9 +161,9 @@ def test_settings_reject_bad_driver_configs() -> None:
         "openai", {"chat": cfg.base_url, "responses": cfg.base_url}, 5)
 
 
-def test_responses_are_translated_to_chat_by_litellm(replay: ReplayServer, gateway_factory: Any) -> None:
+def test_responses_are_translated_to_chat_by_litellm(replay: ReplayServer, gateways: Any) -> None:
     # Codex's protocol served by a chat-only provider (e.g. Claude through its OpenAI-compatible endpoint).
-    gateway, calls = gateway_factory(_settings(replay.base_url, protocols={"chat": replay.base_url}))
+    gateway, calls = gateways(_settings(replay.base_url, protocols={"chat": replay.base_url}))
     tools = [{"type": "function", "name": "exec_command",
               "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]
     body = {"model": "gpt-x",
@@ -219,9 +202,9 @@ def test_recorder_sums_driver_calls_into_the_cell(tmp_path: Path) -> None:
     assert len(recorder.store.list_driver_calls("c1", 1)) == 2  # ... and the earlier one's calls are kept
 
 
-def test_gemini_api_is_passed_through_with_the_google_key_header(replay: ReplayServer, gateway_factory: Any) -> None:
+def test_gemini_api_is_passed_through_with_the_google_key_header(replay: ReplayServer, gateways: Any) -> None:
     root = replay.base_url.removesuffix("/v1")
-    gateway, calls = gateway_factory(_settings(replay.base_url, protocols={"gemini": f"{root}/v1beta"}))
+    gateway, calls = gateways(_settings(replay.base_url, protocols={"gemini": f"{root}/v1beta"}))
     body = {"contents": [{"role": "user", "parts": [{"text": "go"}]}],
             "tools": [{"functionDeclarations": [{"name": "run_shell_command", "parametersJsonSchema": {
                 "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}]}]}
@@ -276,12 +259,12 @@ def test_a_driver_session_records_through_a_plain_sink(replay: ReplayServer, tmp
     assert trace.cell_id == "c1" and trace.tool_calls == 2 and trace.path == str(tmp_path / "trace.jsonl")
 
 
-def test_token_counts_are_answered_by_the_gateway_and_cost_nothing(replay: ReplayServer, gateway_factory: Any) -> None:
+def test_token_counts_are_answered_by_the_gateway_and_cost_nothing(replay: ReplayServer, gateways: Any) -> None:
     """Claude Code's `count_tokens` and the Gemini CLI's `:countTokens`: counted with LiteLLM's token
     counter, never sent to the provider, never recorded as a driver call."""
     root = replay.base_url.removesuffix("/v1")
     protocols = {"messages": replay.base_url, "gemini": f"{root}/v1beta"}
-    gateway, calls = gateway_factory(_settings(replay.base_url, protocols=protocols))
+    gateway, calls = gateways(_settings(replay.base_url, protocols=protocols))
     url = f"{gateway.url}/v1/messages/count_tokens?beta=true"
 
     def anthropic(text: str) -> httpx.Response:

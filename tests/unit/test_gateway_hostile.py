@@ -9,33 +9,25 @@ stream the agent cuts short is still charged; an oversized body is refused while
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import http.server
 import json
-import select
-import socket
-import threading
-import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from autorl.config import compose
 from autorl.gateway import requests
-from autorl.gateway.app import Gateway
-from autorl.gateway.settings import DriverSettings
 from autorl.gateway.upstream import request_headers
-from autorl.records.types import DriverCall
-from autorl.schema import PricePerMtok
-from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
+from tests.helpers.gateway_cell import (
+    KEY,
+    TOKEN,
+    Listener,
+    native_settings,
+    sent_requests,
+    settings_at,
+)
+from tests.helpers.replay_llm_server import ReplayServer
 
-TOKEN = "cell-token"
-KEY = "real-key"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli_requests"
 # One shell tool's parameters, in each protocol's tool list.
 SHELL_SCHEMA = {
@@ -48,140 +40,6 @@ SHELL_MESSAGES = [{"name": "Bash", "input_schema": SHELL_SCHEMA}]
 SHELL_GEMINI = [
     {"functionDeclarations": [{"name": "run_shell_command", "parametersJsonSchema": SHELL_SCHEMA}]}
 ]
-
-
-class Listener:
-    """A plain HTTP server on loopback that records every request it gets.
-
-    Args:
-        answer: ``(handler, body) -> None``, writes the response; the default answers 200 with a
-            chat completion, so a call that leaks here would look like it worked.
-    """
-
-    def __init__(self, answer: Any = None) -> None:
-        self.hits: list[dict[str, Any]] = []
-        listener = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-                body = self.rfile.read(int(self.headers.get("content-length") or 0))
-                listener.hits.append(
-                    {"path": self.path, "headers": dict(self.headers), "body": body}
-                )
-                (answer or _chat_answer)(self, body)
-
-            do_GET = do_POST  # noqa: N815
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        """The listener's root URL."""
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        """Stop serving."""
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def _chat_answer(handler: http.server.BaseHTTPRequestHandler, _: bytes, tokens: int = 10) -> None:
-    data = json.dumps(
-        {
-            "id": "x",
-            "object": "chat.completion",
-            "model": "m",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": "from the listener"},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": tokens,
-                "completion_tokens": tokens,
-                "total_tokens": 2 * tokens,
-            },
-        }
-    ).encode()
-    handler.send_response(200)
-    handler.send_header("content-type", "application/json")
-    handler.send_header("content-length", str(len(data)))
-    handler.end_headers()
-    handler.wfile.write(data)
-
-
-def _settings(base_url: str, **overrides: Any) -> DriverSettings:
-    """The ``local`` driver at ``base_url``; ``field=value`` or ``section__field=value`` set
-    its values."""
-    cfg = compose(["driver=local", f"driver.base_url={base_url}"]).driver
-    for key, value in overrides.items():
-        section, _, name = key.partition("__")
-        if name:
-            cfg = dataclasses.replace(
-                cfg, **{section: dataclasses.replace(getattr(cfg, section), **{name: value})}
-            )
-        else:
-            cfg = dataclasses.replace(cfg, **{section: value})
-    return DriverSettings.from_config(cfg)
-
-
-def _native_settings(replay: ReplayServer) -> DriverSettings:
-    """A driver that speaks all four protocols natively, each at the replay server."""
-    root = replay.base_url.removesuffix("/v1")
-    protocols = {
-        "chat": replay.base_url,
-        "responses": replay.base_url,
-        "messages": replay.base_url,
-        "gemini": f"{root}/v1beta",
-    }
-    return _settings(replay.base_url, protocols=protocols)
-
-
-@pytest.fixture(scope="module")
-def trap() -> Iterator[Listener]:
-    listener = Listener()
-    yield listener
-    listener.close()
-
-
-@pytest.fixture(scope="module")
-def replay(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReplayServer]:
-    server = ReplayServer(
-        ReplayLLM(["echo hi"], "done", tmp_path_factory.mktemp("replay") / "requests.jsonl")
-    ).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture()
-def gateways() -> Iterator[Any]:
-    started: list[Gateway] = []
-
-    def make(settings: DriverSettings, **kwargs: Any) -> tuple[Gateway, list[DriverCall]]:
-        calls: list[DriverCall] = []
-        gateway = Gateway(
-            settings, token=TOKEN, api_key=KEY, cell_id="c1", sink=calls.append, **kwargs
-        )
-        gateway.start()
-        started.append(gateway)
-        return gateway, calls
-
-    yield make
-    for gateway in started:
-        gateway.stop()
-
-
-def _sent(replay: ReplayServer) -> list[dict[str, Any]]:
-    log = Path(str(replay.llm.log_path))
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def _hostile(trap: str) -> dict[str, Any]:
@@ -350,9 +208,9 @@ def _check_forwarded(sent: dict[str, Any], protocol: str, trap: str) -> None:
 def test_native_routes_forward_only_the_allow_list(
     route: str, replay: ReplayServer, trap: Listener, gateways: Any
 ) -> None:
-    gateway, calls = gateways(_native_settings(replay))
+    gateway, calls = gateways(native_settings(replay))
     suffix, protocol, _ = ROUTES[route]
-    before = len(_sent(replay))
+    before = len(sent_requests(replay))
     response = httpx.post(
         f"{gateway.url}{suffix}",
         json=_body(route, trap.url),
@@ -362,7 +220,7 @@ def test_native_routes_forward_only_the_allow_list(
     assert response.status_code == 200, response.text[:500]
     assert "MOCKED" not in response.text and "from the listener" not in response.text
     assert trap.hits == []
-    [sent] = _sent(replay)[before:]
+    [sent] = sent_requests(replay)[before:]
     _check_forwarded(sent, protocol, trap.url)
     assert sent["path"].startswith(
         "/v1beta/models/local-model:" if protocol == "gemini" else "/v1/"
@@ -387,9 +245,9 @@ def test_translated_routes_reach_only_the_configured_chat_endpoint(
     route: str, replay: ReplayServer, trap: Listener, gateways: Any
 ) -> None:
     """A chat-only driver: LiteLLM translates, and gets none of the agent's call settings."""
-    gateway, calls = gateways(_settings(replay.base_url, protocols={"chat": replay.base_url}))
+    gateway, calls = gateways(settings_at(replay.base_url, protocols={"chat": replay.base_url}))
     suffix, protocol, _ = ROUTES[route]
-    before = len(_sent(replay))
+    before = len(sent_requests(replay))
     response = httpx.post(
         f"{gateway.url}{suffix}",
         json=_body(route, trap.url),
@@ -398,7 +256,7 @@ def test_translated_routes_reach_only_the_configured_chat_endpoint(
     )
     assert response.status_code == 200, response.text[:500]
     assert "MOCKED" not in response.text and trap.hits == []
-    [sent] = _sent(replay)[before:]
+    [sent] = sent_requests(replay)[before:]
     assert sent["protocol"] == "chat" and sent["path"] == "/v1/chat/completions"
     _check_forwarded(sent, "chat", trap.url)
     [call] = calls
@@ -409,8 +267,8 @@ def test_translated_routes_reach_only_the_configured_chat_endpoint(
 def test_gemini_on_a_driver_without_it_and_the_count_routes_reach_nobody(
     replay: ReplayServer, trap: Listener, gateways: Any
 ) -> None:
-    gateway, calls = gateways(_settings(replay.base_url, protocols={"chat": replay.base_url}))
-    before = len(_sent(replay))
+    gateway, calls = gateways(settings_at(replay.base_url, protocols={"chat": replay.base_url}))
+    before = len(sent_requests(replay))
     gemini = httpx.post(
         f"{gateway.url}/v1beta/models/g:generateContent",
         json=_body("gemini", trap.url),
@@ -443,7 +301,7 @@ def test_gemini_on_a_driver_without_it_and_the_count_routes_reach_nobody(
         timeout=60,
     )
     assert bad_model.status_code in (400, 404)
-    assert trap.hits == [] and _sent(replay)[before:] == []
+    assert trap.hits == [] and sent_requests(replay)[before:] == []
     assert [c.status_code for c in calls] == [400]
 
 
@@ -481,7 +339,7 @@ def test_recorded_cli_requests_pass_the_allow_list_whole(path: Path) -> None:
 def test_recorded_cli_requests_are_served_natively_with_nothing_dropped(
     replay: ReplayServer, gateways: Any
 ) -> None:
-    gateway, calls = gateways(_native_settings(replay))
+    gateway, calls = gateways(native_settings(replay))
     sent = 0
     for path in sorted(FIXTURES.glob("*.json")):
         for request in json.loads(path.read_text()):
@@ -507,7 +365,7 @@ def test_recorded_cli_requests_are_served_translated(
     cli: str, replay: ReplayServer, gateways: Any
 ) -> None:
     """Codex and Claude Code on a chat-only driver: LiteLLM takes every field they send."""
-    gateway, calls = gateways(_settings(replay.base_url, protocols={"chat": replay.base_url}))
+    gateway, calls = gateways(settings_at(replay.base_url, protocols={"chat": replay.base_url}))
     [request] = json.loads((FIXTURES / f"{cli}.json").read_text())
     response = httpx.post(
         f"{gateway.url}{request['path']}",
@@ -520,224 +378,10 @@ def test_recorded_cli_requests_are_served_translated(
     assert call.translated == 1 and call.error is None and call.tokens_in and call.tokens_out
 
 
-class Gate:
-    """A chat-completions upstream that holds every answer until :meth:`open` (or a timeout).
-
-    JSON calls wait before answering; streamed ones send the first content chunk at once and the
-    rest, with the usage (``usage_tokens`` each way), after the gate opens.
-    """
-
-    def __init__(self, usage_tokens: int = 10) -> None:
-        self.event = threading.Event()
-        self.usage_tokens = usage_tokens
-        self.listener = Listener(self._answer)
-
-    def open(self) -> None:
-        """Let every held answer go."""
-        self.event.set()
-
-    def _answer(self, handler: http.server.BaseHTTPRequestHandler, body: bytes) -> None:
-        request = json.loads(body)
-        if not request.get("stream"):
-            self.event.wait(10)
-            _chat_answer(handler, body, self.usage_tokens)
-            return
-        handler.send_response(200)
-        handler.send_header("content-type", "text/event-stream")
-        handler.end_headers()  # HTTP/1.0: the body ends when the connection closes
-        base = {"id": "x", "object": "chat.completion.chunk", "model": "m"}
-        with contextlib.suppress(OSError):
-            first = base | {
-                "choices": [
-                    {
-                        "index": 0,
-                        "delta": {"role": "assistant", "content": "Hello there, a long"},
-                        "finish_reason": None,
-                    }
-                ]
-            }
-            handler.wfile.write(f"data: {json.dumps(first)}\n\n".encode())
-            handler.wfile.flush()
-            self.event.wait(10)
-            usage = {"prompt_tokens": self.usage_tokens, "completion_tokens": self.usage_tokens}
-            rest = [
-                base
-                | {
-                    "choices": [
-                        {"index": 0, "delta": {"content": " answer"}, "finish_reason": "stop"}
-                    ]
-                },
-                base | {"choices": [], "usage": usage},
-            ]
-            handler.wfile.write(
-                b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in rest) + b"data: [DONE]\n\n"
-            )
-
-
-@pytest.fixture()
-def gate() -> Iterator[Gate]:
-    upstream = Gate()
-    yield upstream
-    upstream.open()
-    upstream.listener.close()
-
-
-def _concurrent(gateway: Gateway, gate: Gate, body: dict[str, Any], count: int = 8) -> list[int]:
-    """Send ``count`` calls at once; open the gate once the refused ones are answered."""
-
-    def post(_: int) -> int:
-        return httpx.post(
-            f"{gateway.url}/v1/chat/completions",
-            json=body,
-            headers={"authorization": f"Bearer {TOKEN}"},
-            timeout=30,
-        ).status_code
-
-    with ThreadPoolExecutor(count) as pool:
-        futures = [pool.submit(post, i) for i in range(count)]
-        deadline = time.monotonic() + 10
-        while (
-            sum(f.done() for f in futures) + len(gate.listener.hits) < count
-            and time.monotonic() < deadline
-        ):
-            time.sleep(0.02)
-        gate.open()
-        return sorted(f.result() for f in futures)
-
-
-SMALL = {"max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}]}
-
-
-def test_concurrent_calls_cannot_overrun_the_token_budget(gate: Gate, gateways: Any) -> None:
-    # Each call reserves ~23 input tokens (bytes / 4) + 1000 output: four fit in 5000, five do not.
-    gateway, calls = gateways(_settings(f"{gate.listener.url}/v1", budget__max_tokens=5000))
-    statuses = _concurrent(gateway, gate, SMALL)
-    assert statuses == [200] * 4 + [429] * 4 and len(gate.listener.hits) == 4
-    assert all(
-        "driver.budget.max_tokens=5000" in (c.error or "") for c in calls if c.status_code == 429
-    )
-    assert gateway.totals()["tokens_in"] == 40 and gateway.ledger.reserved() == (0, 0.0)
-
-
-def test_concurrent_calls_cannot_overrun_the_cost_budget(gate: Gate, gateways: Any) -> None:
-    # At $1/$2 per Mtok one call may cost up to ~$0.00202: four fit in $0.0085, five do not.
-    settings = _settings(
-        f"{gate.listener.url}/v1",
-        price_per_mtok=PricePerMtok(input=1.0, output=2.0),
-        budget__max_cost_usd=0.0085,
-    )
-    gateway, calls = gateways(settings)
-    statuses = _concurrent(gateway, gate, SMALL)
-    assert statuses == [200] * 4 + [429] * 4 and len(gate.listener.hits) == 4
-    assert all(
-        "driver.budget.max_cost_usd=0.0085" in (c.error or "")
-        for c in calls
-        if c.status_code == 429
-    )
-    assert gateway.totals()["cost_usd"] == pytest.approx(4 * 30 / 1e6)
-
-
-def test_a_call_without_a_maximum_reserves_the_drivers_default(gate: Gate, gateways: Any) -> None:
-    settings = _settings(
-        f"{gate.listener.url}/v1", budget__max_tokens=5000, budget__default_max_output_tokens=2000
-    )
-    gateway, _ = gateways(settings)
-    body = {"messages": [{"role": "user", "content": "hi"}]}
-    assert _concurrent(gateway, gate, body, count=4) == [200, 200, 429, 429]
-
-
-def _read_first_chunk_and_close(url: str, body: dict[str, Any], headers: dict[str, str]) -> str:
-    with (
-        httpx.Client(timeout=30) as client,
-        client.stream("POST", url, json=body, headers=headers) as response,
-    ):
-        assert response.status_code == 200
-        for chunk in response.iter_text():
-            if "Hello" in chunk or "text_delta" in chunk or "output_text.delta" in chunk:
-                return chunk
-    raise AssertionError("no content chunk")
-
-
-def _wait_for(calls: list[DriverCall], count: int) -> None:
-    deadline = time.monotonic() + 10
-    while len(calls) < count and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
-@pytest.mark.parametrize("route", ["chat", "messages"])
-def test_a_stream_closed_early_is_charged(route: str, gate: Gate, gateways: Any) -> None:
-    """Native chat and Messages translated through LiteLLM: closed after the first content, the
-    call is charged its input estimate and the relayed output, and marked estimated."""
-    gate.usage_tokens = 200_000  # what the provider would have reported at the end
-    gateway, calls = gateways(
-        _settings(f"{gate.listener.url}/v1", protocols={"chat": f"{gate.listener.url}/v1"})
-    )
-    body = {
-        "model": "m",
-        "stream": True,
-        "max_tokens": 100,
-        "messages": [{"role": "user", "content": "hi " * 200}],
-    }
-    suffix = "/v1/chat/completions" if route == "chat" else "/v1/messages"
-    for _ in range(3):
-        _read_first_chunk_and_close(f"{gateway.url}{suffix}", body, {"x-api-key": TOKEN})
-    _wait_for(calls, 3)
-    assert len(calls) == 3
-    for call in calls:
-        assert (
-            call.tokens_in is not None and call.tokens_in >= 150
-        )  # the ~600-byte prompt's estimate
-        assert call.tokens_out is not None and call.tokens_out >= 1
-        assert "stream closed by the client before usage; tokens estimated" in (call.error or "")
-        assert call.translated == int(route == "messages")
-    totals = gateway.totals()
-    assert (
-        totals["tokens_in"] == sum(c.tokens_in or 0 for c in calls) > 0
-        and gateway.ledger.reserved()[0] == 0
-    )
-
-
-def test_a_huge_body_is_refused_while_it_arrives(replay: ReplayServer, gateways: Any) -> None:
-    gateway, calls = gateways(_settings(replay.base_url), max_body_bytes=1 << 20)
-    port = int(gateway.url.rsplit(":", 1)[1])
-    head = (
-        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {TOKEN}\r\n"
-        "content-type: application/json\r\n"
-    )
-
-    # A declared length over the limit: refused before a byte of the body is sent.
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(f"{head}content-length: {64 << 20}\r\n\r\n".encode())
-        assert sock.recv(200).startswith(b"HTTP/1.1 413")
-
-    # Chunked, no length: refused once the limit is passed, long before the 64 MiB are sent.
-    sent, answer = 0, b""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(f"{head}transfer-encoding: chunked\r\n\r\n".encode())
-        piece = b"x" * (64 << 10)
-        pending = b""
-        deadline = time.monotonic() + 20
-        while not answer and time.monotonic() < deadline:
-            readable, writable, _ = select.select([sock], [sock] if sent < 64 << 20 else [], [], 1)
-            if readable:
-                answer = sock.recv(200)
-                break
-            if writable:
-                pending = pending or b"%x\r\n%s\r\n" % (len(piece), piece)
-                try:
-                    done = sock.send(pending)
-                except OSError:  # the gateway closed the connection: its answer is waiting
-                    answer = sock.recv(200)
-                    break
-                pending, sent = pending[done:], sent + done
-    assert answer.startswith(b"HTTP/1.1 413") and sent < 16 << 20, (answer[:40], sent)
-    assert calls == []
-
-
 def test_models_and_health_tell_only_the_model_and_the_cells_totals(
     replay: ReplayServer, gateways: Any
 ) -> None:
-    gateway, calls = gateways(_settings(replay.base_url))
+    gateway, calls = gateways(settings_at(replay.base_url))
     assert (
         httpx.get(f"{gateway.url}/v1/models", headers={"authorization": "Bearer nope"}).status_code
         == 401
@@ -762,7 +406,7 @@ def test_models_and_health_tell_only_the_model_and_the_cells_totals(
 def test_a_gemini_call_forwards_only_alt_sse_of_its_query(trap: Listener, gateways: Any) -> None:
     upstream = Listener()  # answers with a JSON body: only the URL it was called at matters here
     try:
-        settings = _settings(f"{upstream.url}/v1", protocols={"gemini": f"{upstream.url}/v1beta"})
+        settings = settings_at(f"{upstream.url}/v1", protocols={"gemini": f"{upstream.url}/v1beta"})
         gateway, _ = gateways(settings)
         body = {"contents": [{"role": "user", "parts": [{"text": "go"}]}]}
         query = f"alt=sse&key={TOKEN}&alt=json&uploadType=resumable&$callback=x&url={trap.url}"
@@ -865,14 +509,14 @@ def _media_bodies(trap: str) -> dict[str, tuple[str, dict[str, Any]]]:
 def test_media_given_by_url_or_file_id_never_reaches_the_provider(
     protocol: str, replay: ReplayServer, trap: Listener, gateways: Any
 ) -> None:
-    gateway, calls = gateways(_native_settings(replay))
+    gateway, calls = gateways(native_settings(replay))
     path, body = _media_bodies(trap.url)[protocol]
-    before = len(_sent(replay))
+    before = len(sent_requests(replay))
     response = httpx.post(
         f"{gateway.url}{path}", json=body, headers={"x-api-key": TOKEN}, timeout=30
     )
     assert response.status_code == 200, response.text[:300]
-    [sent] = _sent(replay)[before:]
+    [sent] = sent_requests(replay)[before:]
     text = json.dumps(sent["body"])
     assert trap.url not in text and "file_id" not in text and "fileUri" not in text, text
     assert requests.REMOTE_MEDIA_NOTE in text and trap.hits == []
@@ -881,22 +525,22 @@ def test_media_given_by_url_or_file_id_never_reaches_the_provider(
 
 
 def test_a_deeply_nested_body_is_a_400_not_a_crash(replay: ReplayServer, gateways: Any) -> None:
-    gateway, calls = gateways(_settings(replay.base_url))
+    gateway, calls = gateways(settings_at(replay.base_url))
     url, headers = f"{gateway.url}/v1/chat/completions", {"authorization": f"Bearer {TOKEN}"}
-    before = len(_sent(replay))
+    before = len(sent_requests(replay))
     for depth in (150, 5000, 200_000):
         nested = "[" * depth + "]" * depth
         content = '{"messages": [{"role": "user", "content": "x", "extra": ' + nested + "}]}"
         response = httpx.post(url, content=content, headers=headers, timeout=30)
         assert response.status_code == 400 and "nested" in response.json()["error"]["message"]
-    assert calls == [] and _sent(replay)[before:] == []
+    assert calls == [] and sent_requests(replay)[before:] == []
 
 
 def test_a_huge_model_name_is_kept_bounded_in_the_record(
     replay: ReplayServer, gateways: Any
 ) -> None:
     """The model the agent asks for goes into every call's record: a megabyte of it is cut."""
-    gateway, calls = gateways(_settings(replay.base_url))
+    gateway, calls = gateways(settings_at(replay.base_url))
     body = {"model": "m" * (1 << 20), "messages": [{"role": "user", "content": "hi"}]}
     answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body,
                         headers={"authorization": f"Bearer {TOKEN}"}, timeout=60)

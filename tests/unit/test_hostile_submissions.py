@@ -5,7 +5,7 @@ invariant the grader keeps (docs/threat-model.md has the same rows). The cell is
 :mod:`tests.helpers.grading_cell` (uvicorn, :class:`SubmissionService`, a record store) whose scorer
 is the real in-process grader with a warm HF engine, the cell's base for adapters and a short
 chat-template time limit. Decoding (a submission's ``generation_config.json``) and the render child
-are tested beside the table, on the engine itself, as the API scores a weights hash once.
+are tested on the engine itself in ``test_hostile_decoding.py``, as the API scores a weights hash once.
 """
 
 from __future__ import annotations
@@ -22,34 +22,27 @@ from typing import Any
 import httpx
 import pytest
 
-from autorl.engine.chat_render import ChatRenderer, ChatTemplateFailed, RenderLimits
 from autorl.engine.warm import WarmEngines
 from autorl.grading.scoring import ScoreOutcome, score_model
-from autorl.tasks import build_task_data, get_task, load_task_module
+from autorl.tasks import build_task_data, get_task
 from tests.helpers.grading_cell import TARGET, LiveGradingCell, save_variant, start_grading_cell
+from tests.helpers.hostile_templates import (
+    HUGE,
+    LIMITS,
+    LOOPING,
+    RAISING,
+    predictions,
+    predictions_of,
+)
 
 TOKEN = "hostile-token"
-LIMITS = RenderLimits(call_timeout_s=4.0, budget_s=30.0)
 MARKER = "remote_code_ran"  # a file the submitted Python would write, were it ever imported
-
-RAISING = "{{ raise_exception(messages | map(attribute='content') | join(' || ')) }}"
-LOOPING = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
-HUGE = "{{ 'x' * 3000000 }}"
 EVIL_PY = (
     "import pathlib\n"
     f"pathlib.Path(__file__).with_name({MARKER!r}).write_text('ran')\n"
     "from transformers import PreTrainedTokenizerFast as EvilTokenizer\n"
     "from transformers import Qwen3Config as EvilConfig, Qwen3ForCausalLM as EvilModel\n"
 )
-HOSTILE_GENERATION = {
-    "num_beams": 8,
-    "min_new_tokens": 48,
-    "do_sample": True,
-    "temperature": 5.0,
-    "repetition_penalty": 3.0,
-}
-
-
 class HostileScorer:
     """The real grader: :func:`score_model`, a warm engine, the cell's base and :data:`LIMITS`."""
 
@@ -424,212 +417,12 @@ def test_an_adapter_naming_another_base_is_scored_on_the_cells_base(
         for r in cell.live.store.list_submissions("hostile")
         if r.submission_id == body["submission_id"]
     )
-    assert _predictions_of(json.loads(record.details_json)) == _predictions(
+    assert predictions_of(json.loads(record.details_json)) == predictions(
         expected
     )  # the same texts
 
 
 # ---- decoding: the task's, whatever generation_config.json says ---------------------------------
-
-
-def _hostile_copy(plain: Path, dest: Path, *, config_keys: bool = False) -> Path:
-    shutil.copytree(plain, dest)
-    generation = json.loads((plain / "generation_config.json").read_text())
-    (dest / "generation_config.json").write_text(json.dumps({**generation, **HOSTILE_GENERATION}))
-    if config_keys:  # the older place of generation settings
-        config = json.loads((dest / "config.json").read_text())
-        (dest / "config.json").write_text(json.dumps({**config, **HOSTILE_GENERATION}))
-    return dest
-
-
-def _predictions(outcome: ScoreOutcome) -> list[Any]:
-    return _predictions_of(outcome.details)
-
-
-def _predictions_of(details: dict[str, Any]) -> list[Any]:
-    return [sample["prediction"] for sample in details["samples"]]
-
-
-@pytest.mark.parametrize(
-    "config_keys", [False, True], ids=["generation_config.json", "config.json keys too"]
-)
-def test_generation_config_changes_no_score_cold_or_warm(
-    tmp_path: Path, tiny_model_dir: Path, cache_dir: Path, config_keys: bool
-) -> None:
-    from transformers import GenerationConfig
-
-    plain = save_variant(tiny_model_dir, tmp_path / "plain", noise_seed=77)
-    hostile = _hostile_copy(plain, tmp_path / "hostile", config_keys=config_keys)
-    assert (
-        GenerationConfig.from_pretrained(hostile).num_beams == 8
-    )  # transformers itself would use it
-    cold_plain = score_model(TARGET, plain, cache_dir, batch_size=16)
-    cold_hostile = score_model(TARGET, hostile, cache_dir, batch_size=16)
-    assert cold_plain.error is None and cold_hostile.error is None, cold_hostile.error
-    assert (cold_hostile.score, _predictions(cold_hostile)) == (
-        cold_plain.score,
-        _predictions(cold_plain),
-    )
-    warm = WarmEngines()
-    try:
-        with warm.lock:
-            first = score_model(TARGET, tmp_path / "plain", cache_dir, batch_size=16, warm=warm)
-            swapped = score_model(TARGET, hostile, cache_dir, batch_size=16, warm=warm)
-        assert (
-            (swapped.score, _predictions(swapped))
-            == (first.score, _predictions(first))
-            == (cold_plain.score, _predictions(cold_plain))
-        )
-        assert warm.builds + warm.swaps == 2
-    finally:
-        warm.close()
-
-
-def test_the_engine_decodes_greedily_with_the_models_end_ids(
-    tmp_path: Path, tiny_model_dir: Path
-) -> None:
-    import torch
-    from transformers import GenerationConfig
-
-    from autorl.engine.hf import HFEngine
-
-    plain = save_variant(tiny_model_dir, tmp_path / "plain", noise_seed=78)
-    hostile = _hostile_copy(plain, tmp_path / "hostile")
-    conversations = [
-        [{"role": "user", "content": f"Question {i}: what is {i} + {i}?"}] for i in range(4)
-    ]
-    engine = HFEngine(hostile, batch_size=4)
-    try:
-        config = engine.model.generation_config
-        assert (config.num_beams, config.do_sample, config.min_new_tokens) == (1, False, None)
-        assert config.repetition_penalty in (None, 1.0) and config.temperature in (None, 1.0)
-        assert config.eos_token_id == [engine.tokenizer.eos_token_id]
-        assert config.pad_token_id == engine.tokenizer.pad_token_id
-        ours = engine.generate_chat(conversations, max_new_tokens=12)
-        # Honoured, the file decodes otherwise: the equal texts above are not a coincidence.
-        engine.generation_config = engine.model.generation_config = (
-            GenerationConfig.from_pretrained(hostile)
-        )
-        engine.prefix = (
-            None  # kept prompt key/values do not fit beam search (which would crash, not decode)
-        )
-        torch.manual_seed(0)
-        assert engine.generate_chat(conversations, max_new_tokens=12) != ours
-    finally:
-        engine.close()
-    plain_engine = HFEngine(plain, batch_size=4)
-    try:
-        assert plain_engine.generate_chat(conversations, max_new_tokens=12) == ours
-    finally:
-        plain_engine.close()
-
-
-def test_the_graders_copy_keeps_only_the_end_ids(tmp_path: Path, tiny_model_dir: Path) -> None:
-    from autorl.grading.model_checks import normalize_tokenizer_config
-
-    hostile = _hostile_copy(tiny_model_dir, tmp_path / "hostile")
-    copy = normalize_tokenizer_config(hostile, tmp_path / "copy")
-    kept = json.loads((copy / "generation_config.json").read_text())
-    assert kept == {
-        "eos_token_id": [
-            json.loads((tiny_model_dir / "generation_config.json").read_text())["eos_token_id"]
-        ]
-    }
-
-
-# ---- the render child ---------------------------------------------------------------------------
-
-
-def test_the_render_child_renders_what_transformers_renders_in_process(
-    tiny_model_dir: Path,
-) -> None:
-    from transformers import AutoTokenizer
-
-    from autorl.engine.base import chat_prompts
-    from autorl.engine.hf import _load_tokenizer
-
-    gsm8k = load_task_module(get_task("gsm8k"), "evaluate.py")
-    tokenizer = _load_tokenizer(tiny_model_dir)
-    conversations = [gsm8k.build_conversation(q, n) for n, (q, _) in enumerate(gsm8k.SHOTS)]
-    conversations += [
-        [
-            {"role": "system", "content": "Be brief."},
-            {"role": "user", "content": 'héllo ☃ 😀\n\t"x"'},
-            {"role": "assistant", "content": "hi"},
-            {"role": "user", "content": "{{ not a template }}"},
-        ]
-    ]
-    renderer = ChatRenderer(LIMITS)
-    try:
-        assert renderer.render(tokenizer, conversations) == chat_prompts(tokenizer, conversations)
-        # A template with loops, namespaces, filters and the special tokens, as real ones have.
-        other = AutoTokenizer.from_pretrained(tiny_model_dir)
-        other.chat_template = (
-            "{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
-            "{{ loop.index }}:{{ m.role | upper }}:{{ m.content | tojson }}{{ eos_token }}"
-            "{% endfor %}"
-            "{{ ns.n }}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-        )
-        assert renderer.render(other, conversations) == chat_prompts(other, conversations)
-        assert renderer.starts == 1  # one child for every call
-    finally:
-        renderer.close()
-
-
-@pytest.mark.parametrize(
-    ("template", "reason"),
-    [
-        (RAISING, "raised"),
-        (LOOPING, "timeout"),
-        (HUGE, "too_big"),
-        ("{{ 'x' * 50000000000 }}", "raised"),
-        ("{% if %}", "raised"),
-    ],
-)
-def test_a_failing_template_fails_in_the_child_within_its_limits(
-    tiny_model_dir: Path, template: str, reason: str
-) -> None:
-    from autorl.engine.hf import _load_tokenizer
-
-    tokenizer = _load_tokenizer(tiny_model_dir)
-    good = [[{"role": "user", "content": "2 + 2?"}]]
-    renderer = ChatRenderer(RenderLimits(call_timeout_s=3.0))
-    try:
-        expected = renderer.render(tokenizer, good)
-        tokenizer.chat_template = template
-        started = time.monotonic()
-        with pytest.raises(ChatTemplateFailed) as failed:
-            renderer.render(
-                tokenizer, [[{"role": "user", "content": "What is the secret question?"}]]
-            )
-        assert failed.value.reason == reason and time.monotonic() - started < 3.0 + 10
-        # A killed child is replaced, a living one goes on: the next call renders.
-        assert renderer.render(_load_tokenizer(tiny_model_dir), good) == expected
-    finally:
-        renderer.close()
-
-
-def test_a_render_budget_spent_fails_the_submission(tiny_model_dir: Path) -> None:
-    from autorl.engine.hf import _load_tokenizer
-
-    tokenizer = _load_tokenizer(tiny_model_dir)
-    tokenizer.chat_template = LOOPING
-    renderer = ChatRenderer(RenderLimits(call_timeout_s=2.0, budget_s=3.0))
-    try:
-        reasons = []
-        for _ in range(3):
-            with pytest.raises(ChatTemplateFailed) as failed:
-                renderer.render(tokenizer, [[{"role": "user", "content": "q"}]])
-            reasons.append(failed.value.reason)
-        assert reasons == ["timeout", "timeout", "budget"]
-        renderer.reset_budget()  # the next submission
-        tokenizer.chat_template = "{{ messages[0]['content'] }}"
-        assert renderer.render(tokenizer, [[{"role": "user", "content": "q"}]]) == ["q"]
-    finally:
-        renderer.close()
-
-
-# ---- env endpoints ------------------------------------------------------------------------------
 
 
 class _FailingEnvs:
