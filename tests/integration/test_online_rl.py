@@ -8,11 +8,9 @@ replayed games played before RL and after it with the same sampling noise (``age
 must rise, more of its rollouts winning more after RL than fewer.
 
 Why the probe and not the batches' means: another draw of the same policy's 32 rollouts moves a batch's mean by
-about 0.08, as much as a few batches of RL move it, and asserting a rise of the means passed and failed by the
-draw (CI of 2026-11-28; bench/README.md, "Online RL curves"). Played with the same noise, a rollout changes only
-where the policy changed. This cell's probe, measured alone on this machine (2026-11-29; bench/README.md, "the
-probe"): seed 0 0.164 -> 0.273 (20 of 128 rollouts rose, 6 fell), seed 1 0.062 -> 0.133 (12 rose, 3 fell), seed 2
-0.055 -> 0.445 (50 rose, none fell). The batches' means of seed 1 (0.094, 0.094, 0.062, 0.062, 0.125) show no rise.
+about 0.08, as much as a few batches of RL move it, so asserting a rise of the means passes or fails by the draw
+(bench/README.md, "Online RL curves" and "the probe", has the measurements). Played with the same noise, a
+rollout changes only where the policy changed.
 """
 
 from __future__ import annotations
@@ -30,10 +28,11 @@ pytestmark = pytest.mark.integration
 BATCHES = 5
 # bench/README.md's CI-sized ALFWorld cell: 60 training games in rooms without distractors, 6 eval games, SFT
 # 3 x 60 = 180 steps of 6 packed games (a policy that wins a few of its sampled rollouts), then 5 RL batches of
-# 8 replayed games x 4 rollouts, and a probe of 4 batches' worth of rollouts. SFT and RL end by their step counts
-# well inside the budget, however loaded the machine, so what they learn does not depend on the load.
+# 8 replayed games x 4 rollouts, and a probe of 4 batches' worth of rollouts. SFT and RL end by their step counts,
+# not by the clock: the budget is a ceiling the recipe checks before each RL iteration, set far above what an idle
+# machine needs (about 700 s) so that a CI machine loaded by the other test worker still runs all five batches.
 CELL = [
-    "task=alfworld", "model=small", "seed=0", "budget.seconds=1200", "cell.cpus=2", "cluster.num_cpus=3",
+    "task=alfworld", "model=small", "seed=0", "budget.seconds=3000", "cell.cpus=2", "cluster.num_cpus=3",
     "task.build.fixture.train_size=60", "task.build.fixture.eval_size=6", "task.build.fixture.extra_receptacle_kinds=0",
     "task.build.fixture.distractor_objects=0", "agent.sft.steps=60", "agent.sft.batch_size=32",
     f"agent.online_grpo.batches={BATCHES}", "agent.online_grpo.probe=4", "progress=false",
@@ -47,7 +46,7 @@ PROBE = re.compile(r"RL probe \(32 x 4 rollouts of the first batch's episodes, t
 
 def test_grpo_on_env_endpoint_rollouts_raises_the_reward(tmp_path: Path, ray_tmp: Path, cache_dir: Path) -> None:
     done = subprocess.run(sweep_command(tmp_path / "out", ray_tmp, *CELL), env=sweep_env(cache_dir),
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep_dir,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
     with open(sweep_dir / "results.csv") as handle:
