@@ -1,4 +1,4 @@
-"""Resolve a ``conf/model/*.yaml`` entry to a local model folder (SPEC §4 step 1)."""
+"""Resolve a ``conf/model/*.yaml`` entry to a local model folder (a cell's first step)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from autorl.schema import ModelConfig, ModelKind
 def resolve_model(model_cfg: ModelConfig, cache_dir: Path) -> Path:
     """Return a local folder holding the model, building or downloading it once.
 
-    ``tiny`` and ``small`` are built offline; ``hub`` models are downloaded into ``cache_dir/models`` with
-    ``huggingface_hub.snapshot_download`` (idempotent: a complete snapshot is reused).
+    ``tiny`` and ``small`` are built offline; ``hub`` models are downloaded into
+    ``cache_dir/models`` with ``huggingface_hub.snapshot_download`` (idempotent: a complete
+    snapshot is reused).
 
     Raises:
         ConfigError: a hub model without ``hub_id``.
@@ -28,7 +29,10 @@ def resolve_model(model_cfg: ModelConfig, cache_dir: Path) -> Path:
         return ensure_small_model(cache_dir)
     hub_id = model_cfg.hub_id
     if not hub_id:
-        raise ConfigError(f"model {model_cfg.name!r} has kind hub but no hub_id: set hub_id in its conf/model file")
+        raise ConfigError(
+            f"model {model_cfg.name!r} has kind hub but no hub_id: set hub_id in "
+            "its conf/model file"
+        )
     from huggingface_hub import snapshot_download
 
     target = cache_dir / "models" / hub_id.replace("/", "--")

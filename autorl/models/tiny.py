@@ -31,12 +31,13 @@ CHAT_TEMPLATE = (
 )
 
 _WORDS = (  # noqa: SIM905 - one split string reads better than a list of 100 word literals
-    "the a an and of to in is are was were has have had he she it they them his her their how many much "
-    "more less left now each total altogether after before buys gives gets eats loses finds sells makes "
-    "apples pencils books marbles stickers cookies coins cards toys balls flowers candies eggs shells "
-    "Tom Anna Ben Sara Leo Mia Sam Lily Max Emma Noah Zoe Jack Ella friend friends mother father teacher "
-    "question answer think step by let's what if then so there at on for with from some all day days "
-    "store box bag basket class school garden week price cost dollars minutes hours first second third"
+    "the a an and of to in is are was were has have had he she it they them his her their how "
+    "many much more less left now each total altogether after before buys gives gets eats "
+    "loses finds sells makes apples pencils books marbles stickers cookies coins cards toys "
+    "balls flowers candies eggs shells Tom Anna Ben Sara Leo Mia Sam Lily Max Emma Noah Zoe "
+    "Jack Ella friend friends mother father teacher question answer think step by let's what "
+    "if then so there at on for with from some all day days store box bag basket class school "
+    "garden week price cost dollars minutes hours first second third"
 ).split()
 
 
@@ -63,16 +64,26 @@ def _corpus(seed: int) -> list[str]:
         a, b = rng.randint(0, 40), rng.randint(0, 40)
         lines.append(f"{a} + {b} = {a + b}. {max(a, b)} - {min(a, b)} = {max(a, b) - min(a, b)}.")
         lines.append(" ".join(rng.choice(_WORDS) for _ in range(10)) + "?")
-        lines.append(f"Question: {rng.choice(_WORDS)}\nLet's think step by step\nAnswer: The answer is {a}.\n#### {b}")
+        lines.append(
+            f"Question: {rng.choice(_WORDS)}\nLet's think step by step\n"
+            f"Answer: The answer is {a}.\n#### {b}"
+        )
     return lines
 
 
-def _build(target: Path, cfg: TinyModelConfig, corpus: list[str], meta: dict[str, object], *,
-           isolate_newlines: bool = False) -> None:
+def _build(
+    target: Path,
+    cfg: TinyModelConfig,
+    corpus: list[str],
+    meta: dict[str, object],
+    *,
+    isolate_newlines: bool = False,
+) -> None:
     r"""Train the tokenizer on ``corpus``, initialise the model and save both into ``target``
     (``meta`` goes into ``autorl_tiny.json`` beside the build's shape).
 
-    ``isolate_newlines`` makes every ``\n`` a token of its own. Without it a tokenizer trained on code
+    ``isolate_newlines`` makes every ``\n`` a token of its own. Without it a tokenizer trained on
+    code
     learns ``"\n    "`` as one token, and a chat prompt that ends in ``"assistant\n"`` then never
     continues the way training text did (``"assistant"`` + ``"\n    "`` + ``"return"``).
     """
@@ -83,8 +94,11 @@ def _build(target: Path, cfg: TinyModelConfig, corpus: list[str], meta: dict[str
     raw = Tokenizer(models.BPE(unk_token=None))
     raw.normalizer = normalizers.NFC()
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Split("\n", behavior="isolated"), byte_level])
-                         if isolate_newlines else byte_level)
+    raw.pre_tokenizer = (
+        pre_tokenizers.Sequence([pre_tokenizers.Split("\n", behavior="isolated"), byte_level])
+        if isolate_newlines
+        else byte_level
+    )
     raw.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=cfg.vocab_size,
@@ -136,8 +150,15 @@ def _readable_by_all(folder: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def ensure_built_model(cache_root: Path, key: str, cfg: TinyModelConfig, corpus: Callable[[], list[str]],
-                       meta: dict[str, object], *, isolate_newlines: bool = False) -> Path:
+def ensure_built_model(
+    cache_root: Path,
+    key: str,
+    cfg: TinyModelConfig,
+    corpus: Callable[[], list[str]],
+    meta: dict[str, object],
+    *,
+    isolate_newlines: bool = False,
+) -> Path:
     """Return ``cache_root/key``, building it on first use from ``corpus()`` with shape ``cfg``.
 
     Concurrent callers (several cells on one node) are serialised by a file lock and see either no
@@ -147,7 +168,8 @@ def ensure_built_model(cache_root: Path, key: str, cfg: TinyModelConfig, corpus:
     cache_root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(cache_root / f".{key}.lock")):
         if (target / MARKER).exists():
-            _readable_by_all(target)  # built before sealed cells, parts were private to their builder
+            # A folder built by an older autorl may have parts private to their builder.
+            _readable_by_all(target)
             return target
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache_root))
         try:
@@ -173,5 +195,7 @@ def ensure_tiny_model(cache_root: Path, cfg: TinyModelConfig | None = None) -> P
         Path of a folder loadable with ``AutoModelForCausalLM``/``AutoTokenizer``.
     """
     cfg = cfg or TinyModelConfig()
-    key = f"tiny-b{TINY_BUILD_VERSION}-h{cfg.hidden_size}-l{cfg.num_hidden_layers}-v{cfg.vocab_size}-s{cfg.seed}"
-    return ensure_built_model(cache_root, key, cfg, lambda: _corpus(cfg.seed), {"build_version": TINY_BUILD_VERSION})
+    shape = f"h{cfg.hidden_size}-l{cfg.num_hidden_layers}-v{cfg.vocab_size}"
+    key = f"tiny-b{TINY_BUILD_VERSION}-{shape}-s{cfg.seed}"
+    meta = {"build_version": TINY_BUILD_VERSION}
+    return ensure_built_model(cache_root, key, cfg, lambda: _corpus(cfg.seed), meta)

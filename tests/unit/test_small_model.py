@@ -1,4 +1,4 @@
-"""The `small` base model: built offline and deterministically, its tokenizer trained on public text only."""
+"""`small`: built offline and deterministically, its tokenizer trained on public text only."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import hashlib
 import json
 from pathlib import Path
 
-from autorl.models.small import CORPUS_TASKS, SMALL_CONFIG, _strings, ensure_small_model, public_corpus
+from autorl.models.small import SMALL_BUILD_VERSION, SMALL_CONFIG, corpus_digest, ensure_small_model
+from autorl.models.small_corpus import CORPUS_TASKS, public_corpus, strings_of
 from autorl.task_spec import get_task
 from autorl.tasks import build_task_data
 
@@ -23,14 +24,19 @@ def test_small_model_is_deterministic_and_vllm_shaped(tmp_path: Path, cache_dir:
     other = ensure_small_model(tmp_path)  # a fresh cache: fixtures and model built again
     assert other.name == first.name and _weights_digest(other) == _weights_digest(first)
     config = AutoConfig.from_pretrained(first)
-    assert config.head_dim == 64 and config.hidden_size == SMALL_CONFIG.hidden_size  # vLLM needs head_dim 64
+    assert (
+        config.head_dim == 64 and config.hidden_size == SMALL_CONFIG.hidden_size
+    )  # vLLM needs head_dim 64
     tokenizer = AutoTokenizer.from_pretrained(first)
     # The tasks' words are whole tokens (tiny's tokenizer spells "sinkbasin" in five pieces).
     assert tokenizer.tokenize(" sinkbasin") == ["Ġsinkbasin"]
     assert len(tokenizer) <= SMALL_CONFIG.vocab_size + 4
     # A generation prompt's tokens begin every training sequence that continues it: "\n" is never
     # merged with the indentation after it, so SFT on chats teaches what generation then reads.
-    chat = [{"role": "user", "content": "def f(x):\n"}, {"role": "assistant", "content": "    return x + 1\n"}]
+    chat = [
+        {"role": "user", "content": "def f(x):\n"},
+        {"role": "assistant", "content": "    return x + 1\n"},
+    ]
     prompt = tokenizer.apply_chat_template(chat[:1], tokenize=False, add_generation_prompt=True)
     full = tokenizer.apply_chat_template(chat, tokenize=False)
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -44,18 +50,36 @@ def test_tokenizer_corpus_holds_no_private_split_text(cache_dir: Path) -> None:
         data = build_task_data(get_task(task_id), "fixture", cache_dir / "tasks", seed=0)
         for path in sorted(data.private_dir.rglob("*.jsonl")):
             for line in path.read_text(encoding="utf-8").splitlines():
-                for text in _strings(json.loads(line)):
+                for text in strings_of(json.loads(line)):
                     if len(text) >= 40:
                         checked += 1
-                        assert text not in corpus, f"{task_id} private text in the tokenizer corpus: {text[:80]!r}"
+                        assert text not in corpus, (
+                            f"{task_id} private text in the tokenizer corpus: {text[:80]!r}"
+                        )
     assert checked > 100
 
 
-def test_tokenizer_corpus_reads_prompt_modules_not_recipes(cache_dir: Path) -> None:
-    """Editing a recipe must not build a new `small`: only the prompt modules of agent/ are read."""
+# What `small`'s tokenizer trains on, pinned as the fixtures' digests are: a change to what a task's
+# prompt or public data says fails here; make it deliberately by bumping SMALL_BUILD_VERSION and
+# pinning the new digest (cells recorded on the old build then run again on resume).
+PINNED_SMALL_BUILD = (3, "7c1738f7fa64")
+
+
+def test_tokenizer_corpus_is_pinned(cache_dir: Path) -> None:
+    assert (SMALL_BUILD_VERSION, corpus_digest(public_corpus(cache_dir))) == PINNED_SMALL_BUILD
+
+
+def test_tokenizer_corpus_is_rendered_text_not_source_code(cache_dir: Path) -> None:
+    """Reformatting a task's code must not build a new `small`: no source file is in the corpus, but
+    what the evaluators render from it is (a prompt head, an in-context example, an observation)."""
     texts = public_corpus(cache_dir)
+    corpus = "\n".join(texts)
     for task_id in CORPUS_TASKS:
-        agent_dir = get_task(task_id).agent_dir
-        assert (agent_dir / "protocol.py").read_text(encoding="utf-8") in texts
-        assert (agent_dir / "recipe.py").read_text(encoding="utf-8") not in texts
-    assert (get_task("alfworld").agent_dir / "explorer.py").read_text(encoding="utf-8") not in texts
+        folder = get_task(task_id).folder
+        for source in sorted(folder.rglob("*.py")):
+            assert source.read_text(encoding="utf-8") not in texts, source
+    assert "Let's think step by step\nAnswer:" in corpus  # gsm8k's rendered question turn
+    assert (
+        "Here is the task.\nYou are in the middle of a room." in corpus
+    )  # an ALFWorld first prompt
+    assert "Available actions:\n  search[<your query>]" in corpus  # a WebShop first page
