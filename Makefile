@@ -4,15 +4,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Where agent CLIs are installed, one folder each (autorl/agents/cli.py reads the same variable).
 AUTORL_AGENTS_DIR ?= .cache/agents
-# The agent CLIs the tests run for real (tests/integration/test_real_cli.py runs a cell with each of them).
-# From cold caches about 6 minutes and 2 GB in all, most of both for the OpenHands venv (pip, ~5 min, 0.8 GB).
-TEST_AGENTS := codex claude-code gemini-cli opencode openhands
+# The agent CLIs the tests run for real (tests/integration/test_real_cli.py runs a cell with each of
+# them): every registered CLI agent, so a new conf/agent/<name>.yaml is installed with no list to
+# keep here. Read from the registry once .venv exists (test-deps runs a make of its own for them).
+# From cold caches about 2 GB in all, most of it for the OpenHands venv (0.8 GB).
+TEST_AGENTS = $(shell test -x $(BIN)/python && $(BIN)/python -m autorl.ls agents --names --cli)
 # The agent's own Python environment (torch, transformers, trl, ... without autorl or tasks/; autorl/seal/toolchain.py
 # reads the same variable). A sealed cell's agent trains with it.
 AUTORL_TOOLCHAIN_DIR ?= .cache/toolchain
 TOOLCHAIN := $(AUTORL_TOOLCHAIN_DIR)/toolchain.json
 
-.PHONY: setup toolchain test-deps lint sweep test test-unit test-integration dry-run clean test-vllm
+.PHONY: setup toolchain test-deps test-agents list-test-agents lint sweep test test-unit test-integration dry-run clean test-vllm
 
 # pip, not uv, for .venv: with warm caches on this machine uv took 4 m 41 s against pip's 4 m 13 s. Its package proxy
 # answers uv's cache revalidation of the jericho, fast-downward and antlr sdists as modified, so uv builds them again
@@ -63,7 +65,13 @@ $(TOOLCHAIN): pyproject.toml constraints.txt | $(BIN)/autorl-installed
 
 toolchain: $(TOOLCHAIN) ## the agent's Python environment (what a sealed cell's agent trains with)
 
-test-deps: /usr/bin/chromium /usr/bin/bwrap /usr/bin/strace $(TEST_AGENTS:%=$(AUTORL_AGENTS_DIR)/%/.installed) $(TOOLCHAIN) ## what the tests need beyond .venv
+test-deps: /usr/bin/chromium /usr/bin/bwrap /usr/bin/strace $(TOOLCHAIN) | $(BIN)/autorl-installed ## what the tests need beyond .venv
+	$(MAKE) --no-print-directory test-agents
+
+test-agents: $(TEST_AGENTS:%=$(AUTORL_AGENTS_DIR)/%/.installed) ## every registered agent CLI, at its pin
+
+list-test-agents: ## print the agent CLIs that test-agents installs
+	@echo $(TEST_AGENTS)
 
 sweep: setup /usr/bin/bwrap $(TOOLCHAIN) ## the embedded default: scripted agent × gsm8k fixture × tiny model on a local Ray
 	$(BIN)/python -m autorl.sweep

@@ -2,7 +2,7 @@
 (the scripted agent's training stages, a CLI's pinned install, a command line).
 
 Registered with Hydra's ConfigStore by :func:`autorl.schema.register_schemas` (``agent/_scripted``,
-``agent/_cli``, ``agent/_claude_code``, ``agent/_command``); see :mod:`autorl.schema` for how the
+``agent/_cli``, ``agent/_command``); see :mod:`autorl.schema` for how the
 schema and ``conf/`` divide the work.
 """
 
@@ -162,13 +162,10 @@ class CliAgentConfig(AgentConfig):
     binary: str | None = setting("path to the CLI; null: the project-local install (agents_dir), then PATH")
     agents_dir: str | None = setting("where CLIs are installed; null: $AUTORL_AGENTS_DIR, else <repo>/.cache/agents")
     extra_args: list[str] = setting("appended to the CLI's command line before the prompt")
-
-
-@dataclass
-class ClaudeCodeAgentConfig(CliAgentConfig):
-    """Claude Code, which also needs its bash-tool timeout raised."""
-
-    bash_timeout_s: float = setting("one bash command may run this long (Claude Code's default is 2 minutes)")
+    tool_timeout_s: float | None = setting(
+        "one shell command may run this long; null: the cell's budget (LaunchContext.tool_timeout_s)",
+        default=None,
+    )
 
 
 @dataclass

@@ -3,8 +3,11 @@
 Two kinds of registry live here, both read without importing anything heavy:
 
 - :class:`Registry` maps a name to a lazy ``"module:attr"`` string (lm-eval's ``MODEL_MAPPING``
-  shape): agents, engines, environments, judges and stream parsers each keep one. The target is
-  imported on first :meth:`Registry.get`; an unknown name fails with "did you mean".
+  shape): environments and judges keep one. The target is imported on first
+  :meth:`Registry.get`; an unknown name fails with "did you mean".
+- :class:`OptionRegistry` is a :class:`Registry` whose entries are a config group's option files,
+  autorl's and each plugin's: agents (``adapter:``), engines (``implementation:``) and sandbox
+  backends (``implementation:``) are added by one YAML file each, in ``conf/`` or a plugin's.
 - :func:`list_options` reads a config group folder under ``conf/`` (``agent/``, ``driver/``,
   ``task/``, ``model/``, ``cluster/``), autorl's and each plugin's (:mod:`autorl.plugins`); each
   YAML file is one option and its ``description`` field is the line that ``autorl.ls`` prints.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +129,71 @@ class Registry(Generic[T]):
         if name not in self._loaded:
             self._loaded[name] = load_object(self._targets[name], what=f"{self.kind} {name!r}")
         return self._loaded[name]
+
+
+class OptionRegistry(Registry[T]):
+    """A registry whose entries are the options of a config group, autorl's and every plugin's.
+
+    Each option's YAML file names its implementation under ``key`` (``conf/engine/hf.yaml``:
+    ``implementation: autorl.engine.hf:HFEngine``; ``conf/agent/codex.yaml``: ``adapter: ...``), so
+    a plugin folder adds an entry with one file, as it adds any option. The files are read again
+    whenever the set of active plugins has changed, since a plugin may be activated after import.
+
+    Args:
+        kind: What the names name (for messages).
+        group: The config group whose options are the entries.
+        key: The field of an option's YAML that holds its ``"module:attr"``.
+        builtins: Entries that need no option file.
+    """
+
+    def __init__(self, kind: str, group: str, key: str, builtins: Mapping[str, str] | None = None) -> None:
+        super().__init__(kind, builtins or {})
+        self.group = group
+        self.key = key
+        self._builtins = dict(builtins or {})
+        self._seen: str | None = None
+
+    def _refresh(self) -> None:
+        """Read the group's option files again when the active plugins have changed."""
+        from autorl.task_code import PLUGIN_PATH_ENV  # here, not at the top: see conf_dirs
+
+        active = os.environ.get(PLUGIN_PATH_ENV, "")
+        if self._seen == active:
+            return
+        targets = dict(self._builtins)
+        for option in list_options(self.group):
+            data = yaml.safe_load(option.path.read_text()) or {}
+            if data.get(self.key):
+                targets[option.name] = str(data[self.key])
+        self._targets, self._loaded, self._seen = targets, {}, active
+
+    def __contains__(self, name: object) -> bool:
+        self._refresh()
+        return super().__contains__(name)
+
+    def __iter__(self) -> Iterator[str]:
+        self._refresh()
+        return super().__iter__()
+
+    def names(self) -> list[str]:
+        """The registered names, sorted: the option files' and the built-in ones."""
+        self._refresh()
+        return super().names()
+
+    def check(self, name: str) -> None:
+        """Raise :class:`ConfigError` with "did you mean" unless ``name`` is registered."""
+        self._refresh()
+        super().check(name)
+
+    def register(self, name: str, target: str) -> None:
+        """Add or replace ``name`` in code (kept when the option files are read again)."""
+        self._builtins[name] = target
+        self._seen = None
+
+    def target(self, name: str) -> str:
+        """The ``"module:attr"`` registered as ``name``."""
+        self.check(name)
+        return self._targets[name]
 
 
 @dataclass(frozen=True)

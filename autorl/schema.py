@@ -19,8 +19,7 @@ A cell carries the converted object (``OmegaConf.to_object``): code reads attrib
 Group schemas (``group/name`` in the ConfigStore; names starting with ``_`` are not options):
 
 - ``agent/_scripted`` (:class:`ScriptedAgentConfig`), ``agent/_cli`` (:class:`CliAgentConfig`),
-  ``agent/_claude_code`` (:class:`ClaudeCodeAgentConfig`), ``agent/_command`` (:class:`CommandAgentConfig`),
-  all in :mod:`autorl.agent_schema`
+  ``agent/_command`` (:class:`CommandAgentConfig`), all in :mod:`autorl.agent_schema`
 - ``driver/_schema`` (:class:`DriverConfig`; ``conf/driver/_base.yaml`` builds on it)
 - ``model/_schema``, ``task/_schema``, ``cluster/_schema``, ``engine/_schema`` (each engine's file is composed
   into ``grader.engines.<name>``, not chosen by a group override)
@@ -35,7 +34,6 @@ from typing import Any
 from autorl.agent_schema import (
     AgentConfig,
     ApiProtocol,
-    ClaudeCodeAgentConfig,
     CliAgentConfig,
     CommandAgentConfig,
     ScriptedAgentConfig,
@@ -459,7 +457,6 @@ SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
     (None, "run_schema", RunConfig),
     ("agent", "_scripted", ScriptedAgentConfig),
     ("agent", "_cli", CliAgentConfig),
-    ("agent", "_claude_code", ClaudeCodeAgentConfig),
     ("agent", "_command", CommandAgentConfig),
     ("driver", "_schema", DriverConfig),
     ("model", "_schema", ModelConfig),

@@ -1,4 +1,4 @@
-"""What the five coding-agent CLI adapters share: finding the installed CLI, installing it, and
+"""What the coding-agent CLI adapters share: finding the installed CLI, installing it, and
 the launch skeleton (prompt, per-cell HOME, gateway variables).
 
 A CLI is installed from its registry at the version pinned in ``conf/agent/<name>.yaml``
@@ -25,11 +25,14 @@ import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from autorl.agent_schema import CliAgentConfig, InstallManager
 from autorl.agents.base import AgentLaunch, LaunchContext
 from autorl.agents.prompt import build_prompt
+from autorl.agents.streams import StreamParser
 from autorl.errors import ConfigError
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV
 from autorl.seal.toolchain import venv_base_prefix
@@ -256,12 +259,12 @@ def cli_config(ctx: LaunchContext) -> CliAgentConfig:
     """The launch's agent config as a CLI agent's.
 
     Raises:
-        ConfigError: the agent's conf file does not build on the CLI schema (``defaults: [_cli, _self_]``).
+        ConfigError: the agent's conf file does not build on the CLI base (``conf/agent/_cli_base.yaml``).
     """
     if not isinstance(ctx.agent_cfg, CliAgentConfig):
         raise ConfigError(
-            f"agent {ctx.agent_cfg.name!r} has a CLI adapter but its conf/agent file does not start with "
-            "`defaults: [_cli, _self_]` (autorl/agent_schema.py CliAgentConfig)"
+            f"agent {ctx.agent_cfg.name!r} has a CLI adapter but its conf/agent file does not start "
+            "with `defaults: [_cli_base, _self_]` (autorl/agent_schema.py CliAgentConfig)"
         )
     return ctx.agent_cfg
 
@@ -296,31 +299,57 @@ def write_home_file(path: Path, text: str) -> None:
         handle.write(text)
 
 
-class CLIAgent:
-    """Base of the CLI adapters: subclasses set :attr:`stream_format` and implement :meth:`command`."""
+@dataclass(frozen=True)
+class CliCommand:
+    """What a CLI adapter's :meth:`CLIAgent.command` returns.
 
-    stream_format = ""
+    Attributes:
+        argv: The CLI's command line.
+        env: The variables it needs besides the cell's (gateway endpoint, config folders).
+    """
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class CLIAgent:
+    """Base of the CLI adapters: subclasses set :attr:`parser` and implement :meth:`command`.
+
+    :meth:`launch` does what every CLI shares (the prompt, the cell's HOME, the environment without
+    provider keys); :meth:`command` only what the one CLI needs: its flags, its config files in
+    HOME, how it reaches the gateway, and ``ctx.tool_timeout_s`` in its own setting.
+    """
+
+    parser: ClassVar[type[StreamParser]]
+    """The parser of the CLI's JSON output stream (:mod:`autorl.agents.streams`)."""
+
+    def stream_parser(self) -> StreamParser:
+        """A fresh :attr:`parser` for one run's output."""
+        return self.parser()
 
     def launch(self, ctx: LaunchContext) -> AgentLaunch:
         """Write the CLI's config files into the cell's HOME and build its command line."""
         agent = cli_config(ctx)
         if GATEWAY_URL_ENV not in ctx.env or GATEWAY_TOKEN_ENV not in ctx.env:
-            raise ConfigError(f"agent {agent.name!r} needs a driver gateway; run it with a driver (driver=...)")
+            raise ConfigError(
+                f"agent {agent.name!r} needs a driver gateway; run it with a driver (driver=...)"
+            )
         binary = find_binary(agent)
         prompt = ctx.continuation_prompt
         if prompt is None:
             prompt = build_prompt(ctx.workspace, agent.mode, ctx.budget_s)
-        if ctx.cell_dir is not None:  # prompt.md, then prompt.resume1.md, ... (what the agent was told, in order)
+        if ctx.cell_dir is not None:
+            # prompt.md, then prompt.resume1.md, ...: what the agent was told, in order.
             name = "prompt.md" if ctx.continuation_prompt is None else f"prompt.resume{ctx.resume_index}.md"
             (ctx.cell_dir / name).write_text(prompt)
         home = Path(ctx.env["HOME"])
         # PWD too: the node's (the sweep's own folder) would lead OpenCode, which takes its project
         # folder from PWD before its working directory, to work in the repository, not the workspace.
         env = {k: v for k, v in ctx.env.items() if k not in PROVIDER_ENV} | {"PWD": str(ctx.workspace)}
-        command, extra_env = self.command(binary, prompt, ctx, home)
-        return AgentLaunch(command, env | extra_env, read_only=cli_read_only(agent, binary))
+        built = self.command(binary, prompt, ctx, home)
+        return AgentLaunch(built.argv, env | built.env, read_only=cli_read_only(agent, binary))
 
-    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
+    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> CliCommand:
         """The command line and the extra environment of this CLI (config files go under ``home``)."""
         raise NotImplementedError
 
@@ -328,3 +357,19 @@ class CLIAgent:
     def gateway(ctx: LaunchContext) -> tuple[str, str]:
         """The cell's gateway root URL and token."""
         return ctx.env[GATEWAY_URL_ENV], ctx.env[GATEWAY_TOKEN_ENV]
+
+
+def cli_agent_names() -> list[str]:
+    """The registered agents (autorl's and the active plugins') whose adapter is a CLI's.
+
+    The Makefile's ``TEST_AGENTS`` and the tests' lists of CLIs are this list
+    (``python -m autorl.ls agents --names --cli``), so a new CLI is in them by its YAML file.
+    """
+    from autorl.agents.base import AGENTS
+
+    names = []
+    for name in AGENTS.names():
+        adapter = AGENTS.get(name)
+        if isinstance(adapter, type) and issubclass(adapter, CLIAgent):
+            names.append(name)
+    return names

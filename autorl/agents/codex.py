@@ -3,6 +3,8 @@
 The cell's ``$HOME/.codex/config.toml`` (``CODEX_HOME``) defines a model provider ``autorl`` at
 the gateway's ``/v1`` with the gateway token in ``AUTORL_DRIVER_TOKEN``; web search (a leakage
 channel of the reference, which ran ``--search``), update checks and analytics are off.
+The pinned Codex has no setting for its shell tool's timeout (the model gives one per command),
+so the launch's ``tool_timeout_s`` has nothing to set here.
 A resumed agent (``agent.reprompt``) runs ``codex exec resume --last`` with the continuation prompt.
 """
 
@@ -12,7 +14,8 @@ import json
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent, cli_config, home_dir, write_home_file
+from autorl.agents.cli import CLIAgent, CliCommand, cli_config, home_dir, write_home_file
+from autorl.agents.streams import CodexStream
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV
 
 
@@ -23,9 +26,9 @@ def _toml(value: object) -> str:
 class CodexAgent(CLIAgent):
     """Adapter for Codex."""
 
-    stream_format = "codex"
+    parser = CodexStream
 
-    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
+    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> CliCommand:
         """``codex exec --json`` with a per-cell CODEX_HOME pointing at the gateway."""
         url, _ = self.gateway(ctx)
         codex_home = home_dir(home, ".codex")
@@ -54,4 +57,4 @@ class CodexAgent(CLIAgent):
         else:
             command = [binary, "exec", *flags, "--cd", str(ctx.workspace), "--model", model,
                        *cli_config(ctx).extra_args, prompt]
-        return command, {"CODEX_HOME": str(codex_home)}
+        return CliCommand(command, {"CODEX_HOME": str(codex_home)})

@@ -26,6 +26,10 @@ _EXAMPLE = "agent.command=[python3,-I,'{home}/probe.py'] agent.files=[/abs/path/
 class CommandAgent:
     """Adapter for ``agent=command``."""
 
+    def stream_parser(self) -> None:
+        """None: a given command line writes no stream of a known format."""
+        return None
+
     def launch(self, ctx: LaunchContext) -> AgentLaunch:
         """Copy ``agent.files`` into the agent's HOME and return ``agent.command`` with its placeholders filled.
 

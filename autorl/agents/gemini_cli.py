@@ -5,7 +5,7 @@ the Gemini API.
 ``$HOME/.gemini/settings.json`` selects API-key auth and turns telemetry, usage statistics and
 update checks off. The workspace is trusted (``GEMINI_CLI_TRUST_WORKSPACE``), else ``--yolo`` is
 downgraded to asking for approval, which nobody would give. The shell tool's inactivity timeout
-(``tools.shell.inactivityTimeout``, 300 s by default) is the cell's budget. A resumed agent
+(``tools.shell.inactivityTimeout``, 300 s by default) is the launch's ``tool_timeout_s``. A resumed agent
 (``agent.reprompt``) runs ``--resume latest`` with the continuation prompt.
 """
 
@@ -15,16 +15,16 @@ import json
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent, cli_config, home_dir, write_home_file
-from autorl.agents.prompt import tool_timeout_s
+from autorl.agents.cli import CLIAgent, CliCommand, cli_config, home_dir, write_home_file
+from autorl.agents.streams import GeminiStream
 
 
 class GeminiCliAgent(CLIAgent):
     """Adapter for the Gemini CLI."""
 
-    stream_format = "gemini-cli"
+    parser = GeminiStream
 
-    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
+    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> CliCommand:
         """``gemini --yolo -p`` with the gateway as its Gemini endpoint."""
         url, token = self.gateway(ctx)
         settings_dir = home_dir(home, ".gemini")
@@ -35,7 +35,7 @@ class GeminiCliAgent(CLIAgent):
             "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
             # A shell command is stopped after this many seconds without output (default 300): a
             # quiet training run may take the whole budget.
-            "tools": {"shell": {"inactivityTimeout": tool_timeout_s(ctx.budget_s)}},
+            "tools": {"shell": {"inactivityTimeout": ctx.tool_timeout_s}},
         }
         write_home_file(settings_dir / "settings.json", json.dumps(settings, indent=2))
         env = {"GEMINI_API_KEY": token, "GOOGLE_GEMINI_BASE_URL": url, "GEMINI_SANDBOX": "false",
@@ -46,4 +46,4 @@ class GeminiCliAgent(CLIAgent):
             binary, "--yolo", "--model", str(ctx.driver_cfg.model), "--output-format", "stream-json", *resume,
             *cli_config(ctx).extra_args, "--prompt", ctx.continuation_prompt or prompt,
         ]
-        return command, env
+        return CliCommand(command, env)

@@ -5,7 +5,7 @@
 driver's model both the main and the small model, allows every tool without asking, and turns
 sharing and auto-update off. OpenCode fetches the provider package from the npm registry into
 the cell's HOME on first use. The shell tool's default timeout (2 minutes;
-``OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS``) is the cell's budget. A resumed agent
+``OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS``) is the launch's ``tool_timeout_s``. A resumed agent
 (``agent.reprompt``) runs ``run --continue`` with the continuation prompt.
 """
 
@@ -15,17 +15,17 @@ import json
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent, cli_config, home_dir, write_home_file
-from autorl.agents.prompt import tool_timeout_s
+from autorl.agents.cli import CLIAgent, CliCommand, cli_config, home_dir, write_home_file
+from autorl.agents.streams import OpenCodeStream
 from autorl.gateway.settings import GATEWAY_TOKEN_ENV
 
 
 class OpenCodeAgent(CLIAgent):
     """Adapter for OpenCode."""
 
-    stream_format = "opencode"
+    parser = OpenCodeStream
 
-    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
+    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> CliCommand:
         """``opencode run`` with a per-cell config pointing at the gateway."""
         url, _ = self.gateway(ctx)
         model = str(ctx.driver_cfg.model)
@@ -46,9 +46,9 @@ class OpenCodeAgent(CLIAgent):
         env = {"XDG_CONFIG_HOME": str(config_home), "OPENCODE_DISABLE_MODELS_FETCH": "1",
                "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
                # The shell tool's default timeout (2 minutes) would cut a training run.
-               "OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS": str(tool_timeout_s(ctx.budget_s) * 1000)}
+               "OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS": str(ctx.tool_timeout_s * 1000)}
         # A resumed agent continues the last session of this workspace (kept under ~/.local/share/opencode).
         resume = ["--continue"] if ctx.continuation_prompt is not None else []
         command = [binary, "run", "--format", "json", *resume, "--model", f"autorl/{model}", *cli_config(ctx).extra_args,
                    ctx.continuation_prompt or prompt]
-        return command, env
+        return CliCommand(command, env)

@@ -5,6 +5,8 @@ The LLM settings come from the environment (``--override-with-envs``): ``LLM_MOD
 ``openai/<driver model>`` (LiteLLM's name for an OpenAI-compatible endpoint), ``LLM_BASE_URL``
 the gateway's ``/v1`` and ``LLM_API_KEY`` the gateway token. Its state lives in the cell's HOME
 (``~/.openhands``). OpenHands needs Python >= 3.12, so it is installed into a venv of its own.
+Its terminal tool never cuts a command (a quiet one returns to the model, still running), so the
+launch's ``tool_timeout_s`` has nothing to set here.
 A resumed agent (``agent.reprompt``) runs ``--resume --last`` with the continuation prompt as its task.
 """
 
@@ -13,15 +15,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from autorl.agents.base import LaunchContext
-from autorl.agents.cli import CLIAgent, cli_config, home_dir
+from autorl.agents.cli import CLIAgent, CliCommand, cli_config, home_dir
+from autorl.agents.streams import OpenHandsStream
 
 
 class OpenHandsAgent(CLIAgent):
     """Adapter for OpenHands."""
 
-    stream_format = "openhands"
+    parser = OpenHandsStream
 
-    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> tuple[list[str], dict[str, str]]:
+    def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> CliCommand:
         """``openhands --headless --json`` with its LLM pointed at the gateway."""
         url, token = self.gateway(ctx)
         home_dir(home, ".openhands")
@@ -32,4 +35,4 @@ class OpenHandsAgent(CLIAgent):
         resume = ["--resume", "--last"] if ctx.continuation_prompt is not None else []
         command = [binary, "--headless", "--json", "--override-with-envs", *resume, *cli_config(ctx).extra_args,
                    "--task", ctx.continuation_prompt or prompt]
-        return command, env
+        return CliCommand(command, env)

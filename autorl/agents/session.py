@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from autorl.agent_schema import AgentConfig
+from autorl.agents.base import AgentAdapter
 from autorl.agents.cli import PROVIDER_ENV
 from autorl.agents.trace import TraceFollower
 from autorl.gateway.cell import CellGateway, DriverCallSink
@@ -72,12 +73,12 @@ class DriverSession:
             variables[GATEWAY_URL_ENV] = self.endpoints.agent_url("gateway", variables[GATEWAY_URL_ENV])
         return clean | variables
 
-    def follow(self, adapter: Any) -> None:
-        """Parse the agent's output into ``trace.jsonl`` while it runs, if its adapter has a format."""
-        stream_format = getattr(adapter, "stream_format", "")  # the scripted agent has none
-        if stream_format:
+    def follow(self, adapter: AgentAdapter) -> None:
+        """Parse the agent's output into ``trace.jsonl`` while it runs, if it writes a stream."""
+        parser = adapter.stream_parser()
+        if parser is not None:
             self.follower = TraceFollower(
-                self.cell_dir / "agent.log", self.cell_dir / TRACE_FILE, stream_format, self.agent_cfg.name
+                self.cell_dir / "agent.log", self.cell_dir / TRACE_FILE, parser, self.agent_cfg.name
             )
             self.follower.start()
 

@@ -1,17 +1,16 @@
 """Parsers of each CLI's JSON event stream into normalised trace events (see autorl.agents.trace).
 
 One class per format; an instance keeps what it needs across events (e.g. which tool calls were
-already announced). Formats are those of the pinned CLI versions; samples recorded from the real
-CLIs are in tests/fixtures/agent_streams/.
+already announced). A CLI adapter names its parser (``CLIAgent.parser``): a plugin's CLI brings a
+parser of its own the same way. Formats are those of the pinned CLI versions; samples recorded
+from the real CLIs are in tests/fixtures/agent_streams/<agent>.jsonl.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
-from autorl.registry import Registry
 
 _MAX_TEXT = 4000
 
@@ -313,15 +312,3 @@ class OpenHandsStream(StreamParser):
         tokens_in = _n(usage.get("prompt_tokens")) + _n(usage.get("cache_read_tokens")) + _n(usage.get("cache_write_tokens"))
         return [{"kind": "usage", "scope": "total", "tokens_in": tokens_in, "tokens_out": _n(usage.get("completion_tokens"))}]
 
-
-Parser = Callable[[], StreamParser]
-"""A stream format's parser class: a fresh instance per agent run, called once per JSON event."""
-
-PARSERS: Registry[Parser] = Registry("stream format", {
-    "codex": "autorl.agents.streams:CodexStream",
-    "claude-code": "autorl.agents.streams:ClaudeCodeStream",
-    "gemini-cli": "autorl.agents.streams:GeminiStream",
-    "opencode": "autorl.agents.streams:OpenCodeStream",
-    "openhands": "autorl.agents.streams:OpenHandsStream",
-})
-"""Stream format (an adapter's ``stream_format``) -> its parser, as a lazy ``module:attr``."""

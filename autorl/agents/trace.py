@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autorl.agents.streams import PARSERS
+from autorl.agents.base import agent_stream_parser
+from autorl.agents.streams import StreamParser
 
 _POLL_S = 1.0
 # A line of the agent's stream longer than this is cut to it before parsing (a CLI's longest JSON
@@ -63,15 +64,15 @@ class TraceParser:
     """Turns lines of one agent's output into normalised events, keeping :class:`TraceStats`.
 
     Args:
-        stream_format: Name in :data:`autorl.agents.streams.PARSERS` (the agent's format).
+        stream: The agent's stream parser, or the name of a registered agent whose parser it is.
         agent: Agent name, written into every event.
 
     Raises:
-        ConfigError: Unknown stream format ("did you mean" and the known formats).
+        ConfigError: Unknown agent ("did you mean" and the known ones), or one without a stream.
     """
 
-    def __init__(self, stream_format: str, agent: str) -> None:
-        self.parse_event = PARSERS.get(stream_format)()
+    def __init__(self, stream: str | StreamParser, agent: str) -> None:
+        self.parse_event = agent_stream_parser(stream) if isinstance(stream, str) else stream
         self.agent = agent
         self.stats = TraceStats()
 
@@ -123,9 +124,9 @@ class TraceParser:
                 stats.step_out += int(item["tokens_out"])
 
 
-def parse_file(log_path: Path, trace_path: Path, stream_format: str, agent: str) -> TraceStats:
+def parse_file(log_path: Path, trace_path: Path, stream: str | StreamParser, agent: str) -> TraceStats:
     """Parse a whole output file into ``trace_path`` (replacing it); returns the stats."""
-    parser = TraceParser(stream_format, agent)
+    parser = TraceParser(stream, agent)
     with open(log_path, encoding="utf-8", errors="replace") as src, open(trace_path, "w", encoding="utf-8") as out:
         for line in src:
             for event in parser.line(line):
@@ -138,11 +139,11 @@ def parse_file(log_path: Path, trace_path: Path, stream_format: str, agent: str)
 class TraceFollower:
     """Tails ``agent.log`` on a thread while the agent runs and appends to ``trace.jsonl``."""
 
-    def __init__(self, log_path: Path, trace_path: Path, stream_format: str, agent: str) -> None:
+    def __init__(self, log_path: Path, trace_path: Path, stream: str | StreamParser, agent: str) -> None:
         """Prepare; :meth:`start` begins tailing."""
         self.log_path = log_path
         self.trace_path = trace_path
-        self.parser = TraceParser(stream_format, agent)
+        self.parser = TraceParser(stream, agent)
         self._stop = threading.Event()
         self._offset = 0
         self._pending = b""

@@ -1,4 +1,4 @@
-"""Each of the five real agent CLIs runs a whole cell end to end, against a scripted LLM.
+"""Each real agent CLI (every registered one) runs a whole cell end to end, against a scripted LLM.
 
 ``python -m autorl.sweep agent=codex,claude-code,gemini-cli,opencode,openhands driver=local``, one sweep
 (five sweeps cost 412 s of CI time, 2026-11-29), with the driver's endpoints pointed at the replay
@@ -15,7 +15,7 @@ checks its cell's submission record, parsed trace and the gateway's usage record
 The cells run sealed (``sandbox.mode``, :data:`SANDBOX`): the CLI's install folder is bound read-only
 into the sandbox and the grading API and gateway answer at loopback URLs inside it.
 
-``make test`` installs the five CLIs first, at their pinned versions, one folder each under
+``make test`` installs the CLIs first, at their pinned versions, one folder each under
 ``.cache/agents/`` (``python -m autorl.agents.install <agent>``).
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from autorl.agent_schema import CliAgentConfig
-from autorl.agents.cli import find_binary, installed_path, installed_version
+from autorl.agents.cli import cli_agent_names, find_binary, installed_path, installed_version
 from autorl.config import compose
 from autorl.errors import ConfigError
 from autorl.seal.toolchain import toolchain_dir, toolchain_python
@@ -81,13 +81,18 @@ class Cli:
         return f"Bearer {SECRET}" if self.key_header == "authorization" else SECRET
 
 
-CLIS = [
-    Cli("codex", "responses", "authorization"),
-    Cli("claude-code", "messages", "x-api-key"),
-    Cli("gemini-cli", "gemini", "x-goog-api-key"),
-    Cli("opencode", "chat", "authorization"),
-    Cli("openhands", "chat", "authorization"),
-]
+# The header each provider protocol carries its key in, as the gateway forwards a call.
+KEY_HEADERS = {"responses": "authorization", "chat": "authorization", "messages": "x-api-key",
+               "gemini": "x-goog-api-key"}
+
+
+def _clis() -> list[Cli]:
+    """Every registered CLI agent, with the protocol its config names."""
+    return [Cli(name, str(protocol), KEY_HEADERS[str(protocol)])
+            for name in cli_agent_names() if (protocol := compose([f"agent={name}"]).agent.protocol)]
+
+
+CLIS = _clis()
 
 
 def _agent_python() -> str:

@@ -1,4 +1,4 @@
-"""The five CLI adapters: command lines, per-cell config files, environment, prompt modes, installs."""
+"""The CLI adapters: command lines, per-cell config files, environment, prompt modes, installs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from autorl.agent_schema import CliAgentConfig
 from autorl.agents.base import LaunchContext, load_adapter
-from autorl.agents.cli import find_binary, install_commands
+from autorl.agents.cli import cli_agent_names, find_binary, install_commands
 from autorl.agents.prompt import MODES, build_prompt
 from autorl.agents.trace import TraceParser
 from autorl.config import compose, plan_sweep
@@ -26,7 +26,8 @@ from autorl.gateway.settings import GATEWAY_TOKEN_ENV, GATEWAY_URL_ENV, DriverSe
 from autorl.registry import option_names
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 
-CLI_AGENTS = ("claude-code", "codex", "gemini-cli", "opencode", "openhands")
+# Every registered CLI agent: a new conf/agent/<name>.yaml is tested here with no list to extend.
+CLI_AGENTS = tuple(cli_agent_names())
 GATEWAY = "http://127.0.0.1:5555"
 TOKEN = "gw-token"
 
@@ -109,7 +110,7 @@ def test_claude_code_env(tmp_path: Path) -> None:
     env = launch.env
     assert env["ANTHROPIC_BASE_URL"] == GATEWAY and env["ANTHROPIC_API_KEY"] == TOKEN
     assert env["ANTHROPIC_SMALL_FAST_MODEL"] == env["ANTHROPIC_MODEL"] == "claude-sonnet-4-5"
-    assert env["CLAUDE_CONFIG_DIR"] == str(home / ".claude") and env["BASH_MAX_TIMEOUT_MS"] == "43200000"
+    assert env["CLAUDE_CONFIG_DIR"] == str(home / ".claude") and env["BASH_MAX_TIMEOUT_MS"] == "900000"
     assert launch.command[3:5] == ["--output-format", "stream-json"] and "--dangerously-skip-permissions" in launch.command
 
 
@@ -163,10 +164,11 @@ def test_install_commands_are_pinned_and_make_test_installs_the_e2e_cli() -> Non
     npm = install_commands(_cli("codex"))
     assert npm[-1][-1] == "@openai/codex@0.169.0"
     repo = Path(__file__).resolve().parents[2]
-    # `make test` installs the CLI that tests/integration/test_real_cli.py runs; CI only runs `make test`.
-    [test_agents] = [line.split(":=")[1].split() for line in (repo / "Makefile").read_text().splitlines()
-                     if line.startswith("TEST_AGENTS")]
-    assert "codex" in test_agents
+    # `make test` installs the CLIs that tests/integration/test_real_cli.py runs (every registered
+    # CLI agent); CI only runs `make test`.
+    listed = subprocess.run(["make", "-s", "--no-print-directory", "list-test-agents"], cwd=repo,
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert listed == cli_agent_names() and "codex" in listed
     ci = (repo / ".ci" / "run").read_text()
     assert "make test" in ci and not any(tool in ci for tool in ("npm ", "apt-get", "agents.install"))
 
@@ -218,7 +220,7 @@ def test_command_agent_copies_its_files_into_home_and_runs_its_command_there(tmp
 
 def test_shell_tools_may_run_for_the_whole_budget(tmp_path: Path) -> None:
     """OpenCode's shell tool stops a command after 2 minutes and Gemini CLI's after 300 s without
-    output, unless told otherwise: both get the cell's budget (run_meta.json's timeout_s, 900 here)."""
+    output, unless told otherwise: both get the cell's budget (the launch context's, 900 here)."""
     launch, _, home = _launch("gemini-cli", tmp_path / "gemini", driver="gemini-2.5-flash")
     settings = json.loads((home / ".gemini" / "settings.json").read_text())
     assert settings["tools"]["shell"]["inactivityTimeout"] == 900
@@ -227,6 +229,18 @@ def test_shell_tools_may_run_for_the_whole_budget(tmp_path: Path) -> None:
     from autorl.agents.prompt import tool_timeout_s
 
     assert tool_timeout_s(None) == 12 * 3600  # no budget known: the paper's 12 hours
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "gemini-cli", "opencode"])
+def test_agent_tool_timeout_s_is_the_one_setting_every_cli_reads(agent: str, tmp_path: Path) -> None:
+    """``agent.tool_timeout_s`` overrides the budget in the launch context, whatever the CLI."""
+    driver = {"claude-code": "claude-sonnet-4.5", "gemini-cli": "gemini-2.5-flash"}.get(agent, "gpt-5")
+    launch, _, home = _launch(agent, tmp_path, driver=driver, tool_timeout_s=61.5)
+    if agent == "gemini-cli":
+        settings = json.loads((home / ".gemini" / "settings.json").read_text())
+        assert settings["tools"]["shell"]["inactivityTimeout"] == 62
+    else:
+        assert {v for k, v in launch.env.items() if "TIMEOUT_MS" in k} == {"62000"}
 
 
 @pytest.mark.parametrize("agent", ["gemini-cli", "opencode"])

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from autorl import ls, sweep
-from autorl.agent_schema import AgentMode, ApiProtocol, ClaudeCodeAgentConfig, CliAgentConfig, ScriptedAgentConfig
+from autorl.agent_schema import AgentMode, ApiProtocol, CliAgentConfig, ScriptedAgentConfig
 from autorl.config import (
     check_combinations,
     compose,
@@ -77,7 +77,7 @@ def test_a_cell_carries_the_typed_config() -> None:
     scripted, codex, claude = configs["scripted"].agent, configs["codex"].agent, configs["claude-code"].agent
     assert isinstance(scripted, ScriptedAgentConfig) and scripted.sft.steps > 0 and scripted.protocol is None
     assert type(codex) is CliAgentConfig and codex.mode == AgentMode.free and codex.protocol == ApiProtocol.responses
-    assert isinstance(claude, ClaudeCodeAgentConfig) and claude.bash_timeout_s > 0
+    assert type(claude) is CliAgentConfig and claude.tool_timeout_s is None  # the budget's
     driver = configs["codex"].driver
     assert driver.provider == Provider.openai and driver.provider == "openai"  # a StrEnum equals its value
     assert driver.protocols[ApiProtocol.chat] == driver.base_url  # ${driver.base_url} resolved
@@ -199,7 +199,10 @@ def test_an_unknown_key_inside_a_driver_or_agent_option_is_refused(tmp_path: Pat
     good_driver = yaml.safe_load((CONF_DIR / "driver" / "gpt-5.yaml").read_text())
     del good_driver["defaults"], good_driver["name"], good_driver["description"]
     _plugin_option(tmp_path, "driver", "typo-driver", good_driver | {"gateway": {"max_atempts": 3}}, "_base")
-    codex = yaml.safe_load((CONF_DIR / "agent" / "codex.yaml").read_text())
+    # codex.yaml's fields with those of the CLI base it lists, on the bare schema.
+    codex = {k: v for k, v in yaml.safe_load((CONF_DIR / "agent" / "_cli_base.yaml").read_text()).items()
+             if k != "defaults"} | yaml.safe_load((CONF_DIR / "agent" / "_base.yaml").read_text())
+    codex |= yaml.safe_load((CONF_DIR / "agent" / "codex.yaml").read_text())
     del codex["defaults"], codex["name"], codex["description"]
     _plugin_option(tmp_path, "agent", "typo-agent", codex | {"sft": {"steps": 3}}, "_cli")
     _plugin_option(tmp_path, "agent", "short-agent", {k: v for k, v in codex.items() if k != "mode"}, "_cli")

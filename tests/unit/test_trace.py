@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from autorl.agents.streams import PARSERS
+from autorl.agents.cli import cli_agent_names
 from autorl.agents.trace import TraceFollower, TraceParser, parse_file
 from autorl.errors import ConfigError
 
@@ -32,7 +32,7 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("fmt", PARSERS.names())
+@pytest.mark.parametrize("fmt", cli_agent_names())
 def test_recorded_stream_parses_into_tool_calls_results_and_usage(fmt: str, tmp_path: Path) -> None:
     stats = parse_file(FIXTURES / f"{fmt}.jsonl", tmp_path / "trace.jsonl", fmt, fmt)
     events = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
@@ -48,16 +48,18 @@ def test_recorded_stream_parses_into_tool_calls_results_and_usage(fmt: str, tmp_
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1)) and all(e["agent"] == fmt for e in events)
 
 
-def test_every_adapter_format_is_registered_and_an_unknown_one_is_a_helpful_error() -> None:
+def test_every_cli_adapter_brings_its_parser_and_an_unknown_agent_is_a_helpful_error() -> None:
     from autorl.agents.base import load_adapter
     from autorl.config import compose
     from autorl.registry import option_names
 
-    adapters = [load_adapter(compose([f"agent={name}"]).agent) for name in option_names("agent")]
-    formats = {getattr(adapter, "stream_format", "") for adapter in adapters}
-    assert formats - {""} == set(PARSERS.names()) == set(EXPECTED)  # the scripted agent has no stream
-    with pytest.raises(ConfigError, match="unknown stream format 'codx'. Did you mean: codex"):
+    adapters = {name: load_adapter(compose([f"agent={name}"]).agent) for name in option_names("agent")}
+    streaming = {name for name, adapter in adapters.items() if adapter.stream_parser() is not None}
+    assert streaming == set(cli_agent_names()) == set(EXPECTED)  # scripted and command have none
+    with pytest.raises(ConfigError, match="unknown agent 'codx'. Did you mean: codex"):
         TraceParser("codx", "codex")
+    with pytest.raises(ConfigError, match="agent 'scripted' writes no output stream"):
+        TraceParser("scripted", "scripted")
 
 
 def test_noise_and_malformed_events_are_counted_not_fatal() -> None:

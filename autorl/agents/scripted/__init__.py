@@ -21,6 +21,10 @@ from autorl.errors import ConfigError
 class ScriptedAgent:
     """Adapter for the scripted agent."""
 
+    def stream_parser(self) -> None:
+        """None: the scripted agent logs plain text, no event stream."""
+        return None
+
     def launch(self, ctx: LaunchContext) -> AgentLaunch:
         """Run the recipe with the SFT and GRPO settings of the agent config."""
         agent = ctx.agent_cfg
