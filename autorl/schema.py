@@ -260,6 +260,7 @@ class EngineConfig:
     """An inference engine's options (``conf/engine/<name>.yaml``), composed into ``grader.engines.<name>``."""
 
     name: str = setting("the engine's name in autorl.engine.ENGINES; equals the file name")
+    implementation: str = setting("the engine's class, 'module:Class' (autorl.engine.GraderEngine)")
     description: str = setting("one line for `python -m autorl.ls engines`")
     options: dict[str, Any] = setting("keyword arguments of the engine's constructor (the engine's own keys)")
 

@@ -1,28 +1,47 @@
-"""Inference engines used by the grader: plugins chosen by ``grader.engine`` (``conf/engine/<name>.yaml``).
+"""Inference engines used by the grader: plugins chosen by ``grader.engine``.
 
-:data:`ENGINES` maps an engine name to its class; each takes ``(model_dir, *, batch_size, base_dir,
-device, **options)`` (the options of its ``conf/engine/<name>.yaml``), and has ``generate_chat``,
-``generate_text``, ``swap`` (load another submission into the warm engine; ``False``: build anew)
-and ``close``. ``base_dir`` is the grader's copy of the cell's base model: a LoRA adapter in
-``model_dir`` is always applied to it, whatever base its ``adapter_config.json`` names (issue #12);
-every engine must keep that rule (:func:`autorl.engine.hf.load_adapter_on_base`). Two more rules
-every engine keeps (docs/threat-model.md): decoding is greedy with the task's lengths and stops,
-never what the submission's ``generation_config.json`` says (:mod:`autorl.engine.decoding`), and the
-submission's chat template renders in a child process with limits
-(:mod:`autorl.engine.chat_render`), never in the grader's.
+Every engine is one option of the ``engine`` config group: ``conf/engine/<name>.yaml`` (autorl's or
+a plugin folder's) names its class (``implementation: module:Class``) and its options, and
+:data:`ENGINES` is built from those files. An engine class takes ``(model_dir, *, batch_size,
+base_dir, device, **options)`` (the options of its YAML file) and makes a :class:`GraderEngine`.
+``base_dir`` is the grader's copy of the cell's base model: a LoRA adapter in ``model_dir`` is
+always applied to it, whatever base its ``adapter_config.json`` names; every engine must keep that
+rule (:func:`autorl.engine.hf.load_adapter_on_base`). Two more rules every engine keeps
+(docs/threat-model.md): decoding is greedy with the task's lengths and stops, never what the
+submission's ``generation_config.json`` says (:mod:`autorl.engine.decoding`), and the submission's
+chat template renders in a child process with limits (:mod:`autorl.engine.chat_render`), never in
+the grader's.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
 
+from agent_kit.protocol import GenerationEngine
 from autorl.errors import ConfigError
-from autorl.registry import Registry
+from autorl.registry import OptionRegistry
 
-ENGINES: Registry[type] = Registry("engine", {
-    "hf": "autorl.engine.hf:HFEngine",
-    "vllm": "autorl.engine.vllm:VLLMEngine",
-})
+
+class GraderEngine(GenerationEngine, Protocol):
+    """What the grader asks of an engine, besides generating (:class:`GenerationEngine`)."""
+
+    def swap(self, model_dir: Path, *, base_dir: Path | None = None) -> bool:
+        """Load another submission into this warm engine; False: it cannot, build a new one."""
+        ...
+
+    def close(self) -> None:
+        """Free the engine's memory and processes."""
+        ...
+
+
+EngineClass = Callable[..., GraderEngine]
+"""An engine's class: ``(model_dir, *, batch_size, base_dir, device, **options)`` -> engine."""
+
+# Engine name -> class, from each engine option's ``implementation:`` (autorl's and the plugins').
+ENGINES: OptionRegistry[EngineClass] = OptionRegistry("engine", "engine", "implementation")
 
 # The package each engine needs besides the project's own dependencies (the [gpu] extra pins vLLM).
 _REQUIRES = {"vllm": "vllm"}
