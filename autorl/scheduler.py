@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import ray
+from ray.actor import ActorHandle
 from ray.exceptions import GetTimeoutError, RayError
 from ray.util.placement_group import (
     PlacementGroup,
@@ -33,18 +34,22 @@ from ray.util.placement_group import (
     placement_group_table,
     remove_placement_group,
 )
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
 
 from autorl.actors.env_pool import start_env_pools
 from autorl.actors.grader_pool import GraderPool
 from autorl.actors.recorder import Recorder
+from autorl.actors.recorder_client import RecorderClient
 from autorl.actors.workspace import Workspace
 from autorl.cluster import check_nodes_sealable, connect
 from autorl.config import CellSpec, SweepPlan, resolve_cache_dir
 from autorl.errors import PrerequisiteError
 from autorl.progress import CellBoard
 from autorl.records.migrations import autorl_version
-from autorl.records.types import CellRecord, plain_config
+from autorl.records.types import CellOutcome, CellRecord, plain_config
 from autorl.tasks import get_task
 from autorl.tracking.sweep_end import finish_sweep
 
@@ -76,9 +81,11 @@ def _unplaced_note(cell: CellSpec, waited: float, timeout: float) -> str:
     bundle = _bundle(cell)
     free, total = ray.available_resources(), ray.cluster_resources()
     have = ", ".join(f"{key} {free.get(key, 0):g} free of {total.get(key, 0):g}" for key in bundle)
-    return (f"cell {cell.cell_id} has waited {waited:.0f} s for {bundle} while no cell runs ({have}; the grader "
-            f"and env pools hold the rest): it fails after scheduler.placement_timeout_s={timeout:g} s unless "
-            "resources free up; lower cell.cpus/cell.gpus or grader.cpus, or add nodes")
+    return (
+        f"cell {cell.cell_id} has waited {waited:.0f} s for {bundle} while no cell runs ({have}; the grader "
+        f"and env pools hold the rest): it fails after scheduler.placement_timeout_s={timeout:g} s unless "
+        "resources free up; lower cell.cpus/cell.gpus or grader.cpus, or add nodes"
+    )
 
 
 def _bundle(cell: CellSpec) -> dict[str, float]:
@@ -101,15 +108,23 @@ class SweepRunner:
         _wait_for_old_services(("recorder", "grader_pool"))
         # Hard affinity: a restarted Recorder comes back here, next to the sweep folder it writes.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        # Handles cast to Any: Ray types a handle's methods as the plain methods, without their .remote
-        # (only methods decorated with @ray.method get typed remote calls).
-        self.recorder: Any = cast(
-            Any,
+        recorder = (
             ray.remote(Recorder)
-            .options(name="recorder", num_cpus=0, max_restarts=-1, max_task_retries=-1, scheduling_strategy=here)
-            # Plain data across the actor boundary: the Recorder hands tracking["wandb"] to its WandbTracker.
-            .remote(str(db_path), dataclasses.asdict(self.cfg.tracking)),
+            .options(
+                name="recorder",
+                num_cpus=0,
+                max_restarts=-1,
+                max_task_retries=-1,
+                scheduling_strategy=here,
+            )
+            # Plain data across the actor boundary: the Recorder hands tracking["wandb"] to its
+            # WandbTracker.
+            .remote(str(db_path), dataclasses.asdict(self.cfg.tracking))
         )
+        # Every call to it goes through the typed client (Ray's stubs also allow the class here).
+        self.recorder = RecorderClient(cast("ActorHandle[Any]", recorder))
+        # Cast to Any: Ray types a handle's methods as the plain methods, without their .remote
+        # (only methods decorated with @ray.method get typed remote calls).
         self.pool: Any = cast(
             Any,
             ray.remote(GraderPool)
@@ -137,7 +152,7 @@ class SweepRunner:
         todo: deque[tuple[CellSpec, int]] = deque()
         skipped, stale = [], []
         for cell in self.plan.cells:
-            existing = ray.get(self.recorder.get_cell.remote(cell.cell_id))
+            existing = self.recorder.get_cell(cell.cell_id)
             if existing is not None and existing.status == "completed":
                 version = get_task(cell.task).version
                 if existing.task_version == version:
@@ -148,14 +163,18 @@ class SweepRunner:
                 stale.append(f"{cell.cell_id} (v{existing.task_version} -> v{version})")
             todo.append((cell, 1))
             if existing is None:
-                ray.get(self.recorder.upsert_cell.remote(self._record(cell, "pending", 0)))
+                self.recorder.upsert_cell(self._record(cell, "pending", 0))
             else:  # its last attempt keeps its records and summary until the next one starts
-                ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "pending", {}))
+                self.recorder.set_cell_status(cell.cell_id, "pending", {})
         if skipped:
-            self.board.note(f"{len(skipped)} cell(s) already completed, skipped: {', '.join(skipped)}")
+            self.board.note(
+                f"{len(skipped)} cell(s) already completed, skipped: {', '.join(skipped)}"
+            )
         if stale:
-            self.board.note(f"{len(stale)} completed cell(s) ran an older task version and run again (their earlier "
-                            f"attempt stays in the record store): {', '.join(stale)}")
+            self.board.note(
+                f"{len(stale)} completed cell(s) ran an older task version and run again (their earlier "
+                f"attempt stays in the record store): {', '.join(stale)}"
+            )
         active: list[_Attempt] = []
         limit = self.cfg.scheduler.max_concurrent_cells
         with self.board:
@@ -169,18 +188,22 @@ class SweepRunner:
                         retry = self._finish(finished)
                         if retry:
                             todo.append((finished.cell, finished.tries + 1))
-                    self.board.refresh(ray.get(self.recorder.list_cells.remote(self.plan.sweep_id)))
+                    self.board.refresh(self.recorder.list_cells(self.plan.sweep_id))
                     if time.monotonic() - self._stats_saved > _STATS_EVERY_S:
                         self.save_grader_stats()
             except KeyboardInterrupt:
-                self.board.note("interrupted: cancelling running cells (run the same command again to resume)")
+                self.board.note(
+                    "interrupted: cancelling running cells (run the same command again to resume)"
+                )
                 self._cancel(active, list(todo))
                 raise
             finally:
                 self.save_grader_stats()
                 self.write_results()
-        cells = ray.get(self.recorder.list_cells.remote(self.plan.sweep_id))
-        return {c.cell_id: c.status for c in cells if c.cell_id in {p.cell_id for p in self.plan.cells}}
+        cells = self.recorder.list_cells(self.plan.sweep_id)
+        return {
+            c.cell_id: c.status for c in cells if c.cell_id in {p.cell_id for p in self.plan.cells}
+        }
 
     def save_grader_stats(self) -> None:
         """Save the grader pool's busy fractions of this run as a sweep-level stat (for the report).
@@ -189,32 +212,44 @@ class SweepRunner:
         self._stats_saved = time.monotonic()
         try:
             summary = ray.get(self.pool.busy_summary.remote(), timeout=30)
-            ray.get(self.recorder.put_sweep_stat.remote(self.plan.sweep_id, self.run_id, "grader_pool", summary))
+            self.recorder.put_sweep_stat(self.plan.sweep_id, self.run_id, "grader_pool", summary)
         except (RayError, GetTimeoutError) as error:
             logger.warning("grader pool busy fractions not saved: %s", error)
 
     def write_results(self) -> None:
         """(Re)write ``results.csv`` from the record store."""
-        ray.get(self.recorder.write_results.remote(self.plan.sweep_id, str(self.plan.sweep_dir / "results.csv")))
+        self.recorder.write_results(self.plan.sweep_id, str(self.plan.sweep_dir / "results.csv"))
 
     def cells(self) -> list[CellRecord]:
         """The records of this sweep's cells."""
-        return list(ray.get(self.recorder.list_cells.remote(self.plan.sweep_id)))
+        return list(self.recorder.list_cells(self.plan.sweep_id))
 
     def _record(self, cell: CellSpec, status: str, attempts: int) -> CellRecord:
-        config = plain_config(cell.config)  # a composed dict or a typed config: stored as plain JSON
+        config = plain_config(
+            cell.config
+        )  # a composed dict or a typed config: stored as plain JSON
         return CellRecord(
-            sweep_id=cell.sweep_id, cell_id=cell.cell_id, agent=cell.agent, driver=cell.driver, task=cell.task,
-            task_version=get_task(cell.task).version, model=cell.model, seed=cell.seed, budget_s=cell.budget_s,
-            status=status, attempts=attempts, config_json=json.dumps(config, sort_keys=True),
-            task_source=config["task"]["source"], autorl_version=autorl_version(),
+            sweep_id=cell.sweep_id,
+            cell_id=cell.cell_id,
+            agent=cell.agent,
+            driver=cell.driver,
+            task=cell.task,
+            task_version=get_task(cell.task).version,
+            model=cell.model,
+            seed=cell.seed,
+            budget_s=cell.budget_s,
+            status=status,
+            attempts=attempts,
+            config_json=json.dumps(config, sort_keys=True),
+            task_source=config["task"]["source"],
+            autorl_version=autorl_version(),
         )
 
     def _place(self, cell: CellSpec, tries: int) -> _Attempt:
-        existing = ray.get(self.recorder.get_cell.remote(cell.cell_id))
+        existing = self.recorder.get_cell(cell.cell_id)
         # Numbered across invocations; the store keeps every earlier attempt's records under its number.
         number = (existing.attempts if existing is not None else 0) + 1
-        number = ray.get(self.recorder.start_attempt.remote(self._record(cell, "pending", number)))
+        number = self.recorder.start_attempt(self._record(cell, "pending", number))
         pg = placement_group([_bundle(cell)], name=f"{cell.sweep_id}/{cell.cell_id}/{number}")
         return _Attempt(cell, number, tries, pg, time.time(), ready_ref=pg.ready())
 
@@ -234,7 +269,11 @@ class SweepRunner:
                 waiting.placed_at = now
         for attempt in active:
             waited = time.time() - attempt.placed_at
-            if attempt.run_ref is None and not attempt.told and waited > min(_TELL_UNPLACED_AFTER_S, timeout / 2):
+            if (
+                attempt.run_ref is None
+                and not attempt.told
+                and waited > min(_TELL_UNPLACED_AFTER_S, timeout / 2)
+            ):
                 attempt.told = True
                 self.board.note(_unplaced_note(attempt.cell, waited, timeout))
             if attempt.run_ref is None and attempt.ready_ref in done:
@@ -255,10 +294,16 @@ class SweepRunner:
         if cell.config.cell.gpus:
             options["num_gpus"] = cell.config.cell.gpus
         cell_dir = self.plan.sweep_dir / "cells" / cell.cell_id
-        attempt.actor = ray.remote(Workspace).options(**options).remote(cell, str(cell_dir), self.recorder, self.pool)
+        attempt.actor = (
+            ray.remote(Workspace)
+            .options(**options)
+            .remote(cell, str(cell_dir), self.recorder, self.pool)
+        )
         attempt.run_ref = attempt.actor.run.remote()
-        ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "running", {"started_at": time.time()}))
-        ray.get(self.recorder.set_attempt.remote(cell.cell_id, attempt.attempt, "running", {"node_id": _node_of(attempt.pg)}))
+        self.recorder.set_cell_status(cell.cell_id, "running", {"started_at": time.time()})
+        self.recorder.set_attempt(
+            cell.cell_id, attempt.attempt, "running", {"node_id": _node_of(attempt.pg)}
+        )
 
     def _finish(self, attempt: _Attempt) -> bool:
         """Record how an attempt ended; returns True when it should be retried."""
@@ -270,20 +315,26 @@ class SweepRunner:
                     f"{self.cfg.scheduler.placement_timeout_s:g} s while no other cell was running: the cluster "
                     "cannot hold this bundle next to the grader and env pools; lower cell.cpus/cell.gpus or add nodes"
                 )
-            fields = ray.get(attempt.run_ref)
+            outcome: CellOutcome = ray.get(attempt.run_ref)
             now = time.time()
-            ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "completed", fields | {"finished_at": now, "error": None}))
-            ray.get(self.recorder.set_attempt.remote(cell.cell_id, attempt.attempt, "completed", {"finished_at": now}))
+            self.recorder.complete_cell(cell.cell_id, outcome, now)
+            self.recorder.set_attempt(
+                cell.cell_id, attempt.attempt, "completed", {"finished_at": now}
+            )
             return False
         except (RayError, TimeoutError) as error:
             retries = self.cfg.scheduler.max_retries
             logger.warning("cell %s attempt %d failed: %s", cell.cell_id, attempt.attempt, error)
-            message = str(error).strip().splitlines()[-1][:500] if str(error).strip() else type(error).__name__
+            message = (
+                str(error).strip().splitlines()[-1][:500]
+                if str(error).strip()
+                else type(error).__name__
+            )
             status = "pending" if attempt.tries <= retries else "failed"
             now = time.time()
             ended = {"error": message, "finished_at": now}
-            ray.get(self.recorder.set_attempt.remote(cell.cell_id, attempt.attempt, "failed", ended))
-            ray.get(self.recorder.set_cell_status.remote(cell.cell_id, status, ended))
+            self.recorder.set_attempt(cell.cell_id, attempt.attempt, "failed", ended)
+            self.recorder.set_cell_status(cell.cell_id, status, ended)
             return status == "pending"
         finally:
             if attempt.actor is not None:
@@ -302,10 +353,12 @@ class SweepRunner:
                 ray.kill(attempt.actor)
             remove_placement_group(attempt.pg)
             now = time.time()
-            ray.get(self.recorder.set_attempt.remote(attempt.cell.cell_id, attempt.attempt, status, {"finished_at": now}))
-            ray.get(self.recorder.set_cell_status.remote(attempt.cell.cell_id, status, {"finished_at": now}))
+            self.recorder.set_attempt(
+                attempt.cell.cell_id, attempt.attempt, status, {"finished_at": now}
+            )
+            self.recorder.set_cell_status(attempt.cell.cell_id, status, {"finished_at": now})
         for cell, _ in queued:
-            ray.get(self.recorder.set_cell_status.remote(cell.cell_id, "cancelled", {}))
+            self.recorder.set_cell_status(cell.cell_id, "cancelled", {})
 
 
 def _node_of(pg: PlacementGroup) -> str | None:
@@ -359,9 +412,15 @@ def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
         recorder = runner.recorder
 
         def finish_wandb(timeout_s: float) -> bool:
-            return bool(ray.get(recorder.finish_sweep.remote(plan.sweep_id), timeout=timeout_s))
+            return recorder.finish_sweep(plan.sweep_id, timeout_s)
 
-        finish_sweep(finish_wandb, plan.sweep_id, plan.sweep_dir, plan.base_config.tracking, runner.board.note)
+        finish_sweep(
+            finish_wandb,
+            plan.sweep_id,
+            plan.sweep_dir,
+            plan.base_config.tracking,
+            runner.board.note,
+        )
         return statuses, runner.cells()
     finally:
         ray.shutdown()

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.actor import ActorHandle
 from ray.exceptions import RayActorError
 
 from autorl.actors.grader import Grader
+from autorl.actors.recorder_client import RecorderClient
 from autorl.errors import AutorlError
 from autorl.grading.baseline_cache import BaselineCache
 from autorl.grading.scoring import EvalTarget, ScoreOutcome
@@ -43,7 +45,9 @@ def pick_grader(in_flight: list[int], nodes: list[str | None], source: str | Non
     >>> pick_grader([0, 0], [None, None], None)
     0
     """
-    return min(range(len(in_flight)), key=lambda i: (in_flight[i], source is None or nodes[i] != source))
+    return min(
+        range(len(in_flight)), key=lambda i: (in_flight[i], source is None or nodes[i] != source)
+    )
 
 
 class BaselineError(AutorlError):
@@ -53,14 +57,19 @@ class BaselineError(AutorlError):
 class GraderPool:
     """Async supervisor actor; wrapped with ``ray.remote`` by the scheduler."""
 
-    def __init__(self, grader_cfg: GraderConfig, cache_dir: str, recorder: Any) -> None:
-        """Start ``grader_cfg.replicas`` graders with the configured resources."""
+    def __init__(
+        self, grader_cfg: GraderConfig, cache_dir: str, recorder: RecorderClient | ActorHandle[Any]
+    ) -> None:
+        """Start ``grader_cfg.replicas`` graders with the configured resources; scores are cached
+        in ``recorder``'s store."""
         self.cfg = grader_cfg
         self.cache_dir = cache_dir
-        self.recorder = recorder
+        self.recorder = RecorderClient.of(recorder)
         self.workers = [self._start_grader() for _ in range(grader_cfg.replicas)]
         self.in_flight = [0] * len(self.workers)
-        self.nodes: list[str | None] = [None] * len(self.workers)  # each grader's node, asked on first need
+        self.nodes: list[str | None] = [None] * len(
+            self.workers
+        )  # each grader's node, asked on first need
         # Each grader's busy time over the time the queue was non-empty (dashboard and report).
         self.busy = BusyClock(len(self.workers))
         self.key_locks: dict[str, asyncio.Lock] = {}
@@ -72,12 +81,16 @@ class GraderPool:
         options: dict[str, Any] = {"num_cpus": self.cfg.cpus, "max_restarts": 2}
         if self.cfg.gpus:
             options["num_gpus"] = self.cfg.gpus
-        if self.cfg.resources:  # e.g. {grader_node: 1}: only nodes started with that resource host graders
+        if (
+            self.cfg.resources
+        ):  # e.g. {grader_node: 1}: only nodes started with that resource host graders
             options["resources"] = dict(self.cfg.resources)
         threads = max(1, int(self.cfg.cpus))
         engine_options = {name: dict(engine.options) for name, engine in self.cfg.engines.items()}
-        return ray.remote(Grader).options(**options).remote(
-            self.cache_dir, self.cfg.batch_size, threads, self.cfg.engine, engine_options
+        return (
+            ray.remote(Grader)
+            .options(**options)
+            .remote(self.cache_dir, self.cfg.batch_size, threads, self.cfg.engine, engine_options)
         )
 
     async def _run_on_grader(
@@ -95,7 +108,9 @@ class GraderPool:
             try:
                 return await self.workers[index].score.remote(target, model_dir, base_dir)  # type: ignore[no-any-return]
             except RayActorError as error:  # died, or unavailable while it restarts
-                logger.warning("grader %d died (attempt %d): %s; replacing it", index, attempt, error)
+                logger.warning(
+                    "grader %d died (attempt %d): %s; replacing it", index, attempt, error
+                )
                 # A crashed grader restarts by itself (max_restarts): stop that, or it would hold its
                 # CPUs/GPUs next to its replacement for the rest of the sweep.
                 ray.kill(self.workers[index], no_restart=True)
@@ -105,19 +120,25 @@ class GraderPool:
             finally:
                 self.in_flight[index] -= 1
                 self.busy.end(index)
-                dashboard.grading_done(target.task_id, time.monotonic() - started, self.queue_depth())
+                dashboard.grading_done(
+                    target.task_id, time.monotonic() - started, self.queue_depth()
+                )
                 dashboard.set_grader_busy(self.busy.fractions())
         raise AutorlError(f"grading failed {_MAX_ATTEMPTS} times because graders kept dying")
 
     async def _learn_nodes(self) -> None:
         """Ask the graders whose node is not known yet (new or replaced ones) where they run."""
         unknown = [i for i, node in enumerate(self.nodes) if node is None]
-        answers = await asyncio.gather(*(self.workers[i].node_id.remote() for i in unknown), return_exceptions=True)
+        answers = await asyncio.gather(
+            *(self.workers[i].node_id.remote() for i in unknown), return_exceptions=True
+        )
         for i, answer in zip(unknown, answers, strict=True):
             if isinstance(answer, str):  # a grader that is down is asked again next time
                 self.nodes[i] = answer
 
-    async def baseline(self, target: EvalTarget, model_dir: ModelRef | str, weights_hash: str) -> float:
+    async def baseline(
+        self, target: EvalTarget, model_dir: ModelRef | str, weights_hash: str
+    ) -> float:
         """The base model's score on ``target``, computed once per key and cached in the store (and, with
         ``grader.baseline_cache``, reused from an earlier sweep on this node that scored it with the same engine).
 
@@ -126,7 +147,7 @@ class GraderPool:
         """
         key = "baseline:" + target.cache_key(weights_hash)
         async with self.key_locks.setdefault(key, asyncio.Lock()):
-            cached = await self.recorder.get_baseline.remote(key)
+            cached = await self.recorder.get_baseline(key)
             if cached is not None:
                 return float(cached)
             identity = await self._engine_identity() if self.cfg.baseline_cache else None
@@ -134,13 +155,15 @@ class GraderPool:
             if earlier is not None:
                 score, details = earlier
                 reused = json.loads(details) | {"cross_sweep_cache": str(self.baselines.root)}
-                await self.recorder.put_baseline.remote(key, score, json.dumps(reused))
+                await self.recorder.put_baseline(key, score, json.dumps(reused))
                 return score
             outcome = await self._run_on_grader(target, model_dir)
             if outcome.error is not None or outcome.score is None:
-                raise BaselineError(f"baseline of {model_dir} on {target.task_id} failed: {outcome.error}")
+                raise BaselineError(
+                    f"baseline of {model_dir} on {target.task_id} failed: {outcome.error}"
+                )
             details = json.dumps(asdict(outcome))
-            await self.recorder.put_baseline.remote(key, outcome.score, details)
+            await self.recorder.put_baseline(key, outcome.score, details)
             if identity is not None:
                 self.baselines.put(key, identity, outcome.score, details)
             return outcome.score
@@ -152,11 +175,18 @@ class GraderPool:
             try:
                 self.identity = await self.workers[0].engine_identity.remote()
             except Exception as error:  # noqa: BLE001 - any failure only costs the cache, scoring says why
-                logger.warning("graders did not say what they score with (%s): baselines are scored anew", error)
+                logger.warning(
+                    "graders did not say what they score with (%s): baselines are scored anew",
+                    error,
+                )
         return self.identity
 
     async def score(
-        self, target: EvalTarget, model_dir: ModelRef | str, weights_hash: str, base_dir: ModelRef | str | None = None
+        self,
+        target: EvalTarget,
+        model_dir: ModelRef | str,
+        weights_hash: str,
+        base_dir: ModelRef | str | None = None,
     ) -> tuple[ScoreOutcome, bool]:
         """Score a submission; identical weights (from any cell) return the cached score.
 
@@ -175,14 +205,22 @@ class GraderPool:
         """
         key = target.cache_key(weights_hash)
         async with self.key_locks.setdefault(key, asyncio.Lock()):
-            cached = await self.recorder.get_cached_score.remote(key)
+            cached = await self.recorder.get_cached_score(key)
             if cached is not None:
                 score, details_json = cached
                 details = json.loads(details_json)
-                return ScoreOutcome(score, int(details.get("num_examples", 0)), details.get("details", {}), None, 0.0), True
+                return ScoreOutcome(
+                    score,
+                    int(details.get("num_examples", 0)),
+                    details.get("details", {}),
+                    None,
+                    0.0,
+                ), True
             outcome = await self._run_on_grader(target, model_dir, base_dir)
             if outcome.error is None and outcome.score is not None:
-                await self.recorder.put_cached_score.remote(key, outcome.score, json.dumps(asdict(outcome)))
+                await self.recorder.put_cached_score(
+                    key, outcome.score, json.dumps(asdict(outcome))
+                )
             return outcome, False
 
     def graders(self) -> list[Any]:

@@ -20,6 +20,7 @@ from autorl.records.results import summarize_cell, write_results_csv
 from autorl.records.store import RecordStore
 from autorl.records.types import (
     CellAttempt,
+    CellOutcome,
     CellRecord,
     CodeRevision,
     DriverCall,
@@ -47,8 +48,12 @@ class Recorder:
             logger.warning(
                 "record store %s migrated from schema version %d to %d (%s) by autorl %s; an autorl that knows "
                 "only version %d can no longer open it",
-                self.db_path, self.store.migrated_from, self.store.schema_version,
-                ", ".join(self.store.migrations_applied), autorl_version(), self.store.migrated_from,
+                self.db_path,
+                self.store.migrated_from,
+                self.store.schema_version,
+                ", ".join(self.store.migrations_applied),
+                autorl_version(),
+                self.store.migrated_from,
             )
         wandb_cfg = tracking["wandb"] if tracking else {"enabled": False}
         self.tracker = WandbTracker(wandb_cfg, self.db_path.parent)
@@ -69,7 +74,9 @@ class Recorder:
         dashboard.set_cell_counts(self.store.list_cells())
         return attempt
 
-    def set_attempt(self, cell_id: str, attempt: int, status: str, fields: dict[str, Any] | None = None) -> None:
+    def set_attempt(
+        self, cell_id: str, attempt: int, status: str, fields: dict[str, Any] | None = None
+    ) -> None:
         """Record how one attempt of a cell went (status, error, node, times)."""
         self.store.set_attempt(cell_id, attempt, status, **(fields or {}))
 
@@ -85,13 +92,21 @@ class Recorder:
         """Every stored sweep-level measurement (of ``name`` only, when given)."""
         return self.store.list_sweep_stats(name)
 
-    def set_cell_status(self, cell_id: str, status: str, fields: dict[str, Any] | None = None) -> None:
+    def set_cell_status(
+        self, cell_id: str, status: str, fields: dict[str, Any] | None = None
+    ) -> None:
         """Update a cell's status and any of its fields."""
         self.store.set_cell_status(cell_id, status, **(fields or {}))
         dashboard.set_cell_counts(self.store.list_cells())
         cell = self.store.get_cell(cell_id)
         if cell is not None:
             self.tracker.cell_status(cell)
+
+    def complete_cell(self, cell_id: str, outcome: CellOutcome, finished_at: float) -> None:
+        """Mark a cell completed with its run's outcome (and no error)."""
+        self.set_cell_status(
+            cell_id, "completed", outcome.fields() | {"finished_at": finished_at, "error": None}
+        )
 
     def get_cell(self, cell_id: str) -> CellRecord | None:
         """One cell's record, or None."""
@@ -142,7 +157,11 @@ class Recorder:
                 continue
             usage = self.store.driver_usage(cell_id)
             self.store.set_cell_status(
-                cell_id, cell.status, tokens_in=usage["tokens_in"], tokens_out=usage["tokens_out"], cost_usd=usage["cost_usd"]
+                cell_id,
+                cell.status,
+                tokens_in=usage["tokens_in"],
+                tokens_out=usage["tokens_out"],
+                cost_usd=usage["cost_usd"],
             )
 
     def record_trace(self, summary: TraceSummary) -> None:

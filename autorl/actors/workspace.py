@@ -14,13 +14,16 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import ray
+from ray.actor import ActorHandle
 
 from autorl.actors.env_pool import find_pool_client
 from autorl.actors.model_source import this_node
+from autorl.actors.recorder_client import RecorderClient
 from autorl.agents.base import LaunchContext, load_adapter
 from autorl.agents.reprompt import continuation_prompt, should_resume
 from autorl.agents.session import TRACE_FILE, DriverSession
@@ -34,12 +37,29 @@ from autorl.grading.service import CellGradingContext, Scorer, SubmissionService
 from autorl.grading.transfer import ModelPublisher, ModelRef
 from autorl.integrity.cell_checks import run_cell_checks
 from autorl.models.resolve import resolve_model
-from autorl.records.types import CodeRevision, DriverCall, SubmissionRecord, TraceSummary
+from autorl.records.types import (
+    CellOutcome,
+    DriverCall,
+    DriverUsage,
+    IntegrityOutcome,
+    SubmissionRecord,
+    TraceSummary,
+)
 from autorl.seal.launch import CellSeal
 from autorl.task_code import PLUGIN_PATH_ENV
-from autorl.tasks import TaskSpec, build_task_data, get_task
-from autorl.workspace.environment import CellEnvironment, disk_free_gb, toolchain_versions, visible_gpus
-from autorl.workspace.layout import WorkspacePaths, build_workspace, copy_agent_code, write_instructions
+from autorl.tasks import TaskData, TaskSpec, build_task_data, get_task
+from autorl.workspace.environment import (
+    CellEnvironment,
+    disk_free_gb,
+    toolchain_versions,
+    visible_gpus,
+)
+from autorl.workspace.layout import (
+    WorkspacePaths,
+    build_workspace,
+    copy_agent_code,
+    write_instructions,
+)
 from autorl.workspace.process import AgentExit, run_agent
 from autorl.workspace.revisions import CodeRevisions
 from autorl.workspace.run_meta import RunMeta
@@ -54,22 +74,22 @@ class _RecorderSink:
     (:class:`autorl.grading.service.RecordSink`) and of the driver session
     (:class:`autorl.agents.session.SessionSink`)."""
 
-    def __init__(self, recorder: Any) -> None:
+    def __init__(self, recorder: RecorderClient) -> None:
         self.recorder = recorder
-        self._pending: list[Any] = []  # driver calls sent, not yet known to be stored
+        self._pending: list[ray.ObjectRef[None]] = []  # driver calls sent, not yet known stored
         self._lock = threading.Lock()
 
     def record_submission(self, record: SubmissionRecord) -> None:
         """Store a submission record (blocking until stored)."""
-        ray.get(self.recorder.record_submission.remote(record))
+        self.recorder.record_submission(record)
 
     def record_trace(self, summary: TraceSummary) -> None:
         """Store the trace summary (blocking until stored)."""
-        ray.get(self.recorder.record_trace.remote(summary))
+        self.recorder.record_trace(summary)
 
     def record_driver_call(self, call: DriverCall) -> None:
         """Send a driver call without waiting (called on the gateway's thread)."""
-        ref = self.recorder.record_driver_calls.remote([call])
+        ref = self.recorder.send_driver_calls([call])
         with self._lock:
             self._pending.append(ref)
 
@@ -96,16 +116,87 @@ def pool_scorer(pool: Any, target: EvalTarget, publisher: ModelPublisher, base: 
     return scorer
 
 
-class Workspace:
-    """Threaded actor (``max_concurrency`` > 1) so that :meth:`cancel` runs while :meth:`run` does."""
+@dataclass(frozen=True)
+class PreparedCell:
+    """What :meth:`Workspace.prepare` hands on: the task's data and scoring targets, the base model
+    and its baselines, and the agent's workspace with its instructions written.
 
-    def __init__(self, cell: CellSpec, cell_dir: str, recorder: Any, grader_pool: Any) -> None:
+    Attributes:
+        started: Unix time the cell's run started.
+        cache_dir: The resolved ``cache_dir``.
+        spec: The task.
+        target: The test split the cell's result is scored on.
+        feedback_target: The split the agent's submissions are scored on while it runs (``target``
+            itself with ``grading.feedback=test``).
+        data: The task's built data (the public and the private split).
+        base_dir: The base model's folder on this node.
+        base_hash: The base model's weights hash.
+        publisher: Hands this node's model folders to graders on any node.
+        base_ref: The base model as graders reach it.
+        baseline: The base model's score on ``target``.
+        feedback: ``grading.feedback``: ``test`` or ``dev``.
+        feedback_baseline: The base model's score on ``feedback_target`` (what the agent is told).
+        paths: The agent's workspace.
+        run_meta: The budget facts the agent reads.
+        seal: How the agent is launched (sealed or not); :meth:`Workspace.run_agent` closes it.
+    """
+
+    started: float
+    cache_dir: Path
+    spec: TaskSpec
+    target: EvalTarget
+    feedback_target: EvalTarget
+    data: TaskData
+    base_dir: Path
+    base_hash: str
+    publisher: ModelPublisher
+    base_ref: ModelRef
+    baseline: float
+    feedback: str
+    feedback_baseline: float
+    paths: WorkspacePaths
+    run_meta: RunMeta
+    seal: CellSeal
+
+
+@dataclass(frozen=True)
+class AgentRun:
+    """What :meth:`Workspace.run_agent` hands on: how the agent ended, once its grading API is down
+    and every submission it made is scored.
+
+    Attributes:
+        agent_exit: How the agent's last process ended; ``duration_s`` spans every resume.
+        service: The cell's submission service (closed; its records are stored).
+        revisions: The cell's code revisions of ``code/``.
+        sandbox: How the agent was sealed (:meth:`autorl.seal.launch.CellSeal.mode_label`).
+    """
+
+    agent_exit: AgentExit
+    service: SubmissionService
+    revisions: CodeRevisions
+    sandbox: str
+
+
+class Workspace:
+    """One cell's run in three steps, :meth:`prepare` → :meth:`run_agent` → :meth:`finish`, each
+    handing a typed result to the next; :meth:`run` runs them.
+
+    A threaded actor (``max_concurrency`` > 1), so that :meth:`cancel` runs while :meth:`run` does.
+    """
+
+    def __init__(
+        self,
+        cell: CellSpec,
+        cell_dir: str,
+        recorder: RecorderClient | ActorHandle[Any],
+        grader_pool: Any,
+    ) -> None:
         """Remember the cell; nothing is built until :meth:`run`."""
         self.cell = cell
         self.cell_dir = Path(cell_dir)
-        self.recorder = recorder
+        self.recorder = RecorderClient.of(recorder)
         self.pool = grader_pool
-        self.sink = _RecorderSink(recorder)
+        self.sink = _RecorderSink(self.recorder)
         self.cancelled = threading.Event()
         self.driver_usage: dict[str, Any] = {}
         self.resumes = 0  # continuation prompts given (agent.reprompt)
@@ -114,8 +205,14 @@ class Workspace:
         """Stop the agent (exit class ``killed``); :meth:`run` then finishes the cell."""
         self.cancelled.set()
 
-    def run(self) -> dict[str, Any]:
-        """Run the cell from workspace to final records; returns the cell's final fields."""
+    def run(self) -> CellOutcome:
+        """Run the cell from workspace to final records; returns how it ended."""
+        prepared = self.prepare()
+        return self.finish(prepared, self.run_agent(prepared))
+
+    def prepare(self) -> PreparedCell:
+        """Build the task's data, score the base model, record the cell as running, and lay out the
+        agent's workspace with its instructions."""
         cfg = self.cell.config
         started = time.time()
         cache_dir = resolve_cache_dir(cfg.cache_dir)
@@ -123,59 +220,128 @@ class Workspace:
 
         spec = get_task(self.cell.task)
         target = target_from_config(cfg, spec.version)
-        data = build_task_data(spec, target.source, cache_dir / "tasks", seed=target.seed, options=target.build_options)
+        data = build_task_data(
+            spec,
+            target.source,
+            cache_dir / "tasks",
+            seed=target.seed,
+            options=target.build_options,
+        )
         base_dir = resolve_model(cfg.model, cache_dir)
         base_hash = weights_hash(check_loadable_model(base_dir))
-        # Graders may run on other nodes: they get refs to this node's folders (or copies under storage.root).
+        # Graders may run on other nodes: they get refs to this node's folders (or copies under
+        # storage.root).
         publisher = ModelPublisher(this_node(), cfg.storage.root)
         base_ref = publisher.base(base_dir, base_hash)
         baseline = float(ray.get(self.pool.baseline.remote(target, base_ref, base_hash)))
-        # The split the agent's scores come from (SPEC §2): the test split, or a dev split built with another seed.
+        # The split the agent's scores come from (docs/design.md#the-grading-api): the test split,
+        # or a dev split built with another seed.
         feedback = str(cfg.grading.feedback)
         feedback_target, feedback_baseline = target, baseline
         if feedback == "dev":
             feedback_target = dev_target(target)
-            dev_data = build_task_data(spec, feedback_target.source, cache_dir / "tasks", seed=feedback_target.seed,
-                                       options=feedback_target.build_options)
-            check_dev_split(spec.id, target.source, data.private_dir, dev_data.private_dir)
-            feedback_baseline = float(ray.get(self.pool.baseline.remote(feedback_target, base_ref, base_hash)))
-        ray.get(
-            self.recorder.set_cell_status.remote(
-                self.cell.cell_id, "running",
-                {"baseline": baseline, "task_source": target.source, "feedback": feedback,
-                 "feedback_baseline": feedback_baseline},
+            dev_data = build_task_data(
+                spec,
+                feedback_target.source,
+                cache_dir / "tasks",
+                seed=feedback_target.seed,
+                options=feedback_target.build_options,
             )
+            check_dev_split(spec.id, target.source, data.private_dir, dev_data.private_dir)
+            feedback_baseline = float(
+                ray.get(self.pool.baseline.remote(feedback_target, base_ref, base_hash))
+            )
+        self.recorder.set_cell_status(
+            self.cell.cell_id,
+            "running",
+            {
+                "baseline": baseline,
+                "task_source": target.source,
+                "feedback": feedback,
+                "feedback_baseline": feedback_baseline,
+            },
         )
 
         paths = build_workspace(
-            self.cell_dir, public_dir=data.public_dir, description_md=spec.description_md,
-            base_model_dir=base_dir, model_name=self.cell.model,
+            self.cell_dir,
+            public_dir=data.public_dir,
+            description_md=spec.description_md,
+            base_model_dir=base_dir,
+            model_name=self.cell.model,
         )
         run_meta = RunMeta(paths.run_meta, self.cell.budget_s, self.cell_dir)
-        # Sealed (sandbox.mode=bwrap): the agent runs in its own sandbox and cgroup, and reaches this
-        # API and its gateway only through unix sockets forwarded into its network namespace.
+        # Sealed (sandbox.mode=bwrap): the agent runs in its own sandbox and cgroup, and reaches
+        # this API and its gateway only through unix sockets forwarded into its network namespace.
         seal = CellSeal(cfg, self.cell.cell_id, self.cell_dir)
         environment = CellEnvironment(
-            cpus=cfg.cell.cpus, memory_gb=cfg.cell.memory_gb, max_processes=cfg.cell.max_processes,
-            disk_free_gb=disk_free_gb(paths.root), gpus=visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")),
-            toolchain=toolchain_versions(seal.python), sealed=seal.sealed, isolated_network=seal.isolated_network,
+            cpus=cfg.cell.cpus,
+            memory_gb=cfg.cell.memory_gb,
+            max_processes=cfg.cell.max_processes,
+            disk_free_gb=disk_free_gb(paths.root),
+            gpus=visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")),
+            toolchain=toolchain_versions(seal.python),
+            sealed=seal.sealed,
+            isolated_network=seal.isolated_network,
             budget_s=self.cell.budget_s,
         )
-        write_instructions(paths, budget_s=self.cell.budget_s, baseline=feedback_baseline, model_name=self.cell.model,
-                           eval_settings={"source": target.source, **target.eval_options}, environment=environment)
-        history = self.cell_dir / "code_history.git"
-        revisions = CodeRevisions(
-            history, paths.code, self.cell.cell_id, self._record_revision, owner=seal.uid,
-            contain=lambda command: seal.contain(command, read_only=[paths.root], writable=[history]),
+        write_instructions(
+            paths,
+            budget_s=self.cell.budget_s,
+            baseline=feedback_baseline,
+            model_name=self.cell.model,
+            eval_settings={"source": target.source, **target.eval_options},
+            environment=environment,
+        )
+        return PreparedCell(
+            started=started,
+            cache_dir=cache_dir,
+            spec=spec,
+            target=target,
+            feedback_target=feedback_target,
+            data=data,
+            base_dir=base_dir,
+            base_hash=base_hash,
+            publisher=publisher,
+            base_ref=base_ref,
+            baseline=baseline,
+            feedback=feedback,
+            feedback_baseline=feedback_baseline,
+            paths=paths,
+            run_meta=run_meta,
+            seal=seal,
         )
 
+    def run_agent(self, prepared: PreparedCell) -> AgentRun:
+        """Serve the grading API, run the agent under its budget, then drain and close the
+        submission service (every submission scored on the feedback split)."""
+        cfg = self.cell.config
+        paths, run_meta, seal = prepared.paths, prepared.run_meta, prepared.seal
+        history = self.cell_dir / "code_history.git"
+        revisions = CodeRevisions(
+            history,
+            paths.code,
+            self.cell.cell_id,
+            self.recorder.add_code_revision,
+            owner=seal.uid,
+            contain=lambda command: seal.contain(
+                command, read_only=[paths.root], writable=[history]
+            ),
+        )
         ctx = CellGradingContext(
-            self.cell.cell_id, paths.root, base_hash, feedback_baseline, cfg.grader.max_queued_per_cell,
-            base_model_dir=base_dir, allow_substitution=cfg.integrity.allow_substitution, feedback=feedback,
+            self.cell.cell_id,
+            paths.root,
+            prepared.base_hash,
+            prepared.feedback_baseline,
+            cfg.grader.max_queued_per_cell,
+            base_model_dir=prepared.base_dir,
+            allow_substitution=cfg.integrity.allow_substitution,
+            feedback=prepared.feedback,
+        )
+        scorer = pool_scorer(
+            self.pool, prepared.feedback_target, prepared.publisher, prepared.base_ref
         )
         service = SubmissionService(
-            ctx, pool_scorer(self.pool, feedback_target, publisher, base_ref), self.sink, run_meta,
-            self.cell_dir / "grader_copies", revisions.snapshot,
+            ctx, scorer, self.sink, run_meta, self.cell_dir / "grader_copies", revisions.snapshot
         )
         token = secrets.token_urlsafe(32)
         app = create_app(
@@ -189,57 +355,86 @@ class Workspace:
                 "gpus": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
                 "grader_queue": ray.get(self.pool.queue_depth.remote()),
             },
-            envs=training_envs(spec, target, data.public_dir, cache_dir, find_pool=find_pool_client),
+            envs=training_envs(
+                prepared.spec,
+                prepared.target,
+                prepared.data.public_dir,
+                prepared.cache_dir,
+                find_pool=find_pool_client,
+            ),
         )
         server = GradingServer(app, sock=seal.bind("grading"))
         server.start()
         try:
-            agent_exit = self._run_agent(
-                spec, paths, base_dir, seal.agent_url("grading", server.url), token, run_meta, revisions, seal
+            agent_exit = self._launch(
+                prepared, seal.agent_url("grading", server.url), token, revisions
             )
             service.drain(_DRAIN_TIMEOUT_S)
         finally:
             server.stop()
             service.close(timeout=_DRAIN_TIMEOUT_S)
             seal.close()
-        if feedback == "dev":  # the agent has stopped: now its submissions get their test scores
-            score_on_test(service, pool_scorer(self.pool, target, publisher, base_ref), baseline)
-        revisions.snapshot("end of run")
-        run_meta.update(end_time=time.time())
-        # After the agent: it can no longer change what is scanned. This actor holds the private split.
-        integrity = run_cell_checks(
-            cfg.integrity, cell_id=self.cell.cell_id,
-            # Most telling first, the byte caps apply in this order: code, log, trace, HOME, then the rest.
-            scan_roots=[paths.code, self.cell_dir / "agent.log", self.cell_dir / TRACE_FILE, self.cell_dir / "home",
-                        paths.root],
-            private_dir=data.private_dir, public_dir=data.public_dir,
-            also_public=[spec.description_md, spec.agent_dir], trace_path=self.cell_dir / TRACE_FILE,
-            agent_log=self.cell_dir / "agent.log",
-            revisions=lambda: ray.get(self.recorder.list_code_revisions.remote(self.cell.cell_id)),
-            context={"task": self.cell.task, "base_model": cfg.model.hub_id or cfg.model.name},
-            cache_dir=cache_dir,
-        )
-        duration = time.time() - started
-        return {
-            "exit_class": agent_exit.exit_class,
-            "exit_code": agent_exit.exit_code,
-            "limit_hit": agent_exit.limit_hit,
-            "sandbox": seal.mode_label(),
-            "resumes": self.resumes,
-            "duration_s": duration,
-            "working_time_s": max(0.0, agent_exit.duration_s - service.queue_wait_s()),
-            "baseline": baseline,
-            "feedback": feedback,
-            "feedback_baseline": feedback_baseline,
-            **integrity,
-            **self.driver_usage,  # gateway-side tokens_in, tokens_out, cost_usd (agents with a driver)
-        }
+        return AgentRun(agent_exit, service, revisions, seal.mode_label())
 
-    def _run_agent(
-        self, spec: TaskSpec, paths: WorkspacePaths, base_dir: Path, url: str, token: str, run_meta: RunMeta,
-        revisions: CodeRevisions, seal: CellSeal,
-    ) -> AgentExit:
+    def finish(self, prepared: PreparedCell, ran: AgentRun) -> CellOutcome:
+        """Score dev-feedback submissions on the test split, take the last code revision, run the
+        integrity checks; returns the cell's outcome."""
         cfg = self.cell.config
+        paths, data, spec = prepared.paths, prepared.data, prepared.spec
+        if prepared.feedback == "dev":  # the agent has stopped: now its submissions get test scores
+            test_scorer = pool_scorer(
+                self.pool, prepared.target, prepared.publisher, prepared.base_ref
+            )
+            score_on_test(ran.service, test_scorer, prepared.baseline)
+        ran.revisions.snapshot("end of run")
+        prepared.run_meta.update(end_time=time.time())
+        # After the agent: it can no longer change what is scanned. This actor holds the private
+        # split.
+        integrity = run_cell_checks(
+            cfg.integrity,
+            cell_id=self.cell.cell_id,
+            # Most telling first, the byte caps apply in this order: code, log, trace, HOME, then
+            # the rest.
+            scan_roots=[
+                paths.code,
+                self.cell_dir / "agent.log",
+                self.cell_dir / TRACE_FILE,
+                self.cell_dir / "home",
+                paths.root,
+            ],
+            private_dir=data.private_dir,
+            public_dir=data.public_dir,
+            also_public=[spec.description_md, spec.agent_dir],
+            trace_path=self.cell_dir / TRACE_FILE,
+            agent_log=self.cell_dir / "agent.log",
+            revisions=lambda: self.recorder.list_code_revisions(self.cell.cell_id),
+            context={"task": self.cell.task, "base_model": cfg.model.hub_id or cfg.model.name},
+            cache_dir=prepared.cache_dir,
+        )
+        agent_exit = ran.agent_exit
+        return CellOutcome(
+            exit_class=agent_exit.exit_class,
+            exit_code=agent_exit.exit_code,
+            limit_hit=agent_exit.limit_hit,
+            sandbox=ran.sandbox,
+            resumes=self.resumes,
+            duration_s=time.time() - prepared.started,
+            working_time_s=max(0.0, agent_exit.duration_s - ran.service.queue_wait_s()),
+            baseline=prepared.baseline,
+            feedback=prepared.feedback,
+            feedback_baseline=prepared.feedback_baseline,
+            integrity=IntegrityOutcome.from_fields(integrity),
+            # Gateway-side tokens_in, tokens_out, cost_usd (agents with a driver).
+            driver_usage=DriverUsage(**self.driver_usage) if self.driver_usage else None,
+        )
+
+    def _launch(
+        self, prepared: PreparedCell, url: str, token: str, revisions: CodeRevisions
+    ) -> AgentExit:
+        """Start the agent (resuming it while ``agent.reprompt`` allows); returns how it ended."""
+        cfg = self.cell.config
+        spec, paths, base_dir = prepared.spec, prepared.paths, prepared.base_dir
+        run_meta, seal = prepared.run_meta, prepared.seal
         workspace = paths.root
         agent_code = copy_agent_code(spec, self.cell_dir / "agent_code")
         home = self.cell_dir / "home"
@@ -247,7 +442,9 @@ class Workspace:
         # Unsealed, the agent gets the node's environment minus Ray's own variables and the plugin path
         # (which leads to plugin task folders); sealed, only locale and time zone of it. Either way a
         # HOME of its own (no shared credentials or caches between cells) and the benchmark's variables.
-        node_env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != PLUGIN_PATH_ENV}
+        node_env = {
+            k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != PLUGIN_PATH_ENV
+        }
         env = seal.base_env(node_env, home) | {
             "HOME": str(home),
             "TASK": self.cell.task,
@@ -268,15 +465,28 @@ class Workspace:
         # The driver gateway (agents that need a driver) starts before the agent; provider keys
         # never reach the agent's environment, and its output stream is parsed into trace.jsonl.
         session = DriverSession(
-            self.cell.cell_id, self.cell_dir, cfg.agent, cfg.driver, self.sink, cfg.grading_api.host, endpoints=seal
+            self.cell.cell_id,
+            self.cell_dir,
+            cfg.agent,
+            cfg.driver,
+            self.sink,
+            cfg.grading_api.host,
+            endpoints=seal,
         )
         cgroup = None
         try:
             env = session.agent_env(env)
             adapter = load_adapter(cfg.agent)
             ctx = LaunchContext(
-                workspace, cfg.agent, cfg.driver, env, self.cell_dir, self.cell.seed,
-                task_agent_dir=agent_code, task_recipe=spec.entry_points.get("recipe"), python=seal.python,
+                workspace,
+                cfg.agent,
+                cfg.driver,
+                env,
+                self.cell_dir,
+                self.cell.seed,
+                task_agent_dir=agent_code,
+                task_recipe=spec.entry_points.get("recipe"),
+                python=seal.python,
                 budget_s=self.cell.budget_s,
             )
             # The copy of the task's agent side and of agent_kit (copy_agent_code's folder).
@@ -289,14 +499,28 @@ class Workspace:
                 while not stop_periodic.wait(_REVISION_INTERVAL_S):
                     revisions.snapshot("periodic")
 
-            def launch(ctx: LaunchContext, budget_s: float, on_start: Callable[[], None] | None) -> AgentExit:
+            def launch(
+                ctx: LaunchContext, budget_s: float, on_start: Callable[[], None] | None
+            ) -> AgentExit:
                 started = adapter.launch(ctx)
                 seal.hand_over(home)  # after the adapter wrote its config files into HOME
-                command = seal.wrap(started.command, workspace=workspace, home=home, base_model=base_dir,
-                                    read_only=[*started.read_only, *read_only])
+                command = seal.wrap(
+                    started.command,
+                    workspace=workspace,
+                    home=home,
+                    base_model=base_dir,
+                    read_only=[*started.read_only, *read_only],
+                )
                 return run_agent(
-                    command, cwd=workspace, env=started.env, log_path=self.cell_dir / "agent.log", budget_s=budget_s,
-                    grace_s=cfg.budget.kill_grace_s, cancel=self.cancelled, on_start=on_start, cgroup=cgroup,
+                    command,
+                    cwd=workspace,
+                    env=started.env,
+                    log_path=self.cell_dir / "agent.log",
+                    budget_s=budget_s,
+                    grace_s=cfg.budget.kill_grace_s,
+                    cancel=self.cancelled,
+                    on_start=on_start,
+                    cgroup=cgroup,
                     max_log_bytes=int(cfg.cell.max_log_mb * (1 << 20)),
                 )
 
@@ -306,17 +530,27 @@ class Workspace:
             try:
                 first_start = time.monotonic()
                 deadline = first_start + self.cell.budget_s
-                agent_exit = launch(ctx, self.cell.budget_s, lambda: run_meta.update(start_time=time.time()))
+                agent_exit = launch(
+                    ctx, self.cell.budget_s, lambda: run_meta.update(start_time=time.time())
+                )
                 # agent.reprompt: an agent that ended by itself with time left is resumed in the same
                 # workspace, told how much time remains (off by default; it changes what is measured).
-                while should_resume(agent_exit.exit_class, remaining := deadline - time.monotonic(),
-                                    cfg.agent.reprompt, self.resumes):
+                while should_resume(
+                    agent_exit.exit_class,
+                    remaining := deadline - time.monotonic(),
+                    cfg.agent.reprompt,
+                    self.resumes,
+                ):
                     prompt = continuation_prompt(remaining, self.cell.budget_s, self.resumes)
                     self.resumes += 1
                     with open(self.cell_dir / "agent.log", "a") as log:
-                        log.write(f"\n[autorl] resume {self.resumes}: the agent exited ({agent_exit.exit_code}) "
-                                  f"with {remaining:.0f} s left; continuing with prompt.resume{self.resumes}.md\n")
-                    ctx = dataclasses.replace(ctx, continuation_prompt=prompt, resume_index=self.resumes)
+                        log.write(
+                            f"\n[autorl] resume {self.resumes}: the agent exited ({agent_exit.exit_code}) "
+                            f"with {remaining:.0f} s left; continuing with prompt.resume{self.resumes}.md\n"
+                        )
+                    ctx = dataclasses.replace(
+                        ctx, continuation_prompt=prompt, resume_index=self.resumes
+                    )
                     agent_exit = launch(ctx, remaining, None)
                 return dataclasses.replace(agent_exit, duration_s=time.monotonic() - first_start)
             finally:
@@ -325,6 +559,3 @@ class Workspace:
             if cgroup is not None:
                 cgroup.remove()
             self.driver_usage = session.close()
-
-    def _record_revision(self, revision: CodeRevision) -> None:
-        ray.get(self.recorder.add_code_revision.remote(revision))

@@ -75,7 +75,9 @@ def _plain(value: Any) -> Any:
         return str(value)
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
-    raise TypeError(f"cannot store a {type(value).__name__} in a cell config ({value!r}); use JSON-like values")
+    raise TypeError(
+        f"cannot store a {type(value).__name__} in a cell config ({value!r}); use JSON-like values"
+    )
 
 
 def plain_config(config: Any) -> dict[str, Any]:
@@ -89,7 +91,9 @@ def plain_config(config: Any) -> dict[str, Any]:
     """
     plain = _plain(config)
     if not isinstance(plain, dict):
-        raise TypeError(f"a cell config must be a mapping or a dataclass instance, not {type(config).__name__}")
+        raise TypeError(
+            f"a cell config must be a mapping or a dataclass instance, not {type(config).__name__}"
+        )
     return plain
 
 
@@ -412,3 +416,87 @@ class SweepStat:
     name: str
     value_json: str
     updated_at: float
+
+
+@dataclass(frozen=True)
+class IntegrityOutcome:
+    """What the integrity checks found in a finished cell (its :class:`CellRecord` fields).
+
+    Attributes:
+        contamination: See :attr:`CellRecord.contamination`.
+        integrity_flags: See :attr:`CellRecord.integrity_flags`.
+        integrity_json: See :attr:`CellRecord.integrity_json`.
+    """
+
+    contamination: float | None
+    integrity_flags: str | None
+    integrity_json: str
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any]) -> IntegrityOutcome:
+        """From :func:`autorl.integrity.cell_checks.run_cell_checks`'s fields.
+
+        Raises:
+            KeyError: One of the three fields is missing.
+        """
+        return cls(fields["contamination"], fields["integrity_flags"], fields["integrity_json"])
+
+
+@dataclass(frozen=True)
+class DriverUsage:
+    """A cell's driver usage as its gateway counted it (agents with a driver).
+
+    Attributes:
+        tokens_in: See :attr:`CellRecord.tokens_in`.
+        tokens_out: See :attr:`CellRecord.tokens_out`.
+        cost_usd: See :attr:`CellRecord.cost_usd`.
+    """
+
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """How a cell's run ended: what its Workspace actor hands the scheduler, and the Recorder stores
+    on the cell's record when it completes (:meth:`fields`).
+
+    Attributes:
+        exit_class: See :attr:`CellRecord.exit_class`.
+        exit_code: See :attr:`CellRecord.exit_code`.
+        limit_hit: See :attr:`CellRecord.limit_hit`.
+        sandbox: See :attr:`CellRecord.sandbox`.
+        resumes: See :attr:`CellRecord.resumes`.
+        duration_s: Wall time of the whole cell run, workspace to integrity checks.
+        working_time_s: See :attr:`CellRecord.working_time_s`.
+        baseline: See :attr:`CellRecord.baseline`.
+        feedback: See :attr:`CellRecord.feedback`.
+        feedback_baseline: See :attr:`CellRecord.feedback_baseline`.
+        integrity: What the integrity checks found.
+        driver_usage: The gateway's token and cost counts; None for agents without a driver, whose
+            record keeps the sums of its (absent) driver calls.
+    """
+
+    exit_class: str
+    exit_code: int | None
+    limit_hit: str | None
+    sandbox: str
+    resumes: int
+    duration_s: float
+    working_time_s: float
+    baseline: float
+    feedback: str
+    feedback_baseline: float
+    integrity: IntegrityOutcome
+    driver_usage: DriverUsage | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The :class:`CellRecord` fields this outcome sets (sub-records flattened)."""
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        flat.pop("integrity")
+        flat.pop("driver_usage")
+        flat |= dataclasses.asdict(self.integrity)
+        if self.driver_usage is not None:
+            flat |= dataclasses.asdict(self.driver_usage)
+        return flat
