@@ -1,4 +1,5 @@
-"""Sweep-level analyses (SPEC §8): seed statistics, pass@k, heatmaps and scaling series.
+"""Sweep-level analyses: seed statistics, pass@k, heatmaps and scaling series
+(docs/design.md#records-and-the-report).
 
 Only cells that reached ``completed`` are results; ``failed`` (infrastructure) and ``cancelled``
 cells are shown in the results table but left out of every statistic. A completed cell without a
@@ -88,10 +89,14 @@ def expected_max_of_k(values: list[float], k: int) -> float:
         raise ValueError(f"k must be between 1 and the number of runs ({n}), got {k}")
     ordered = sorted(values)
     total = math.comb(n, k)
-    return round(sum(math.comb(i - 1, k - 1) * x for i, x in enumerate(ordered, start=1)) / total, 6)
+    return round(
+        sum(math.comb(i - 1, k - 1) * x for i, x in enumerate(ordered, start=1)) / total, 6
+    )
 
 
-def group_rows(rows: Iterable[CellRow], keys: tuple[str, ...] = GROUP_KEYS) -> dict[tuple[str, ...], list[CellRow]]:
+def group_rows(
+    rows: Iterable[CellRow], keys: tuple[str, ...] = GROUP_KEYS
+) -> dict[tuple[str, ...], list[CellRow]]:
     """Rows grouped by their values of ``keys`` (sorted by key)."""
     groups: dict[tuple[str, ...], list[CellRow]] = defaultdict(list)
     for row in rows:
@@ -110,12 +115,19 @@ def seed_statistics(rows: list[CellRow]) -> list[dict[str, Any]]:
     for key, members in group_rows(completed(rows)).items():
         values = [r.result for r in members]
         mean, se = mean_se(values)
-        out.append(dict(zip(GROUP_KEYS, key, strict=True)) | {
-            "n": len(values), "no_valid": sum(1 for r in members if r.improvement is None),
-            "mean": mean, "se": se, "min": min(values), "max": max(values),
-            "seeds": sorted(r.seed for r in members),
-            "pass_at_k": {k: expected_max_of_k(values, k) for k in range(1, len(values) + 1)},
-        })
+        out.append(
+            dict(zip(GROUP_KEYS, key, strict=True))
+            | {
+                "n": len(values),
+                "no_valid": sum(1 for r in members if r.improvement is None),
+                "mean": mean,
+                "se": se,
+                "min": min(values),
+                "max": max(values),
+                "seeds": sorted(r.seed for r in members),
+                "pass_at_k": {k: expected_max_of_k(values, k) for k in range(1, len(values) + 1)},
+            }
+        )
     return out
 
 
@@ -154,7 +166,9 @@ def heatmap(rows: list[CellRow], row_key: str, col_key: str) -> Matrix:
     return Matrix(row_key, col_key, row_names, col_names, values, counts)
 
 
-def step_series(rows: list[CellRow], x_of: Callable[[CellRow, int], float | None]) -> dict[str, list[tuple[float, float]]]:
+def step_series(
+    rows: list[CellRow], x_of: Callable[[CellRow, int], float | None]
+) -> dict[str, list[tuple[float, float]]]:
     """Best-so-far improvement of each completed cell against an x axis chosen by ``x_of``.
 
     Args:

@@ -49,7 +49,9 @@ def _tokens_x(row: CellRow, i: int) -> float | None:
     return float(row.metrics["tokens"]) if last else None
 
 
-def _cell_outputs(src: CellSources, driver: SummarizerDriver | None) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+def _cell_outputs(
+    src: CellSources, driver: SummarizerDriver | None
+) -> tuple[dict[str, Any], dict[str, Any], str | None]:
     metrics, report = build_run_report(src)
     summary = None
     if driver is not None:
@@ -69,8 +71,13 @@ def _cell_outputs(src: CellSources, driver: SummarizerDriver | None) -> tuple[di
     return metrics, report, summary
 
 
-def _figures(rows: list[CellRow], cells: list[dict[str, Any]], stats: list[dict[str, Any]], labels: dict[str, str],
-             fig_dir: Path) -> dict[str, bytes]:
+def _figures(
+    rows: list[CellRow],
+    cells: list[dict[str, Any]],
+    stats: list[dict[str, Any]],
+    labels: dict[str, str],
+    fig_dir: Path,
+) -> dict[str, bytes]:
     """Draw every figure of the report (PNG bytes by name; also saved under ``fig_dir``)."""
     tokens_note = None
     if all(c["metrics"]["tokens"] == 0 for c in cells):
@@ -81,30 +88,61 @@ def _figures(rows: list[CellRow], cells: list[dict[str, Any]], stats: list[dict[
     for c in cells:
         m = c["metrics"]
         trajectories.setdefault(c["src"].cell.task, []).append(
-            {"label": c["src"].cell.cell_id, "scores": m["score_trajectory"], "baseline": m["baseline"]})
+            {
+                "label": c["src"].cell.cell_id,
+                "scores": m["score_trajectory"],
+                "baseline": m["baseline"],
+            }
+        )
     return {
         "heatmap_agent_driver": figures.heatmap_figure(
-            heatmap(rows, "agent", "driver"), "mean improvement: agent × driver", fig_dir / "heatmap_agent_driver.png"),
+            heatmap(rows, "agent", "driver"),
+            "mean improvement: agent × driver",
+            fig_dir / "heatmap_agent_driver.png",
+        ),
         "heatmap_mode_task": figures.heatmap_figure(
-            heatmap(rows, "mode", "task"), "mean improvement: mode × task", fig_dir / "heatmap_mode_task.png"),
+            heatmap(rows, "mode", "task"),
+            "mean improvement: mode × task",
+            fig_dir / "heatmap_mode_task.png",
+        ),
         "seed_stats": figures.seed_stats_figure(stats, fig_dir / "seed_stats.png"),
         "pass_at_k": figures.pass_at_k_figure(stats, fig_dir / "pass_at_k.png"),
         "scaling_time": figures.scaling_figure(
-            step_series(rows, lambda r, i: r.metrics["submit_times"][i]), labels, "wall time since the agent started (s)",
-            "best-so-far vs wall time", fig_dir / "scaling_time.png"),
+            step_series(rows, lambda r, i: r.metrics["submit_times"][i]),
+            labels,
+            "wall time since the agent started (s)",
+            "best-so-far vs wall time",
+            fig_dir / "scaling_time.png",
+        ),
         "scaling_submissions": figures.scaling_figure(
-            step_series(rows, lambda r, i: i + 1), labels, "submission index", "best-so-far vs submissions",
-            fig_dir / "scaling_submissions.png", integer_x=True),
+            step_series(rows, lambda r, i: i + 1),
+            labels,
+            "submission index",
+            "best-so-far vs submissions",
+            fig_dir / "scaling_submissions.png",
+            integer_x=True,
+        ),
         "scaling_tokens": figures.scaling_figure(
-            step_series(rows, _tokens_x), labels, "driver tokens (in + out) spent", "best-so-far vs driver tokens",
-            fig_dir / "scaling_tokens.png", note=tokens_note),
-        "trajectories": figures.trajectories_figure(trajectories, fig_dir / "score_trajectories.png"),
+            step_series(rows, _tokens_x),
+            labels,
+            "driver tokens (in + out) spent",
+            "best-so-far vs driver tokens",
+            fig_dir / "scaling_tokens.png",
+            note=tokens_note,
+        ),
+        "trajectories": figures.trajectories_figure(
+            trajectories, fig_dir / "score_trajectories.png"
+        ),
     }
 
 
 def build_report(
-    sweep_dir: Path, *, summarizer_driver: str | None = None, summarizer_base_url: str | None = None,
-    summarizer_model: str | None = None, summarizer_timeout_s: float = 120.0,
+    sweep_dir: Path,
+    *,
+    summarizer_driver: str | None = None,
+    summarizer_base_url: str | None = None,
+    summarizer_model: str | None = None,
+    summarizer_timeout_s: float = 120.0,
 ) -> Path:
     """(Re)build every per-cell file and the sweep's HTML report.
 
@@ -125,13 +163,19 @@ def build_report(
     sweep_dir = Path(sweep_dir).resolve()
     driver = None
     if summarizer_driver:
-        driver = load_driver(summarizer_driver, base_url=summarizer_base_url, model=summarizer_model,
-                             timeout_s=summarizer_timeout_s)
+        driver = load_driver(
+            summarizer_driver,
+            base_url=summarizer_base_url,
+            model=summarizer_model,
+            timeout_s=summarizer_timeout_s,
+        )
     with open_store(sweep_dir) as store:
         sources = load_cells(sweep_dir, store)
         graders = grader_stats(store)
     if not sources:
-        raise ReportError(f"{sweep_dir / 'records.sqlite'} holds no cells yet; run a sweep into it first")
+        raise ReportError(
+            f"{sweep_dir / 'records.sqlite'} holds no cells yet; run a sweep into it first"
+        )
     cells: list[dict[str, Any]] = []
     for src in sources:
         metrics, report, summary = _cell_outputs(src, driver)
@@ -139,21 +183,41 @@ def build_report(
 
     keys = ("task", "agent", "driver", "model", "mode")
     rows = [
-        CellRow(c["src"].cell.cell_id, {k: (c["src"].mode if k == "mode" else str(getattr(c["src"].cell, k))) for k in keys},
-                c["src"].cell.seed, c["src"].cell.status, c["metrics"]["improvement"], c["metrics"])
+        CellRow(
+            c["src"].cell.cell_id,
+            {k: (c["src"].mode if k == "mode" else str(getattr(c["src"].cell, k))) for k in keys},
+            c["src"].cell.seed,
+            c["src"].cell.status,
+            c["metrics"]["improvement"],
+            c["metrics"],
+        )
         for c in cells
     ]
     varying = [k for k in keys if len({r.key[k] for r in rows}) > 1]
     stats = seed_statistics(rows)
     for s in stats:
         s["label"] = _label(s, varying)
-        s["values"] = [r.result for r in rows if r.status == "completed" and all(r.key[k] == s[k] for k in keys)]
-    figs = _figures(rows, cells, stats, {r.cell_id: _label(r.key, varying) for r in rows}, sweep_dir / "report" / "figures")
+        s["values"] = [
+            r.result
+            for r in rows
+            if r.status == "completed" and all(r.key[k] == s[k] for k in keys)
+        ]
+    figs = _figures(
+        rows,
+        cells,
+        stats,
+        {r.cell_id: _label(r.key, varying) for r in rows},
+        sweep_dir / "report" / "figures",
+    )
     sweep_ids = sorted({c["src"].cell.sweep_id for c in cells})
     html = render_sections(
         title=f"autorl sweep {', '.join(sweep_ids)}",
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        sweep_dir=sweep_dir, cells=cells, stats=stats, figs=figs, grader_stats=graders,
+        sweep_dir=sweep_dir,
+        cells=cells,
+        stats=stats,
+        figs=figs,
+        grader_stats=graders,
     )
     index = sweep_dir / "report" / "index.html"
     _write(index, html)

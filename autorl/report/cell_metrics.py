@@ -1,7 +1,8 @@
-"""Per-cell process metrics (SPEC §8), computed from the record store and ``run_meta.json``.
+"""Per-cell process metrics (docs/design.md#records-and-the-report), computed from the record
+store and ``run_meta.json``.
 
-Definitions follow the reference's ``core/metrics.py`` (reference-implementation.md §5.3) with
-its known weaknesses fixed:
+Definitions follow the reference implementation's ``core/metrics.py``, with its known weaknesses
+fixed:
 
 - A submission is **valid** when it was scored: its status is one of
   :data:`~autorl.records.types.VALID_SUBMISSION_STATUSES` (``scored``, ``duplicate``,
@@ -9,7 +10,7 @@ its known weaknesses fixed:
   real score of 0 a failure and an error's placeholder 0.0 a success.
 - ``copy_model_count`` counts submissions the grader flagged ``copy_of_base`` (weights equal to
   the base model's); the reference compared paths and so never fired.
-- The **best** follows SPEC §2: a valid submission flagged by the integrity checks
+- The **best** follows docs/design.md#commands: a valid submission flagged by the integrity checks
   (``model_mismatch``) counts only when the cell ran with ``integrity.allow_substitution``.
 - Times are epoch seconds (no naive local timestamps) measured from ``run_meta.start_time``, the
   moment the agent process started (after the baseline).
@@ -64,7 +65,12 @@ class RunTimes:
             value = meta.get(key)
             return float(value) if isinstance(value, int | float) else None
 
-        return cls(number("start_time"), number("end_time"), number("timeout_s"), number("last_submit_time"))
+        return cls(
+            number("start_time"),
+            number("end_time"),
+            number("timeout_s"),
+            number("last_submit_time"),
+        )
 
 
 def _since(start: float | None, t: float | None) -> float | None:
@@ -74,7 +80,8 @@ def _since(start: float | None, t: float | None) -> float | None:
 
 
 def counts(sub: SubmissionRecord, allow_flagged: bool = False) -> bool:
-    """Whether a submission may be the cell's best: valid, and unflagged unless ``allow_flagged``."""
+    """Whether a submission may be the cell's best: valid, and unflagged unless
+    ``allow_flagged``."""
     return is_valid(sub) and (allow_flagged or not sub.flags)
 
 
@@ -90,13 +97,16 @@ def best_index(subs: list[SubmissionRecord], allow_flagged: bool = False) -> int
     """
     best: int | None = None
     for i, sub in enumerate(subs):
-        if counts(sub, allow_flagged) and (best is None or float(sub.score) > float(subs[best].score)):  # type: ignore[arg-type]
+        if counts(sub, allow_flagged) and (
+            best is None or float(sub.score) > float(subs[best].score)  # type: ignore[arg-type]
+        ):
             best = i
     return best
 
 
 def best_so_far(subs: list[SubmissionRecord], allow_flagged: bool = False) -> list[float | None]:
-    """Running maximum of the counting scores (:func:`counts`), one entry per submission (None before the first).
+    """Running maximum of the counting scores (:func:`counts`), one entry per submission (None
+    before the first).
 
     >>> s = [SubmissionRecord("c", i + 1, "p", st, score=x) for i, (st, x) in enumerate(
     ...     [("invalid", None), ("scored", 2.0), ("scored", 1.0), ("scored", 5.0)])]
@@ -137,9 +147,12 @@ def tokens_at(calls: list[tuple[float, int]], t: float) -> int:
 
 
 def compute_cell_metrics(
-    cell: CellRecord, subs: list[SubmissionRecord], times: RunTimes, calls: list[tuple[float, int]] | None = None
+    cell: CellRecord,
+    subs: list[SubmissionRecord],
+    times: RunTimes,
+    calls: list[tuple[float, int]] | None = None,
 ) -> dict[str, Any]:
-    """Every per-cell metric of SPEC §8.
+    """Every per-cell metric of docs/design.md#records-and-the-report.
 
     Args:
         cell: The cell's record (baseline, tokens, cost, exit class, ...).
@@ -162,7 +175,8 @@ def compute_cell_metrics(
     allow_flagged = allows_substitution(cell)
     best_i = best_index(subs, allow_flagged)
     best = subs[best_i] if best_i is not None else None
-    # Selected on the feedback score, reported with its test score (SPEC §2; the same with test feedback).
+    # Selected on the feedback score, reported with its test score (docs/design.md#commands; the
+    # same with test feedback).
     best_test = split_test_score(best, feedback_split(cell)) if best is not None else None
     best_score = float(best_test) if best_test is not None else None
     last_submit = times.last_submit_time
@@ -178,19 +192,27 @@ def compute_cell_metrics(
         "status": cell.status,
         "baseline": baseline,
         "best_score": best_score,
-        "improvement": round(best_score - baseline, 6) if best_score is not None and baseline is not None else None,
+        "improvement": round(best_score - baseline, 6)
+        if best_score is not None and baseline is not None
+        else None,
         "best_submission_id": best.submission_id if best is not None else None,
         "submissions": len(subs),
         "valid_submissions": len(valid),
         "valid_submission_rate": round(len(valid) / len(subs), 4) if subs else None,
         "first_valid_idx": first_valid + 1 if first_valid is not None else None,
-        "first_valid_delay": _since(times.start_time, subs[first_valid].submitted_at) if first_valid is not None else None,
-        "time_to_first_improvement": _since(times.start_time, first_improvement.submitted_at) if first_improvement else None,
+        "first_valid_delay": _since(times.start_time, subs[first_valid].submitted_at)
+        if first_valid is not None
+        else None,
+        "time_to_first_improvement": _since(times.start_time, first_improvement.submitted_at)
+        if first_improvement
+        else None,
         "time_to_best": _since(times.start_time, best.submitted_at) if best is not None else None,
         "monotonic_ratio": monotonic_ratio(valid_scores),
         "copy_model_count": sum(1 for s in subs if s.status == "copy_of_base"),
         "time_used_ratio": used,
-        "last_submit_gap": round(end - last_submit, 3) if end is not None and last_submit is not None else None,
+        "last_submit_gap": round(end - last_submit, 3)
+        if end is not None and last_submit is not None
+        else None,
         "score_trajectory": [float(s.score) if is_valid(s) else None for s in subs],  # type: ignore[arg-type]
         "status_trajectory": [s.status for s in subs],
         "best_so_far": best_so_far(subs, allow_flagged),

@@ -15,12 +15,16 @@ from typing import Any
 
 METHODS = ("SFT", "GRPO", "PPO", "DPO")
 
-# Class names of TRL trainers/configs and the `trl <cmd>` CLI; word boundaries keep "SFTTrainerX" out.
+# Class names of TRL trainers/configs and the `trl <cmd>` CLI; word boundaries keep "SFTTrainerX"
+# out.
 _CODE_SIGNALS: dict[str, re.Pattern[str]] = {
     m: re.compile(rf"\b(?:{m}Trainer|{m}Config)\b|\btrl\s+{m.lower()}\b") for m in METHODS
 }
-# Keys and folder names such as "sft-steps", "grpo_lr", "runs/ppo/"; also the method as a whole value.
-_KEY_SIGNALS: dict[str, re.Pattern[str]] = {m: re.compile(rf"(?:^|[^a-z]){m.lower()}(?:$|[^a-z])") for m in METHODS}
+# Keys and folder names such as "sft-steps", "grpo_lr", "runs/ppo/"; also the method as a whole
+# value.
+_KEY_SIGNALS: dict[str, re.Pattern[str]] = {
+    m: re.compile(rf"(?:^|[^a-z]){m.lower()}(?:$|[^a-z])") for m in METHODS
+}
 
 # Canonical hyperparameter -> spellings seen in TRL configs, argparse flags and recipe files.
 HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
@@ -45,7 +49,8 @@ HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
 }
 _SPELLING = {s: canon for canon, spellings in HYPERPARAMETERS.items() for s in spellings}
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-# `name = 1e-5`, `name: 8`, `name=8,` (python kwargs, YAML, TOML) and `--name 8` / `--name=8` (shell).
+# `name = 1e-5`, `name: 8`, `name=8,` (python kwargs, YAML, TOML) and `--name 8` / `--name=8`
+# (shell).
 # The separator is `=` or `:` with blanks around, or blanks alone: two blank runs side by side
 # (`\s*\s\s*`) would backtrack quadratically over a long run of them in the agent's code.
 _ASSIGN = re.compile(rf"(?<![\w.])(?:--)?([A-Za-z_][\w-]*)(?:\s*[=:]\s*|\s+)({_NUMBER})(?![\w.])")
@@ -89,7 +94,8 @@ class CodeFacts:
         """The hyperparameters of ``method``: unprefixed ones from files that show this method or no
         method at all, overlaid with keys prefixed by the method (``grpo_lr``) from any file.
 
-        >>> facts = scan_files({"recipe.json": '{"sft-lr": 0.003, "grpo-lr": 2e-05, "seed": 1, "batch_size": 8}',
+        >>> recipe = '{"sft-lr": 0.003, "grpo-lr": 2e-05, "seed": 1, "batch_size": 8}'
+        >>> facts = scan_files({"recipe.json": recipe,
         ...                     "sft.py": "SFTConfig(per_device_train_batch_size=64)"})
         >>> facts.hyperparameters_for("GRPO")
         {'batch_size': 8, 'learning_rate': 2e-05}
@@ -170,7 +176,8 @@ def scan_files(files: dict[str, str]) -> CodeFacts:
     Returns:
         The methods (with evidence) and hyperparameters the files show.
 
-    >>> code = "from trl import GRPOTrainer, GRPOConfig\\ncfg = GRPOConfig(learning_rate=1e-6, num_generations=8)"
+    >>> code = ("from trl import GRPOTrainer, GRPOConfig\\n"
+    ...         "cfg = GRPOConfig(learning_rate=1e-6, num_generations=8)")
     >>> facts = scan_files({"train.py": code})
     >>> facts.methods, facts.hyperparameters_for("GRPO")
     (['GRPO'], {'learning_rate': 1e-06, 'num_generations': 8})
@@ -199,7 +206,8 @@ def scan_files(files: dict[str, str]) -> CodeFacts:
 def added_text(diff: str) -> dict[str, str]:
     """The lines a unified git diff adds, per file (``b/`` path relative to ``code/``).
 
-    >>> added_text("diff --git a/x.py b/x.py\\n+++ b/x.py\\n@@ -0,0 +1 @@\\n+from trl import DPOTrainer\\n")
+    >>> added_text("diff --git a/x.py b/x.py\\n+++ b/x.py\\n@@ -0,0 +1 @@\\n"
+    ...            "+from trl import DPOTrainer\\n")
     {'x.py': 'from trl import DPOTrainer'}
     """
     out: dict[str, list[str]] = {}
@@ -221,7 +229,8 @@ def trainer_class_in_model(model_dir_files: dict[str, bytes]) -> str | None:
     ``Trainer.save_model`` pickles its arguments there; the class name is plain text in the
     pickle, so it is found without unpickling (which would run code from the agent's files).
 
-    >>> trainer_class_in_model({"training_args.bin": b"\\x80\\x02ctrl.trainer.grpo_config\\nGRPOConfig\\nq"})
+    >>> pickled = b"\\x80\\x02ctrl.trainer.grpo_config\\nGRPOConfig\\nq"
+    >>> trainer_class_in_model({"training_args.bin": pickled})
     'GRPO'
     >>> trainer_class_in_model({}) is None
     True

@@ -1,14 +1,14 @@
-"""Escaping for the report's media: Markdown (``run_report.md``) and HTML (``report/index.html``).
+"""Escaping for the report's Markdown (``run_report.md``, ``run_summary.md``).
 
-Agent-chosen text (model paths, file names, log lines, code, error messages) reaches both; each
-rule here turns it into inert text of its medium (docs/threat-model.md). Control and invisible
+Agent-chosen text (model paths, file names, log lines, code, error messages) reaches it; each
+rule here turns it into inert Markdown text (docs/threat-model.md). Control and invisible
 formatting characters are written out first (:func:`autorl.records.results.visible_controls`), so
-an ANSI sequence or a bidi override is seen, not obeyed, by a terminal or a browser.
+an ANSI sequence or a bidi override is seen, not obeyed, by a terminal or a viewer. The HTML page
+is escaped by its template engine (:mod:`autorl.report.html_page`), with :func:`plain`'s text.
 """
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
@@ -23,12 +23,6 @@ _MD_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")
 _BACKTICKS = re.compile(r"`+")
 
 
-class Html(str):
-    """Markup the report built itself from escaped parts: the only text :func:`html_text` keeps."""
-
-    __slots__ = ()
-
-
 def plain(value: Any) -> str:
     """A value as report text: None as an em dash, floats with 4 significant digits.
 
@@ -40,22 +34,6 @@ def plain(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
-
-
-def html_text(value: Any) -> str:
-    """``value`` as HTML text (element content or a quoted attribute value); :class:`Html` passes.
-
-    Control characters other than newline and tab are written out; ``&``, ``<``, ``>`` and both
-    quotes become entities.
-
-    >>> html_text('<img src=x onerror="alert(1)">')
-    '&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'
-    >>> html_text(Html("<b>ours</b>"))
-    '<b>ours</b>'
-    """
-    if isinstance(value, Html):
-        return value
-    return html.escape(visible_controls(plain(value), keep="\n\t"), quote=True)
 
 
 def md_text(value: Any) -> str:

@@ -1,4 +1,5 @@
-"""Failure types of SPEC §8 and the evidence for each, from the records and the agent's log.
+"""Failure types and the evidence for each, from the records and the agent's log
+(docs/design.md#records-and-the-report).
 
 The taxonomy is the reference's (``core/skill.md``): ``code_error_runtime``,
 ``rollout_logic_wrong``, ``timeout_no_submission``, ``copy_model_fallback``,
@@ -17,8 +18,13 @@ from dataclasses import dataclass
 from autorl.records.types import SubmissionRecord
 
 FAILURE_TYPES = (
-    "code_error_runtime", "rollout_logic_wrong", "timeout_no_submission", "copy_model_fallback", "training_diverged",
-    "unknown", "memory_limit",
+    "code_error_runtime",
+    "rollout_logic_wrong",
+    "timeout_no_submission",
+    "copy_model_fallback",
+    "training_diverged",
+    "unknown",
+    "memory_limit",
 )
 RL_METHODS = ("GRPO", "PPO")
 # A score at or below this fraction of a positive baseline counts as a collapse of the model.
@@ -26,8 +32,12 @@ COLLAPSE_FRACTION = 0.5
 
 # The agent's log is hostile text: no two blank runs side by side and no unbounded scan per
 # match start, so a long line cannot make these backtrack quadratically.
-_NAN = re.compile(r"\b(?:loss|grad_norm|reward)['\"]?\s*(?:[:=]\s*)?['\"]?[-+]?(?:nan|inf)\b", re.IGNORECASE)
-_REWARD = re.compile(r"\breward['\"]?\s*[:=]\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", re.IGNORECASE)
+_NAN = re.compile(
+    r"\b(?:loss|grad_norm|reward)['\"]?\s*(?:[:=]\s*)?['\"]?[-+]?(?:nan|inf)\b", re.IGNORECASE
+)
+_REWARD = re.compile(
+    r"\breward['\"]?\s*[:=]\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)", re.IGNORECASE
+)
 _REWARD_LIST = re.compile(r"\breward[^\[\n]{0,200}\[([-+0-9.eE,\s]*)\]", re.IGNORECASE)
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*")
 
@@ -51,7 +61,7 @@ def log_segments(log: str, subs: list[SubmissionRecord]) -> list[str]:
     Segment *k* runs from the end of segment *k-1* to the first later line naming submission
     *k*'s model path; when no line names it, the segment is the rest of the log.
 
-    >>> subs = [SubmissionRecord("c", 1, "output/v1", "scored"), SubmissionRecord("c", 2, "output/v2", "scored")]
+    >>> subs = [SubmissionRecord("c", i, f"output/v{i}", "scored") for i in (1, 2)]
     >>> log_segments("train a\\nsubmitted output/v1\\ntrain b\\nsubmitted output/v2\\ndone", subs)
     ['train a\\nsubmitted output/v1', 'train b\\nsubmitted output/v2']
     """
@@ -72,11 +82,14 @@ def log_segments(log: str, subs: list[SubmissionRecord]) -> list[str]:
 def last_traceback(text: str) -> str | None:
     """The exception line of the last Python traceback in ``text``, if any.
 
-    >>> last_traceback("x\\nTraceback (most recent call last):\\n  File 'a.py'\\nValueError: bad lr\\n")
+    >>> last_traceback("x\\nTraceback (most recent call last):\\n"
+    ...                "  File 'a.py'\\nValueError: bad lr\\n")
     'ValueError: bad lr'
     """
     lines = text.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    starts = [
+        i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")
+    ]
     if not starts:
         return None
     for line in lines[starts[-1] + 1 :]:
@@ -88,7 +101,8 @@ def last_traceback(text: str) -> str | None:
 def logged_rewards(text: str) -> list[float]:
     """Every reward value the log shows (TRL log dicts and ``reward ... [list]`` lines).
 
-    >>> logged_rewards("{'loss': 0.1, 'reward': 0.25}\\nGRPO done: mean reward per logging window [0.0, 0.5]")
+    >>> logged_rewards("{'loss': 0.1, 'reward': 0.25}\\n"
+    ...                "GRPO done: mean reward per logging window [0.0, 0.5]")
     [0.25, 0.0, 0.5]
     """
     values = [float(v) for v in _REWARD.findall(text)]
@@ -108,18 +122,25 @@ def classify_submission(
         method: The training method detected for it.
         segment: The part of the agent log that led to it.
 
-    >>> classify_submission(SubmissionRecord("c", 1, "o/v1", "copy_of_base", score=3.0), 3.0, "copy", "").type
+    >>> copy = SubmissionRecord("c", 1, "o/v1", "copy_of_base", score=3.0)
+    >>> classify_submission(copy, 3.0, "copy", "").type
     'copy_model_fallback'
-    >>> classify_submission(SubmissionRecord("c", 1, "o/v1", "scored", score=9.0), 3.0, "SFT", "") is None
+    >>> better = SubmissionRecord("c", 1, "o/v1", "scored", score=9.0)
+    >>> classify_submission(better, 3.0, "SFT", "") is None
     True
     """
     if sub.status == "copy_of_base":
-        return Failure("copy_model_fallback", ("the grader found the weights identical to the base model",))
+        return Failure(
+            "copy_model_fallback", ("the grader found the weights identical to the base model",)
+        )
     nan = _NAN.search(segment)
     if sub.status == "invalid":
         error = (sub.error or "no error message").strip()[:300]
         if nan or re.search(r"\b(?:nan|inf)\b", error, re.IGNORECASE):
-            return Failure("training_diverged", (f"invalid submission: {error}",) + ((f"log: {nan.group(0)}",) if nan else ()))
+            return Failure(
+                "training_diverged",
+                (f"invalid submission: {error}",) + ((f"log: {nan.group(0)}",) if nan else ()),
+            )
         return Failure("code_error_runtime", (f"invalid submission: {error}",))
     if sub.score is None:
         return Failure("unknown", (f"never scored (status {sub.status})",))
@@ -129,24 +150,34 @@ def classify_submission(
     if nan:
         return Failure("training_diverged", (*facts, f"log: {nan.group(0)}"))
     if baseline > 0 and sub.score <= COLLAPSE_FRACTION * baseline:
-        return Failure("training_diverged", (*facts, f"score fell to ≤ {COLLAPSE_FRACTION:g} × baseline"))
+        return Failure(
+            "training_diverged", (*facts, f"score fell to ≤ {COLLAPSE_FRACTION:g} × baseline")
+        )
     traceback = last_traceback(segment)
     if traceback:
         return Failure("code_error_runtime", (*facts, f"log: {traceback}"))
     rewards = logged_rewards(segment)
     if method in RL_METHODS and rewards and all(r == 0 for r in rewards):
-        return Failure("rollout_logic_wrong", (*facts, f"{method}: all {len(rewards)} logged rewards are 0"))
+        return Failure(
+            "rollout_logic_wrong", (*facts, f"{method}: all {len(rewards)} logged rewards are 0")
+        )
     return Failure("unknown", tuple(facts))
 
 
 def classify_cell(
-    *, submissions: int, valid: int, improvement: float | None, exit_class: str | None, exit_code: int | None,
-    log: str, entry_failures: list[Failure | None],
+    *,
+    submissions: int,
+    valid: int,
+    improvement: float | None,
+    exit_class: str | None,
+    exit_code: int | None,
+    log: str,
+    entry_failures: list[Failure | None],
 ) -> Failure | None:
     """The cell's failure type; None when its best submission beat the baseline.
 
-    >>> classify_cell(submissions=0, valid=0, improvement=None, exit_class="timeout", exit_code=None, log="",
-    ...               entry_failures=[]).type
+    >>> classify_cell(submissions=0, valid=0, improvement=None, exit_class="timeout",
+    ...               exit_code=None, log="", entry_failures=[]).type
     'timeout_no_submission'
     """
     if improvement is not None and improvement > 0:
@@ -154,16 +185,28 @@ def classify_cell(
     if submissions == 0:
         traceback = last_traceback(log)
         if exit_class == "timeout":
-            return Failure("timeout_no_submission", ("the agent ran out of budget without submitting a model",)
-                           + ((f"log: {traceback}",) if traceback else ()))
+            return Failure(
+                "timeout_no_submission",
+                ("the agent ran out of budget without submitting a model",)
+                + ((f"log: {traceback}",) if traceback else ()),
+            )
         if exit_class == "memory":
-            return Failure("memory_limit", ("the agent was killed at its memory limit (cell.memory_gb) without submitting",)
-                           + ((f"log: {traceback}",) if traceback else ()))
+            return Failure(
+                "memory_limit",
+                ("the agent was killed at its memory limit (cell.memory_gb) without submitting",)
+                + ((f"log: {traceback}",) if traceback else ()),
+            )
         if traceback:
             return Failure("code_error_runtime", (f"no submission; log: {traceback}",))
         if exit_class == "crashed" or (exit_code not in (None, 0)):
-            return Failure("code_error_runtime", (f"no submission; agent {exit_class} with exit code {exit_code}",))
-        return Failure("unknown", (f"no submission; agent {exit_class or 'did not run'} (exit code {exit_code})",))
+            return Failure(
+                "code_error_runtime",
+                (f"no submission; agent {exit_class} with exit code {exit_code}",),
+            )
+        return Failure(
+            "unknown",
+            (f"no submission; agent {exit_class or 'did not run'} (exit code {exit_code})",),
+        )
     failures = [f for f in entry_failures if f is not None]
     if not failures:
         return Failure("unknown", ("no submission beat the baseline",))
@@ -172,4 +215,6 @@ def classify_cell(
     # The most frequent type; on a tie the latest submission's.
     chosen = next(f for f in reversed(failures) if counts[f.type] == top)
     prefix = f"{valid}/{submissions} submissions scored; "
-    return Failure(chosen.type, tuple(prefix + e if i == 0 else e for i, e in enumerate(chosen.evidence)))
+    return Failure(
+        chosen.type, tuple(prefix + e if i == 0 else e for i, e in enumerate(chosen.evidence))
+    )

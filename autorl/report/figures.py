@@ -1,4 +1,5 @@
-"""The report's figures (matplotlib, Agg backend): each is saved as a PNG file and returned as bytes.
+"""The report's figures (matplotlib, Agg backend): each is saved as a PNG file and returned as
+bytes.
 
 Every function takes the already-computed analyses (:mod:`autorl.report.aggregate`) and draws
 them; none computes statistics itself. An empty input still gives a figure that says what is
@@ -38,7 +39,16 @@ def _save(fig: Any, path: Path) -> bytes:
 
 
 def _empty(ax: Any, message: str) -> None:
-    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="#666")
+    ax.text(
+        0.5,
+        0.5,
+        message,
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        fontsize=10,
+        color="#666",
+    )
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -54,9 +64,13 @@ def heatmap_figure(matrix: Matrix, title: str, path: Path) -> bytes:
     else:
         import numpy as np
 
-        data = np.array([[np.nan if v is None else v for v in row] for row in matrix.values], dtype=float)
+        data = np.array(
+            [[np.nan if v is None else v for v in row] for row in matrix.values], dtype=float
+        )
         bound = float(np.nanmax(np.abs(data))) if np.isfinite(data).any() else 1.0
-        image = ax.imshow(data, cmap="RdYlGn", vmin=-bound or -1.0, vmax=bound or 1.0, aspect="auto")
+        image = ax.imshow(
+            data, cmap="RdYlGn", vmin=-bound or -1.0, vmax=bound or 1.0, aspect="auto"
+        )
         fig.colorbar(image, ax=ax, label="mean improvement")
         ax.set_xticks(range(len(matrix.cols)), matrix.cols, rotation=30, ha="right")
         ax.set_yticks(range(len(matrix.rows)), matrix.rows)
@@ -81,7 +95,9 @@ def seed_stats_figure(stats: list[dict[str, Any]], path: Path) -> bytes:
         for value in s["values"]:
             ax.plot(i, value, "o", color="#222", markersize=3)
     if stats:
-        ax.set_xticks(range(len(stats)), [s["label"] for s in stats], rotation=20, ha="right", fontsize=8)
+        ax.set_xticks(
+            range(len(stats)), [s["label"] for s in stats], rotation=20, ha="right", fontsize=8
+        )
         ax.axhline(0, color="#888", linewidth=0.8)
         ax.set_ylabel("improvement (best − baseline)")
     ax.set_title("improvement over seeds: mean ± standard error")
@@ -106,8 +122,16 @@ def pass_at_k_figure(stats: list[dict[str, Any]], path: Path) -> bytes:
     return _save(fig, path)
 
 
-def scaling_figure(series: dict[str, list[tuple[float, float]]], labels: dict[str, str], xlabel: str, title: str,
-                   path: Path, *, note: str | None = None, integer_x: bool = False) -> bytes:
+def scaling_figure(
+    series: dict[str, list[tuple[float, float]]],
+    labels: dict[str, str],
+    xlabel: str,
+    title: str,
+    path: Path,
+    *,
+    note: str | None = None,
+    integer_x: bool = False,
+) -> bytes:
     """Best-so-far improvement (step curve) of each cell against an x axis.
 
     Args:
@@ -130,8 +154,16 @@ def scaling_figure(series: dict[str, list[tuple[float, float]]], labels: dict[st
         xs, ys = zip(*sorted(points), strict=True)
         first = label not in colours
         colours.setdefault(label, f"C{len(colours) % 10}")
-        ax.step(xs, ys, where="post", marker="o", markersize=3, color=colours[label], alpha=0.85,
-                label=label if first else None)
+        ax.step(
+            xs,
+            ys,
+            where="post",
+            marker="o",
+            markersize=3,
+            color=colours[label],
+            alpha=0.85,
+            label=label if first else None,
+        )
     if not colours:
         _empty(ax, "no valid submission in any completed cell")
     else:
@@ -164,7 +196,9 @@ def trajectories_figure(tasks: dict[str, list[dict[str, Any]]], path: Path) -> b
                 line = ax.plot(xs, ys, "o-", label=cell["label"])[0]
                 drawn = True
                 if cell["baseline"] is not None:
-                    ax.axhline(cell["baseline"], color=line.get_color(), linestyle="--", linewidth=0.8)
+                    ax.axhline(
+                        cell["baseline"], color=line.get_color(), linestyle="--", linewidth=0.8
+                    )
             invalid = [i + 1 for i, s in enumerate(cell["scores"]) if s is None]
             if invalid:
                 ax.plot(invalid, [cell["baseline"] or 0.0] * len(invalid), "x", color="#c44")

@@ -1,73 +1,166 @@
-"""The self-contained HTML page of a sweep report: inline CSS, figures as base64 PNG, no scripts."""
+"""The sweep report's HTML: Jinja2 templates (``templates/``) and the typed values they render.
+
+Agent-chosen text (model paths, file names, log lines, code, error messages) reaches the page, so
+the engine escapes every value a template prints (autoescape, for templates of any name) after
+:func:`shown` has written out its control characters (docs/threat-model.md). Nothing here marks a
+string as safe: markup of the report's own (a link, a signed number, a folded diff, a figure) is
+a typed value below that a macro of ``templates/components.html.j2`` turns into tags, so a string
+is text wherever it lands, whichever column or section holds it.
+
+The templates compose: ``base.html.j2`` is the layout of any page (styles, the content security
+policy), ``components.html.j2`` the macros for these values, ``sections.html.j2`` one macro per
+section of the sweep report and ``report.html.j2`` the page itself.
+"""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from autorl.report.escape import html_text
+import jinja2
 
-_CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; padding: 0 1em; }
-h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 2em; }
-table { border-collapse: collapse; margin: .8em 0; font-size: .85em; }
-th, td { border: 1px solid #ddd; padding: .25em .5em; text-align: left; vertical-align: top; }
-th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-figure { display: inline-block; margin: .5em 1em .5em 0; } figure img { max-width: 100%; border: 1px solid #eee; }
-figcaption { font-size: .8em; color: #555; } .note { color: #666; font-size: .85em; }
-pre { background: #f8f8f8; padding: .6em; overflow-x: auto; font-size: .78em; max-height: 24em; }
-details { margin: .6em 0; } summary { cursor: pointer; font-weight: 600; }
-.scroll { overflow-x: auto; } .good { color: #1a7f37; } .bad { color: #b42318; }
-"""
+from autorl.records.results import visible_controls
+from autorl.report.escape import plain
 
 
-def esc(value: Any) -> str:
-    """HTML-escaped text of a value (:func:`autorl.report.escape.html_text`); None shows as —.
+@dataclass(frozen=True)
+class Link:
+    """A link the report made: ``href`` a path of its own (relative), ``text`` any text."""
 
-    >>> esc(None), esc(0.123456), esc("<b>"), esc("a\\x1b[0m")
-    ('—', '0.1235', '&lt;b&gt;', 'a\\\\x1b[0m')
+    href: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Signed:
+    """A number shown with its sign, green above zero and red below (an improvement)."""
+
+    value: float
+
+    @property
+    def text(self) -> str:
+        """The number with its sign and 4 significant digits.
+
+        >>> Signed(0.123456).text, Signed(-2.0).text
+        ('+0.1235', '-2')
+        """
+        return f"{self.value:+.4g}"
+
+    @property
+    def css(self) -> str:
+        """The class that colours it (empty for zero)."""
+        return "good" if self.value > 0 else "bad" if self.value < 0 else ""
+
+
+@dataclass(frozen=True)
+class Diff:
+    """A code diff folded under the names of the files it changes."""
+
+    files: str
+    text: str
+
+
+CellValue = str | int | float | Link | Signed | Diff | None
+
+
+@dataclass(frozen=True)
+class Table:
+    """Columns and rows of values; a value's type, never its column, decides how it is shown.
+
+    Raises:
+        ValueError: A row has another number of values than there are columns.
     """
-    return html_text(value)
+
+    columns: Sequence[str]
+    rows: Sequence[Sequence[CellValue]]
+
+    def __post_init__(self) -> None:
+        for row in self.rows:
+            if len(row) != len(self.columns):
+                raise ValueError(
+                    f"a row of {len(row)} cells in a table of {len(self.columns)} columns"
+                )
 
 
-def table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """An HTML table; an :class:`Html` value (markup built here) is kept, all else is escaped.
+@dataclass(frozen=True)
+class Figure:
+    """An embedded PNG (``data`` in base64) with a caption that names its file in ``figures/``."""
 
-    Trust goes with the value's type, not with its column, so text from a record can never reach
-    the page unescaped by sitting in a column that elsewhere holds markup.
+    data: str
+    alt: str
+    caption: str
+    file_name: str
+
+    @classmethod
+    def of(cls, png: bytes, alt: str, caption: str, file_name: str) -> Figure:
+        """The figure of ``png``'s bytes."""
+        return cls(base64.b64encode(png).decode("ascii"), alt, caption, file_name)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of a page: its anchor, its heading and the macro of ``sections.html.j2`` that
+    renders its body from ``args``."""
+
+    anchor: str
+    heading: str
+    macro: str
+    args: Mapping[str, Any]
+
+
+def shown(value: Any) -> Any:
+    """What a template prints for ``value``, before the engine escapes it (Jinja2's ``finalize``).
+
+    None shows as an em dash, floats with 4 significant digits, control characters other than
+    newline and tab are written out. What a macro or an included template rendered is markup the
+    engine already escaped, and passes as it is.
+
+    >>> shown(None), shown(0.123456), shown(3), shown("a\\x1b[0m")
+    ('—', '0.1235', '3', 'a\\\\x1b[0m')
     """
-    head = "".join(f"<th>{esc(c)}</th>" for c in columns)
-    body = []
-    for row in rows:
-        cells = []
-        for value in row:
-            css = ' class="num"' if isinstance(value, int | float) and not isinstance(value, bool) else ""
-            cells.append(f"<td{css}>{esc(value)}</td>")
-        if len(cells) != len(columns):
-            raise ValueError(f"a row of {len(cells)} cells in a table of {len(columns)} columns")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    if hasattr(value, "__html__"):
+        return value
+    return visible_controls(plain(value), keep="\n\t")
 
 
-def figure(png: bytes, alt: str, caption: str, file_name: str) -> str:
-    """An embedded PNG (base64) with a caption that names its file under ``report/figures/``."""
-    data = base64.b64encode(png).decode("ascii")
-    return (
-        f'<figure><img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
-        f"<figcaption>{esc(caption)} (<code>figures/{esc(file_name)}</code>)</figcaption></figure>"
+def _is_numeric(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The templates' environment: escaping on, an unknown name an error, our value tests."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("autorl.report", "templates"),
+        # default=True: a template added under another extension is escaped as well.
+        autoescape=jinja2.select_autoescape(("html.j2",), default_for_string=True, default=True),
+        # A misspelt name fails the build instead of rendering as an empty string.
+        undefined=jinja2.StrictUndefined,
+        finalize=shown,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
-
-
-def page(title: str, sections: list[tuple[str, str, str]]) -> str:
-    """The whole page: a title, a table of contents and ``(anchor, heading, html)`` sections."""
-    toc = "".join(f'<li><a href="#{a}">{esc(h)}</a></li>' for a, h, _ in sections)
-    body = "".join(f'<section id="{a}"><h2>{esc(h)}</h2>{content}</section>' for a, h, content in sections)
-    return (
-        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-        # No network and no scripts: the page must render the same from any copy of the folder.
-        f"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; img-src data:; style-src 'unsafe-inline'\">"
-        f'<link rel="icon" href="data:,"><title>{esc(title)}</title><style>{_CSS}</style></head>'
-        f"<body><h1>{esc(title)}</h1><nav><ol>{toc}</ol></nav>{body}</body></html>"
+    env.tests.update(
+        numeric=_is_numeric,
+        link=lambda v: isinstance(v, Link),
+        signed=lambda v: isinstance(v, Signed),
+        diff=lambda v: isinstance(v, Diff),
     )
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    """``templates/<template>`` rendered with ``context``.
+
+    Raises:
+        jinja2.UndefinedError: The template uses a name ``context`` lacks.
+    """
+    return environment().get_template(template).render(**context)
+
+
+def page(title: str, sections: Sequence[Section]) -> str:
+    """The sweep report's whole page: a title, a table of contents and the sections."""
+    return render("report.html.j2", title=title, sections=sections)

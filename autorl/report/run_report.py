@@ -1,4 +1,5 @@
-"""The structured run report of one cell (SPEC §8): one entry per submission.
+"""The structured run report of one cell (docs/design.md#records-and-the-report): one entry per
+submission.
 
 Each entry has the score, the training method detected from the code revision it was submitted
 with (SFT / GRPO / PPO / DPO / copy / unknown), the key hyperparameters found in that code, the
@@ -29,7 +30,8 @@ def _iso(t: float | None) -> str | None:
 
 
 def _stored_code(revisions: list[CodeRevision], revision: str) -> dict[str, str]:
-    """Without the git repository: the lines every stored diff up to ``revision`` added, per file."""
+    """Without the git repository: the lines every stored diff up to ``revision`` added, per
+    file."""
     files: dict[str, str] = {}
     for rev in revisions:
         for path, text in added_text(rev.diff).items():
@@ -57,8 +59,10 @@ def _detect_method(
     grouped: dict[tuple[str, str], list[str]] = {}
     for e in facts.evidence:
         grouped.setdefault((e.path, e.method), []).append(e.text)
-    evidence = [f"{path} shows {m}: {', '.join(texts[:3])}{' …' if len(texts) > 3 else ''}"
-                for (path, m), texts in grouped.items()]
+    evidence = [
+        f"{path} shows {m}: {', '.join(texts[:3])}{' …' if len(texts) > 3 else ''}"
+        for (path, m), texts in grouped.items()
+    ]
     from_model = trainer_class_in_model(model)
     if len(candidates) == 1:
         if from_model and from_model != candidates[0]:
@@ -67,15 +71,28 @@ def _detect_method(
     if len(candidates) > 1:
         changed = [m for m in scan_files(added_text(diff)).methods if m in candidates]
         if len(changed) == 1:
-            return changed[0], candidates, [f"only {changed[0]} code changed since the previous submission", *evidence]
+            return (
+                changed[0],
+                candidates,
+                [f"only {changed[0]} code changed since the previous submission", *evidence],
+            )
     if from_model:
-        return from_model, candidates, [f"{sub.model_path}/training_args.bin holds {from_model}Config", *evidence]
+        return (
+            from_model,
+            candidates,
+            [f"{sub.model_path}/training_args.bin holds {from_model}Config", *evidence],
+        )
     return "unknown", candidates, evidence or ["no training method found in the code"]
 
 
 def _entry(
-    src: CellSources, index: int, sub: SubmissionRecord, previous: SubmissionRecord | None,
-    running: list[float | None], segment: str, times: RunTimes,
+    src: CellSources,
+    index: int,
+    sub: SubmissionRecord,
+    previous: SubmissionRecord | None,
+    running: list[float | None],
+    segment: str,
+    times: RunTimes,
 ) -> tuple[dict[str, Any], Failure | None]:
     running_best = running[index]
     before = running[index - 1] if index else None
@@ -102,12 +119,18 @@ def _entry(
         "model_path": sub.model_path,
         "status": sub.status,
         "score": score,
-        "improvement": round(score - baseline, 6) if score is not None and baseline is not None else None,
+        "improvement": round(score - baseline, 6)
+        if score is not None and baseline is not None
+        else None,
         "best_so_far": running_best,
         "new_best": new_best,
         "submitted_at": _iso(sub.submitted_at),
-        "t_since_start_s": round(sub.submitted_at - times.start_time, 3) if times.start_time else None,
-        "scoring_s": round(sub.finished_at - sub.started_at, 3) if sub.finished_at and sub.started_at else None,
+        "t_since_start_s": round(sub.submitted_at - times.start_time, 3)
+        if times.start_time
+        else None,
+        "scoring_s": round(sub.finished_at - sub.started_at, 3)
+        if sub.finished_at and sub.started_at
+        else None,
         "queue_wait_s": sub.queue_wait_s,
         "error": sub.error,
         "flags": sub.flags.split(",") if sub.flags else [],
@@ -141,30 +164,66 @@ def build_run_report(src: CellSources) -> tuple[dict[str, Any], dict[str, Any]]:
     running = best_so_far(src.submissions, allows_substitution(src.cell))
     entries, failures = [], []
     for i, sub in enumerate(src.submissions):
-        entry, failure = _entry(src, i, sub, src.submissions[i - 1] if i else None, running, segments[i], times)
+        entry, failure = _entry(
+            src, i, sub, src.submissions[i - 1] if i else None, running, segments[i], times
+        )
         entries.append(entry)
         failures.append(failure)
     cell_failure = classify_cell(
-        submissions=len(src.submissions), valid=metrics["valid_submissions"], improvement=metrics["improvement"],
-        exit_class=src.cell.exit_class, exit_code=src.cell.exit_code, log=src.agent_log, entry_failures=failures,
+        submissions=len(src.submissions),
+        valid=metrics["valid_submissions"],
+        improvement=metrics["improvement"],
+        exit_class=src.cell.exit_class,
+        exit_code=src.cell.exit_code,
+        log=src.agent_log,
+        entry_failures=failures,
     )
     c = src.cell
     report = {
         "report_version": REPORT_VERSION,
-        "sweep_id": c.sweep_id, "cell_id": c.cell_id, "agent": c.agent, "driver": c.driver, "task": c.task,
-        "task_version": c.task_version, "model": c.model, "seed": c.seed, "mode": src.mode, "status": c.status,
-        "task_source": c.task_source, "budget_s": c.budget_s, "exit_class": c.exit_class, "exit_code": c.exit_code,
-        "limit_hit": c.limit_hit, "sandbox": c.sandbox, "resumes": c.resumes,
+        "sweep_id": c.sweep_id,
+        "cell_id": c.cell_id,
+        "agent": c.agent,
+        "driver": c.driver,
+        "task": c.task,
+        "task_version": c.task_version,
+        "model": c.model,
+        "seed": c.seed,
+        "mode": src.mode,
+        "status": c.status,
+        "task_source": c.task_source,
+        "budget_s": c.budget_s,
+        "exit_class": c.exit_class,
+        "exit_code": c.exit_code,
+        "limit_hit": c.limit_hit,
+        "sandbox": c.sandbox,
+        "resumes": c.resumes,
         "integrity": integrity_facts(c, src.submissions),
-        "baseline": c.baseline, "best_score": metrics["best_score"], "improvement": metrics["improvement"],
+        "baseline": c.baseline,
+        "best_score": metrics["best_score"],
+        "improvement": metrics["improvement"],
         "methods_used": list(dict.fromkeys(e["method"] for e in entries)),
         "failure_type": cell_failure.type if cell_failure else None,
         "failure_evidence": list(cell_failure.evidence) if cell_failure else [],
-        "metrics": {k: metrics[k] for k in (
-            "valid_submission_rate", "first_valid_idx", "time_to_first_improvement", "time_to_best", "monotonic_ratio",
-            "copy_model_count", "time_used_ratio", "last_submit_gap", "tokens", "cost_usd")},
-        "notes": list(src.notes) + ([] if src.repo.is_dir() else ["no code_history.git: code read from stored diffs"]),
-        # Every attempt of the cell; the entries above are the final attempt's (the one that counts).
+        "metrics": {
+            k: metrics[k]
+            for k in (
+                "valid_submission_rate",
+                "first_valid_idx",
+                "time_to_first_improvement",
+                "time_to_best",
+                "monotonic_ratio",
+                "copy_model_count",
+                "time_used_ratio",
+                "last_submit_gap",
+                "tokens",
+                "cost_usd",
+            )
+        },
+        "notes": list(src.notes)
+        + ([] if src.repo.is_dir() else ["no code_history.git: code read from stored diffs"]),
+        # Every attempt of the cell; the entries above are the final attempt's (the one that
+        # counts).
         "attempts": src.attempts,
         "entries": entries,
     }
@@ -172,19 +231,27 @@ def build_run_report(src: CellSources) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def integrity_facts(cell: CellRecord, subs: list[SubmissionRecord]) -> dict[str, Any]:
-    """What the integrity checks found for one cell: the section of its run report and of the sweep report.
+    """What the integrity checks found for one cell: the section of its run report and of the
+    sweep report.
 
     ``flags`` joins the cell's own flags (contamination, judge findings) and every submission flag
     (``model_mismatch`` of submission 2 is ``model_mismatch@2``); ``judge`` is the verdict with its
     evidence and what was sent to the judge's driver, or None when the judge was off.
     """
     details = json.loads(cell.integrity_json or "{}")
-    submission_flags = [f"{flag}@{s.submission_id}" for s in subs for flag in (s.flags or "").split(",") if flag]
+    submission_flags = [
+        f"{flag}@{s.submission_id}" for s in subs for flag in (s.flags or "").split(",") if flag
+    ]
     return {
         "checked": bool(details),
         "allow_substitution": allows_substitution(cell),
-        "flags": [*(cell.integrity_flags.split(",") if cell.integrity_flags else []), *submission_flags],
-        "weight_distances": {s.submission_id: s.weight_distance for s in subs if s.weight_distance is not None},
+        "flags": [
+            *(cell.integrity_flags.split(",") if cell.integrity_flags else []),
+            *submission_flags,
+        ],
+        "weight_distances": {
+            s.submission_id: s.weight_distance for s in subs if s.weight_distance is not None
+        },
         "contamination": details.get("contamination"),
         "judge": details.get("judge"),
     }
@@ -240,14 +307,19 @@ def _entry_lines(e: dict[str, Any]) -> list[str]:
     if e["error"]:
         lines.append(f"- error: {_md(e['error'])}")
     if e.get("flags") or e.get("weight_distance") is not None:
-        lines.append(f"- integrity: flags {_md_join(e.get('flags') or [], empty='none')}; "
-                     f"weight distance to the base {_md(e.get('weight_distance'))}")
+        lines.append(
+            f"- integrity: flags {_md_join(e.get('flags') or [], empty='none')}; "
+            f"weight distance to the base {_md(e.get('weight_distance'))}"
+        )
     if e["code_unchanged"]:
         lines.append("- code unchanged since the previous submission")
     elif e["diff"]:
         truncated = " (truncated)" if e["diff_truncated"] else ""
-        lines += [f"- code diff ({_md_join(e['diff_files'])}){truncated}:", "",
-                  *md_code_block(e["diff"][:6000].rstrip(), "diff")]
+        lines += [
+            f"- code diff ({_md_join(e['diff_files'])}){truncated}:",
+            "",
+            *md_code_block(e["diff"][:6000].rstrip(), "diff"),
+        ]
     return lines
 
 
@@ -284,11 +356,19 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append(f"\n> note: {_md(note)}")
     attempts = r.get("attempts") or []
     if len(attempts) > 1:
-        lines += ["", "## Attempts (only the final one counts)", "",
-                  "| attempt | status | error | submissions | best |", "|---|---|---|---|---|"]
-        lines += [f"| {_md(a['attempt'])}{' (final)' if a['final'] else ''} | {_md(a['status'])} | "
-                  f"{_md(a['error'])} | {_md(a['valid_submissions'])}/{_md(a['submissions'])} | "
-                  f"{_md(a['best_score'])} |" for a in attempts]
+        lines += [
+            "",
+            "## Attempts (only the final one counts)",
+            "",
+            "| attempt | status | error | submissions | best |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {_md(a['attempt'])}{' (final)' if a['final'] else ''} | {_md(a['status'])} | "
+            f"{_md(a['error'])} | {_md(a['valid_submissions'])}/{_md(a['submissions'])} | "
+            f"{_md(a['best_score'])} |"
+            for a in attempts
+        ]
     for e in r["entries"]:
         lines += _entry_lines(e)
     return "\n".join(lines) + "\n"

@@ -24,7 +24,19 @@ from autorl.records.types import CellRecord, CodeRevision, SubmissionRecord
 from autorl.workspace.run_meta import RECORD_NAME
 
 logger = logging.getLogger(__name__)
-_TEXT_SUFFIXES = (".py", ".json", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".ini", ".txt", ".md", ".jsonl")
+_TEXT_SUFFIXES = (
+    ".py",
+    ".json",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".sh",
+    ".cfg",
+    ".ini",
+    ".txt",
+    ".md",
+    ".jsonl",
+)
 _MAX_FILE_BYTES = 256_000
 _GIT_TIMEOUT_S = 30
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -49,7 +61,7 @@ class CellSources:
         notes: What the report could not read for this cell.
         calls: ``(started_at, tokens in + out)`` per driver call the gateway recorded.
         attempts: Every attempt of the cell (:func:`attempt_rows`); submissions, revisions and
-            calls above are the final attempt's, the only one that counts (SPEC §2).
+            calls above are the final attempt's, the only one that counts (docs/design.md#commands).
     """
 
     cell: CellRecord
@@ -84,7 +96,9 @@ def open_store(sweep_dir: Path) -> RecordStore:
     """
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
-        raise ReportError(f"{sweep_dir} is not a folder; pass a sweep folder such as outputs/default")
+        raise ReportError(
+            f"{sweep_dir} is not a folder; pass a sweep folder such as outputs/default"
+        )
     db = sweep_dir / "records.sqlite"
     if not db.is_file():
         found = sorted(p.parent.name for p in sweep_dir.glob("*/records.sqlite"))
@@ -124,12 +138,20 @@ def load_cells(sweep_dir: Path, store: RecordStore) -> list[CellSources]:
             config = json.loads(cell.config_json)
         except ValueError:
             config = {}
-        out.append(CellSources(
-            cell, store.list_submissions(cell.cell_id), store.list_code_revisions(cell.cell_id), config,
-            cell_dir, meta if isinstance(meta, dict) else None,
-            _read_text(cell_dir / "agent.log", limit=4_000_000), notes, _driver_calls(store, cell.cell_id),
-            attempt_rows(store, cell),
-        ))
+        out.append(
+            CellSources(
+                cell,
+                store.list_submissions(cell.cell_id),
+                store.list_code_revisions(cell.cell_id),
+                config,
+                cell_dir,
+                meta if isinstance(meta, dict) else None,
+                _read_text(cell_dir / "agent.log", limit=4_000_000),
+                notes,
+                _driver_calls(store, cell.cell_id),
+                attempt_rows(store, cell),
+            )
+        )
     return out
 
 
@@ -138,25 +160,49 @@ def attempt_rows(store: RecordStore, cell: CellRecord) -> list[dict[str, Any]]:
 
     Each row: ``attempt``, ``status`` (an earlier attempt that never ended says ``interrupted``),
     ``error``, ``node_id``, ``started_at``, ``finished_at``, ``submissions``, ``valid_submissions``,
-    ``best_score`` (its best by SPEC §2's rule, on the feedback split), ``tokens`` and ``final``
-    (True for the attempt that counts). A store from before attempts were kept has one row, from
-    the cell's own fields.
+    ``best_score`` (its best by the rule of docs/design.md#commands, on the feedback split),
+    ``tokens`` and ``final`` (True for the attempt that counts). A store from before attempts were
+    kept has one row, from the cell's own fields.
     """
     final = max(cell.attempts, 1)
     stored = {a.attempt: a for a in store.list_attempts(cell.cell_id)}
     if not stored:
-        return [_attempt_row(store, cell, final, cell.status, cell.error, None, cell.started_at, cell.finished_at, final)]
+        return [
+            _attempt_row(
+                store,
+                cell,
+                final,
+                cell.status,
+                cell.error,
+                None,
+                cell.started_at,
+                cell.finished_at,
+                final,
+            )
+        ]
     rows = []
     for number, a in sorted(stored.items()):
-        # The final attempt's status is the cell's (the scheduler may still be retrying an older one).
+        # The final attempt's status is the cell's (the scheduler may still be retrying an older
+        # one).
         status = cell.status if number == final else a.status
-        rows.append(_attempt_row(store, cell, number, status, a.error, a.node_id, a.started_at, a.finished_at, final))
+        rows.append(
+            _attempt_row(
+                store, cell, number, status, a.error, a.node_id, a.started_at, a.finished_at, final
+            )
+        )
     return rows
 
 
 def _attempt_row(
-    store: RecordStore, cell: CellRecord, number: int, status: str, error: str | None, node_id: str | None,
-    started_at: float | None, finished_at: float | None, final: int,
+    store: RecordStore,
+    cell: CellRecord,
+    number: int,
+    status: str,
+    error: str | None,
+    node_id: str | None,
+    started_at: float | None,
+    finished_at: float | None,
+    final: int,
 ) -> dict[str, Any]:
     # A store older than version 6 has no attempt column: there the number is ignored (one attempt).
     subs = store.list_submissions(cell.cell_id, number)
@@ -165,15 +211,23 @@ def _attempt_row(
     )
     usage = store.driver_usage(cell.cell_id, number)
     return {
-        "attempt": number, "status": status, "error": error, "node_id": node_id, "started_at": started_at,
-        "finished_at": finished_at, "submissions": summary["submissions"],
-        "valid_submissions": summary["valid_submissions"], "best_score": summary["best_score"],
-        "tokens": usage["tokens_in"] + usage["tokens_out"], "final": number == final,
+        "attempt": number,
+        "status": status,
+        "error": error,
+        "node_id": node_id,
+        "started_at": started_at,
+        "finished_at": finished_at,
+        "submissions": summary["submissions"],
+        "valid_submissions": summary["valid_submissions"],
+        "best_score": summary["best_score"],
+        "tokens": usage["tokens_in"] + usage["tokens_out"],
+        "final": number == final,
     }
 
 
 def grader_stats(store: RecordStore) -> list[dict[str, Any]]:
-    """The grader pool's busy fractions per sweep run and grader (none from stores before version 6).
+    """The grader pool's busy fractions per sweep run and grader (none from stores before
+    version 6).
 
     Each row: ``sweep_id``, ``run``, ``grader``, ``requests``, ``busy_s``, ``queue_nonempty_s``,
     ``busy_fraction``, ``replaced``.
@@ -185,11 +239,18 @@ def grader_stats(store: RecordStore) -> list[dict[str, Any]]:
         except ValueError:
             continue
         for g in value.get("graders", []):
-            rows.append({
-                "sweep_id": stat.sweep_id, "run": stat.run, "grader": g.get("grader"), "requests": g.get("requests"),
-                "busy_s": g.get("busy_s"), "queue_nonempty_s": value.get("queue_nonempty_s"),
-                "busy_fraction": g.get("busy_fraction"), "replaced": g.get("replaced", 0),
-            })
+            rows.append(
+                {
+                    "sweep_id": stat.sweep_id,
+                    "run": stat.run,
+                    "grader": g.get("grader"),
+                    "requests": g.get("requests"),
+                    "busy_s": g.get("busy_s"),
+                    "queue_nonempty_s": value.get("queue_nonempty_s"),
+                    "busy_fraction": g.get("busy_fraction"),
+                    "replaced": g.get("replaced", 0),
+                }
+            )
     return rows
 
 
@@ -203,7 +264,11 @@ def _driver_calls(store: RecordStore, cell_id: str) -> list[tuple[float, int]]:
 
 def _git(repo: Path, *args: str) -> str:
     result = subprocess.run(
-        ["git", f"--git-dir={repo}", *args], capture_output=True, text=True, timeout=_GIT_TIMEOUT_S, check=True,
+        ["git", f"--git-dir={repo}", *args],
+        capture_output=True,
+        text=True,
+        timeout=_GIT_TIMEOUT_S,
+        check=True,
         errors="replace",
     )
     return result.stdout
@@ -226,18 +291,28 @@ def revision_files(repo: Path, revision: str) -> dict[str, str] | None:
             meta, _, name = line.partition("\t")
             _mode, kind, blob, size = meta.split()
             files[name] = ""
-            if kind == "blob" and name.endswith(_TEXT_SUFFIXES) and size.isdigit() and int(size) <= _MAX_FILE_BYTES:
+            if (
+                kind == "blob"
+                and name.endswith(_TEXT_SUFFIXES)
+                and size.isdigit()
+                and int(size) <= _MAX_FILE_BYTES
+            ):
                 wanted.append((name, blob))
         if wanted:
             batch = subprocess.run(
-                ["git", f"--git-dir={repo}", "cat-file", "--batch"], input="".join(f"{b}\n" for _, b in wanted).encode(),
-                capture_output=True, timeout=_GIT_TIMEOUT_S, check=True,
+                ["git", f"--git-dir={repo}", "cat-file", "--batch"],
+                input="".join(f"{b}\n" for _, b in wanted).encode(),
+                capture_output=True,
+                timeout=_GIT_TIMEOUT_S,
+                check=True,
             ).stdout
             pos = 0
             for name, _ in wanted:
                 header_end = batch.index(b"\n", pos)
                 length = int(batch[pos:header_end].split()[2])
-                files[name] = batch[header_end + 1 : header_end + 1 + length].decode("utf-8", errors="replace")
+                files[name] = batch[header_end + 1 : header_end + 1 + length].decode(
+                    "utf-8", errors="replace"
+                )
                 pos = header_end + 1 + length + 1  # the content is followed by a newline
         return files
     except (subprocess.SubprocessError, OSError, ValueError, IndexError) as error:
@@ -291,9 +366,14 @@ def _run_meta(cell_dir: Path, sweep_dir: Path) -> tuple[dict[str, Any] | None, l
     except FileNotFoundError:
         return None, [f"no {record.relative_to(sweep_dir)}: budget metrics are unknown"]
     if not S_ISREG(info.st_mode) or info.st_size > 64 << 10:
-        return None, [f"{path.relative_to(sweep_dir)} is not a small regular file: budget metrics are unknown"]
+        return None, [
+            f"{path.relative_to(sweep_dir)} is not a small regular file: budget metrics are unknown"
+        ]
     if path == legacy:
-        notes.append(f"budget metrics from {legacy.relative_to(sweep_dir)} (a sweep from before the cell's own copy)")
+        notes.append(
+            f"budget metrics from {legacy.relative_to(sweep_dir)} "
+            "(a sweep from before the cell's own copy)"
+        )
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:

@@ -36,7 +36,8 @@ class Estimate:
         return cls(mean, se, len(values))
 
     def text(self, seeds: int | None = None) -> str:
-        """``mean ± se`` (``-`` for no value), with ``(n=…)`` when fewer than ``seeds`` values went in.
+        """``mean ± se`` (``-`` for no value), with ``(n=…)`` when fewer than ``seeds`` values went
+        in.
 
         >>> Estimate.of([1.0, 2.0, 3.0]).text(), Estimate.of([4.0]).text(3), Estimate.of([]).text()
         ('2.00 ± 0.58', '4.00 (n=1)', '-')
@@ -72,13 +73,15 @@ class StageRow:
 
     @property
     def clears_two_se(self) -> bool | None:
-        """Whether the mean improvement exceeds two standard errors (None for fewer than two seeds)."""
+        """Whether the mean improvement exceeds two standard errors (None for fewer than two
+        seeds)."""
         mean, se = self.improvement.mean, self.improvement.se
         return None if mean is None or se is None else mean > 2 * se
 
 
 def stage_columns(rows: list[StageRow]) -> list[str]:
-    """The table's columns: configuration, seeds, baseline, each model path submitted, improvement, verdict."""
+    """The table's columns: configuration, seeds, baseline, each model path submitted,
+    improvement, verdict."""
     paths = dict.fromkeys(path for row in rows for path in row.stages)
     return ["configuration", "seeds", "baseline", *paths, "improvement", "> 2 s.e."]
 
@@ -87,12 +90,19 @@ def stage_cells(row: StageRow, columns: list[str]) -> list[str]:
     """One row's texts for :func:`stage_columns` (``-`` where it has no value)."""
     verdict = {True: "yes", False: "no", None: "-"}[row.clears_two_se]
     paths = columns[3:-2]
-    return [row.label, ",".join(map(str, row.seeds)), row.baseline.text(),
-            *(row.stages[p].text(len(row.seeds)) if p in row.stages else "-" for p in paths), row.improvement.text(), verdict]
+    return [
+        row.label,
+        ",".join(map(str, row.seeds)),
+        row.baseline.text(),
+        *(row.stages[p].text(len(row.seeds)) if p in row.stages else "-" for p in paths),
+        row.improvement.text(),
+        verdict,
+    ]
 
 
 def submission_test_score(cell: CellRecord, submission: SubmissionRecord) -> float | None:
-    """A submission's test-split score, None when it has none (not valid, or dev feedback not yet tested)."""
+    """A submission's test-split score, None when it has none (not valid, or dev feedback not yet
+    tested)."""
     if submission.status not in VALID_SUBMISSION_STATUSES:
         return None
     if submission.test_score is not None:
@@ -100,8 +110,11 @@ def submission_test_score(cell: CellRecord, submission: SubmissionRecord) -> flo
     return submission.score if cell.feedback in (None, "test") else None
 
 
-def stage_statistics(cells: list[CellRecord], submissions: dict[str, list[SubmissionRecord]]) -> list[StageRow]:
-    """The stage rows of the completed ``cells`` (``submissions``: each cell's, by cell id), by configuration."""
+def stage_statistics(
+    cells: list[CellRecord], submissions: dict[str, list[SubmissionRecord]]
+) -> list[StageRow]:
+    """The stage rows of the completed ``cells`` (``submissions``: each cell's, by cell id), by
+    configuration."""
     groups: dict[tuple[str, ...], list[CellRecord]] = {}
     for cell in cells:
         if cell.status == "completed":
@@ -114,15 +127,20 @@ def stage_statistics(cells: list[CellRecord], submissions: dict[str, list[Submis
             for submission in submissions.get(cell.cell_id, []):
                 score = submission_test_score(cell, submission)
                 if score is not None:
-                    seen[submission.model_path] = score  # a path submitted twice counts with its last score
+                    seen[submission.model_path] = (
+                        score  # a path submitted twice counts with its last score
+                    )
             for path, score in seen.items():
                 per_stage.setdefault(path, []).append(score)
-        rows.append(StageRow(
-            dict(zip(STAGE_KEYS, key, strict=True)), sorted(c.seed for c in members),
-            Estimate.of([c.baseline for c in members if c.baseline is not None]),
-            {path: Estimate.of(values) for path, values in per_stage.items()},
-            Estimate.of([c.improvement if c.improvement is not None else 0.0 for c in members]),
-        ))
+        rows.append(
+            StageRow(
+                dict(zip(STAGE_KEYS, key, strict=True)),
+                sorted(c.seed for c in members),
+                Estimate.of([c.baseline for c in members if c.baseline is not None]),
+                {path: Estimate.of(values) for path, values in per_stage.items()},
+                Estimate.of([c.improvement if c.improvement is not None else 0.0 for c in members]),
+            )
+        )
     return rows
 
 
@@ -133,7 +151,8 @@ def _console_text(text: str) -> str:
 
 
 def stages_table(title: str, rows: list[StageRow]) -> Table:
-    """The rows as a rich table: baseline, each stage, improvement (mean ± s.e.) and the 2-s.e. verdict."""
+    """The rows as a rich table: baseline, each stage, improvement (mean ± s.e.) and the 2-s.e.
+    verdict."""
     columns = stage_columns(rows)
     table = Table(title=title, title_justify="left")
     for column in columns:
@@ -150,6 +169,8 @@ def load_stage_rows(sweep_dir: Path) -> list[StageRow]:
     store = open_store(sweep_dir)
     try:
         cells = store.list_cells()
-        return stage_statistics(cells, {c.cell_id: store.list_submissions(c.cell_id) for c in cells})
+        return stage_statistics(
+            cells, {c.cell_id: store.list_submissions(c.cell_id) for c in cells}
+        )
     finally:
         store.close()

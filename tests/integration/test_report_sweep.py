@@ -1,4 +1,5 @@
-"""One real sweep (tasks × 2 seeds, W&B offline) through the CLI; its report is checked in headless Chromium.
+"""One real sweep (tasks × 2 seeds, W&B offline) through the CLI; its report is checked in
+headless Chromium.
 
 The sweep runs once per module; every assertion about the report, the per-cell files and the
 W&B run files is made against it. Chromium (Debian's ``/usr/bin/chromium``) is driven through its
@@ -33,17 +34,31 @@ from tests.integration.test_wandb_tracker import read_runs
 
 pytestmark = pytest.mark.integration
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 # Two cheap tasks when available (the brief's 2 tasks × 2 seeds); whatever exists of them otherwise.
-TASKS = [t for t in ("gsm8k", "humaneval") if t in option_names("task") and "recipe" in discover_tasks()[t].entry_points]
+TASKS = [
+    t
+    for t in ("gsm8k", "humaneval")
+    if t in option_names("task") and "recipe" in discover_tasks()[t].entry_points
+]
 FIGURE_SECTIONS = ("seeds", "heatmaps", "pass-at-k", "scaling", "trajectories")
 PAGE_FACTS = """JSON.stringify({
-  images: [...document.images].map(i => ({alt: i.alt, width: i.naturalWidth, complete: i.complete,
-                                          section: i.closest('section') ? i.closest('section').id : null})),
+  images: [...document.images].map(i => ({
+    alt: i.alt, width: i.naturalWidth, complete: i.complete,
+    section: i.closest('section') ? i.closest('section').id : null})),
   svgs: document.querySelectorAll('svg').length,
   sections: [...document.querySelectorAll('section')].map(s => s.id),
-  results: [...document.querySelectorAll('#results tbody tr')].map(r => [...r.cells].map(c => c.innerText.trim())),
+  results: [...document.querySelectorAll('#results tbody tr')]
+    .map(r => [...r.cells].map(c => c.innerText.trim())),
   resultColumns: [...document.querySelectorAll('#results thead th')].map(c => c.innerText.trim()),
 })"""
 
@@ -56,6 +71,7 @@ async def _devtools(ws_url: str, url: str, expression: str, timeout: float) -> d
     loaded = asyncio.Event()
     pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
     async with aiohttp.ClientSession() as session, session.ws_connect(ws_url, max_msg_size=0) as ws:
+
         async def read() -> None:
             async for message in ws:
                 data = json.loads(message.data)
@@ -66,8 +82,13 @@ async def _devtools(ws_url: str, url: str, expression: str, timeout: float) -> d
                     loaded.set()
                 elif method == "Runtime.exceptionThrown":
                     errors.append(f"exception: {json.dumps(params['exceptionDetails'])[:400]}")
-                elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-                    errors.append(f"console.{params['type']}: {json.dumps(params.get('args'))[:400]}")
+                elif method == "Runtime.consoleAPICalled" and params.get("type") in (
+                    "error",
+                    "assert",
+                ):
+                    errors.append(
+                        f"console.{params['type']}: {json.dumps(params.get('args'))[:400]}"
+                    )
                 elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
                     errors.append(f"log: {params['entry'].get('text', '')[:400]}")
 
@@ -87,28 +108,48 @@ async def _devtools(ws_url: str, url: str, expression: str, timeout: float) -> d
         await call("Page.navigate", url=url)
         await asyncio.wait_for(loaded.wait(), timeout)
         await asyncio.sleep(0.5)  # let late console messages arrive
-        value = (await call("Runtime.evaluate", expression=expression, returnByValue=True))["result"]["value"]
+        value = (await call("Runtime.evaluate", expression=expression, returnByValue=True))[
+            "result"
+        ]["value"]
         reader.cancel()
     return {"facts": json.loads(value), "errors": errors}
 
 
-def open_in_chromium(page: Path, expression: str = PAGE_FACTS, timeout: float = 120) -> dict[str, Any]:
-    """Load ``page`` in a fresh headless Chromium; return the expression's value and every page error."""
+def open_in_chromium(
+    page: Path, expression: str = PAGE_FACTS, timeout: float = 120
+) -> dict[str, Any]:
+    """Load ``page`` in a fresh headless Chromium; return the expression's value and every page
+    error."""
     assert CHROMIUM.exists(), "Debian's chromium is needed: make test installs it"
     profile = Path(tempfile.mkdtemp(prefix="ar-chromium-"))
-    browser = subprocess.Popen([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
-                                "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    browser = subprocess.Popen(
+        [
+            str(CHROMIUM),
+            *CHROMIUM_FLAGS,
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         port_file = profile / "DevToolsActivePort"  # Chromium writes its chosen port here
         deadline = time.monotonic() + timeout
         while not (port_file.exists() and len(port_file.read_text().splitlines()) >= 2):
-            assert browser.poll() is None, f"chromium exited: {browser.stderr.read().decode()[-2000:]}"  # type: ignore[union-attr]
+            assert browser.poll() is None, (
+                f"chromium exited: {browser.stderr.read().decode()[-2000:]}"
+            )  # type: ignore[union-attr]
             assert time.monotonic() < deadline, "chromium did not open its DevTools port"
             time.sleep(0.1)
         port = int(port_file.read_text().splitlines()[0])
-        targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
+        targets = json.loads(
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read()
+        )
         target = next(t for t in targets if t["type"] == "page")
-        return asyncio.run(_devtools(target["webSocketDebuggerUrl"], page.resolve().as_uri(), expression, timeout))
+        return asyncio.run(
+            _devtools(target["webSocketDebuggerUrl"], page.resolve().as_uri(), expression, timeout)
+        )
     finally:
         browser.terminate()
         try:
@@ -120,20 +161,38 @@ def open_in_chromium(page: Path, expression: str = PAGE_FACTS, timeout: float = 
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
+def sweep(
+    tmp_path_factory: pytest.TempPathFactory, cache_dir: Path
+) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
     out_dir = tmp_path_factory.mktemp("report-sweep")
     ray_tmp = Path(tempfile.mkdtemp(prefix="ar-", dir="/tmp"))
     command = [
-        sys.executable, "-m", "autorl.sweep", f"task={','.join(TASKS)}", "seed=0,1",
-        "agent.sft.steps=10", "agent.sft.batch_size=8", "agent.grpo.steps=2", "agent.grpo.batch_size=8",
-        "agent.grpo.max_completion_length=16", "budget.seconds=400",
-        # Small fixture splits and short generations: this test is about the records, not the scores.
-        "task.build.fixture.train_size=200", "task.build.fixture.eval_size=20", "task.eval.fixture.max_new_tokens=24",
+        sys.executable,
+        "-m",
+        "autorl.sweep",
+        f"task={','.join(TASKS)}",
+        "seed=0,1",
+        "agent.sft.steps=10",
+        "agent.sft.batch_size=8",
+        "agent.grpo.steps=2",
+        "agent.grpo.batch_size=8",
+        "agent.grpo.max_completion_length=16",
+        "budget.seconds=400",
+        # Small fixture splits and short generations: this test is about the records, not the
+        # scores.
+        "task.build.fixture.train_size=200",
+        "task.build.fixture.eval_size=20",
+        "task.eval.fixture.max_new_tokens=24",
         f"out_dir={out_dir}",
-        # 2 cells at a time plus the grader: 3 logical CPUs, or the grader waits for a free CPU forever.
-        "cluster.include_dashboard=false", "cluster.num_cpus=3", f"cluster.temp_dir={ray_tmp}",
+        # 2 cells at a time plus the grader: 3 logical CPUs, or the grader waits for a free CPU
+        # forever.
+        "cluster.include_dashboard=false",
+        "cluster.num_cpus=3",
+        f"cluster.temp_dir={ray_tmp}",
         "scheduler.max_concurrent_cells=2",
-        "tracking.wandb.enabled=true", "tracking.wandb.mode=offline", "tracking.wandb.project=autorl-test",
+        "tracking.wandb.enabled=true",
+        "tracking.wandb.mode=offline",
+        "tracking.wandb.project=autorl-test",
     ]
     env = sweep_env(cache_dir) | {"WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     try:
@@ -161,8 +220,11 @@ def test_sweep_writes_metrics_and_run_reports_from_its_records(sweep: tuple[Path
         report = json.loads((cell_dir / "run_report.json").read_text())
         assert metrics["submissions"] == int(row["submissions"]) == len(report["entries"])
         assert metrics["valid_submissions"] == int(row["valid_submissions"])
-        assert metrics["valid_submission_rate"] == (int(row["valid_submissions"]) / int(row["submissions"])
-                                                    if int(row["submissions"]) else None)
+        assert metrics["valid_submission_rate"] == (
+            int(row["valid_submissions"]) / int(row["submissions"])
+            if int(row["submissions"])
+            else None
+        )
         assert (metrics["best_score"] is None) == (row["best_score"] == "")
         if row["best_score"]:
             assert metrics["best_score"] == pytest.approx(float(row["best_score"]), abs=1e-4)
@@ -172,11 +234,17 @@ def test_sweep_writes_metrics_and_run_reports_from_its_records(sweep: tuple[Path
             assert entry["method"] in ("SFT", "GRPO", "PPO", "DPO", "copy", "unknown")
             assert entry["code_revision"] and (entry["diff"] or entry["code_unchanged"])
         if row["task"] == "gsm8k":
-            # SFT → v1, GRPO → v2; the recipe's settings of this sweep are found in the code revision.
+            # SFT → v1, GRPO → v2; the recipe's settings of this sweep are found in the code
+            # revision.
             first, second = report["entries"]
             assert (first["method"], second["method"]) == ("SFT", "GRPO")
-            assert first["hyperparameters"]["steps"] == 10 and second["hyperparameters"]["steps"] == 2
-            assert second["hyperparameters"]["num_generations"] == 4 and "recipe.json" in first["diff_files"]
+            assert (
+                first["hyperparameters"]["steps"] == 10 and second["hyperparameters"]["steps"] == 2
+            )
+            assert (
+                second["hyperparameters"]["num_generations"] == 4
+                and "recipe.json" in first["diff_files"]
+            )
 
 
 def test_report_renders_every_figure_in_chromium_without_errors(sweep: tuple[Path, Any]) -> None:
@@ -187,10 +255,15 @@ def test_report_renders_every_figure_in_chromium_without_errors(sweep: tuple[Pat
     seen = open_in_chromium(index)
     facts = seen["facts"]
     assert seen["errors"] == []
-    assert facts["images"] and all(i["complete"] and i["width"] > 0 for i in facts["images"]), facts["images"]
+    assert facts["images"] and all(i["complete"] and i["width"] > 0 for i in facts["images"]), (
+        facts["images"]
+    )
     for section in FIGURE_SECTIONS:
-        assert any(i["section"] == section for i in facts["images"]), f"section {section} has no figure"
-    # Figures on the page are the files under report/figures/ (written together, from the same data).
+        assert any(i["section"] == section for i in facts["images"]), (
+            f"section {section} has no figure"
+        )
+    # Figures on the page are the files under report/figures/ (written together, from the same
+    # data).
     files = sorted((sweep_dir / "report" / "figures").glob("*.png"))
     embedded = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
     assert len(files) == len(embedded) == len(facts["images"]) == 8
@@ -201,21 +274,38 @@ def test_report_renders_every_figure_in_chromium_without_errors(sweep: tuple[Pat
     for row in _results(sweep_dir):
         cells = shown[row["cell_id"]]
         assert cells[columns.index("status")] == row["status"]
-        assert cells[columns.index("valid/subs")] == f"{row['valid_submissions']}/{row['submissions']}"
+        assert (
+            cells[columns.index("valid/subs")] == f"{row['valid_submissions']}/{row['submissions']}"
+        )
         if row["improvement"]:
-            assert float(cells[columns.index("improvement")]) == pytest.approx(float(row["improvement"]), abs=1e-3)
+            assert float(cells[columns.index("improvement")]) == pytest.approx(
+                float(row["improvement"]), abs=1e-3
+            )
 
 
-def test_report_cli_rebuilds_from_the_sweep_folder_alone(sweep: tuple[Path, Any], tmp_path: Path) -> None:
+def test_report_cli_rebuilds_from_the_sweep_folder_alone(
+    sweep: tuple[Path, Any], tmp_path: Path
+) -> None:
     sweep_dir, _ = sweep
-    copy = shutil.copytree(sweep_dir, tmp_path / "moved", ignore=shutil.ignore_patterns("report", "wandb"))
-    done = subprocess.run([sys.executable, "-m", "autorl.report", str(copy)], capture_output=True, text=True, timeout=300)
+    copy = shutil.copytree(
+        sweep_dir, tmp_path / "moved", ignore=shutil.ignore_patterns("report", "wandb")
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "autorl.report", str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
-    assert (copy / "report" / "index.html").is_file() and len(list((copy / "report" / "figures").glob("*.png"))) == 8
+    assert (copy / "report" / "index.html").is_file() and len(
+        list((copy / "report" / "figures").glob("*.png"))
+    ) == 8
     for cell_dir in (copy / "cells").iterdir():
         original = json.loads((sweep_dir / "cells" / cell_dir.name / "run_report.json").read_text())
         rebuilt = json.loads((cell_dir / "run_report.json").read_text())
-        assert [e["method"] for e in rebuilt["entries"]] == [e["method"] for e in original["entries"]]
+        assert [e["method"] for e in rebuilt["entries"]] == [
+            e["method"] for e in original["entries"]
+        ]
 
 
 def test_wandb_offline_runs_and_comparison_table(sweep: tuple[Path, Any]) -> None:
@@ -226,13 +316,21 @@ def test_wandb_offline_runs_and_comparison_table(sweep: tuple[Path, Any]) -> Non
     assert set(cells) == set(rows)
     for cell_id, run in cells.items():
         assert run["group"] == sweep_dir.name
-        assert run["config"]["seed"] == int(rows[cell_id]["seed"]) and run["config"]["task"]["name"] == rows[cell_id]["task"]
+        assert (
+            run["config"]["seed"] == int(rows[cell_id]["seed"])
+            and run["config"]["task"]["name"] == rows[cell_id]["task"]
+        )
         logged = [h for h in run["history"] if "submission_id" in h]
-        assert sorted(h["submission_id"] for h in logged) == list(range(1, int(rows[cell_id]["submissions"]) + 1))
+        assert sorted(h["submission_id"] for h in logged) == list(
+            range(1, int(rows[cell_id]["submissions"]) + 1)
+        )
     (comparison,) = [r for r in runs if r["job_type"] == "comparison"]
     (table_file,) = comparison["tables"]
     table = json.loads(table_file.read_text())
-    by_cell = {r[table["columns"].index("cell_id")]: dict(zip(table["columns"], r, strict=True)) for r in table["data"]}
+    by_cell = {
+        r[table["columns"].index("cell_id")]: dict(zip(table["columns"], r, strict=True))
+        for r in table["data"]
+    }
     assert set(by_cell) == set(rows)  # one row per cell
     for cell_id, row in rows.items():
         assert by_cell[cell_id]["status"] == row["status"]
@@ -241,8 +339,11 @@ def test_wandb_offline_runs_and_comparison_table(sweep: tuple[Path, Any]) -> Non
 
 def test_the_browser_check_catches_broken_figures_and_console_errors(tmp_path: Path) -> None:
     page = tmp_path / "broken.html"
-    page.write_text('<!DOCTYPE html><html><body><section id="s"><img src="data:image/png;base64,AAAA" alt="bad">'
-                    '</section><script>console.error("boom")</script></body></html>')
+    page.write_text(
+        '<!DOCTYPE html><html><body><section id="s">'
+        '<img src="data:image/png;base64,AAAA" alt="bad">'
+        '</section><script>console.error("boom")</script></body></html>'
+    )
     seen = open_in_chromium(page)
     assert seen["facts"]["images"][0]["width"] == 0
     assert any("boom" in e for e in seen["errors"])

@@ -373,8 +373,12 @@ def test_wandb_rows_carry_no_controls_and_fixed_keys(key: str) -> None:
 
 def test_stage_table_in_the_terminal_shows_model_paths_as_text() -> None:
     path = "output/[link=https://evil.example]x[/link][bold]\x1b]8;;https://evil.example\x07y"
-    cells = [CellRecord("sw", f"c{s}", "scripted", "none", "gsm8k", 1, "tiny", s, 600, "completed",
-                        baseline=1.0) for s in (0, 1)]
+    cells = [
+        CellRecord(
+            "sw", f"c{s}", "scripted", "none", "gsm8k", 1, "tiny", s, 600, "completed", baseline=1.0
+        )
+        for s in (0, 1)
+    ]
     subs = {c.cell_id: [SubmissionRecord(c.cell_id, 1, path, "scored", score=2.0)] for c in cells}
     console = Console(file=io.StringIO(), width=400, force_terminal=True, color_system="truecolor")
     console.print(stages_table("t", stage_statistics(cells, subs)))
