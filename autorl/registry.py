@@ -30,9 +30,10 @@ from autorl.errors import ConfigError
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 AXES = ("agent", "driver", "task", "model", "seed")
 GROUPS = ("agent", "driver", "task", "model", "cluster")  # chosen by `group=name` (cfg.<group>.name)
-# Every config group folder: the chosen ones and ``engine``, each of whose options is composed into
-# ``grader.engines.<name>`` (``grader.engine`` picks the one that scores).
-OPTION_GROUPS = (*GROUPS, "engine")
+# Every config group folder: the chosen ones, ``engine``, each of whose options is composed into
+# ``grader.engines.<name>`` (``grader.engine`` picks the one that scores), and ``sandbox``, whose
+# options are the backends ``sandbox.mode`` names (read by autorl.seal.launch.SANDBOXES).
+OPTION_GROUPS = (*GROUPS, "engine", "sandbox")
 
 T = TypeVar("T")
 
@@ -254,6 +255,8 @@ def list_options(group: str) -> list[Option]:
     """
     if group not in OPTION_GROUPS:
         raise ConfigError(f"unknown config group {group!r}; valid groups: {', '.join(OPTION_GROUPS)}")
+    if group == "task":
+        return _task_options()
     options: dict[str, Option] = {}
     for conf, plugin in conf_dirs():
         for path in sorted((conf / group).glob("*.yaml")):
@@ -266,8 +269,6 @@ def list_options(group: str) -> list[Option]:
                 )
             data = yaml.safe_load(path.read_text()) or {}
             description = str(data.get("description") or "")
-            if group == "task":
-                description = _task_description(path.stem) or description
             options[path.stem] = Option(group, path.stem, description, path, plugin)
     return [options[name] for name in sorted(options)]
 
@@ -301,13 +302,26 @@ def check_names(group: str, names: list[str]) -> None:
             raise ConfigError(unknown_name_message(group, name, valid))
 
 
-def _task_description(task_id: str) -> str | None:
-    """The task's own level and one-line description from its ``task.yaml`` (autorl's or a plugin's)."""
-    from autorl.plugins import task_dirs  # here, not at the top: see conf_dirs
+def _task_options() -> list[Option]:
+    """The task group's options: one per task folder (``tasks/<id>/task.yaml``), autorl's and the
+    plugins'; a task has no file under ``conf/`` (:func:`autorl.task_options.register_task_configs`).
 
-    for folder in task_dirs():
-        manifest = folder / task_id / "task.yaml"
-        if manifest.is_file():
-            data = yaml.safe_load(manifest.read_text()) or {}
-            return f"[{data.get('level', '?')}] {data.get('description', '')}"
-    return None
+    Raises:
+        ConfigError: A plugin still has a ``conf/task/`` folder, whose files would not be read.
+    """
+    from autorl.plugins import active_dirs  # here, not at the top: see conf_dirs
+    from autorl.task_spec import discover_tasks
+
+    for conf, plugin in conf_dirs():
+        if plugin is not None and (conf / "task").is_dir():
+            raise ConfigError(
+                f"plugin {plugin}: a task is one folder, tasks/<id>/, and has no conf/task/ file; move the "
+                "run defaults of each file in conf/task/ into its tasks/<id>/task.yaml (run: source, budget_s, "
+                "env_pool) and its build and eval options into tasks/<id>/options.py (tasks/README.md)"
+            )
+    plugins = {(folder / "tasks").resolve(): folder for folder in active_dirs()}
+    return [
+        Option("task", spec.id, f"[{spec.level}] {spec.description}", spec.folder / "task.yaml",
+               plugins.get(spec.folder.parent.resolve()))
+        for spec in discover_tasks().values()
+    ]

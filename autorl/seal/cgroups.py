@@ -1,4 +1,4 @@
-"""The cell's cgroup (SPEC §4 step 5, §10): every process of the agent is in it, limited and killable as one.
+"""The cell's cgroup (docs/design.md#a-cells-life, docs/threat-model.md): every process of the agent is in it, limited and killable as one.
 
 A :class:`CellCgroup` is created under the *current process's* cgroup (the Workspace actor's), in
 each hierarchy it needs; the agent's first process joins it between fork and exec

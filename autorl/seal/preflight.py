@@ -1,6 +1,7 @@
 """Can this node seal cells? Checked before any cell starts; nothing is silently downgraded.
 
-A sweep with ``sandbox.mode=bwrap`` (the default) needs bubblewrap, the namespaces it creates
+Each sandbox backend names what it needs (:meth:`autorl.seal.launch.CellSeal.problems`). A sweep
+with ``sandbox.mode=bwrap`` (the default) needs bubblewrap, the namespaces it creates
 (with ``setpriv`` to drop to the agent's uid when the sweep runs as root, else user namespaces),
 the cgroup controllers that enforce the cell's budget and limits, and the agent toolchain. Each
 missing piece is named with what to install, and with the explicit opt-out ``sandbox.mode=none``.
@@ -21,11 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent_kit.sandbox import namespaces_problem, namespaces_required
-from autorl.errors import PrerequisiteError
-from autorl.schema import RunConfig, SandboxMode
+from autorl.errors import ConfigError, PrerequisiteError
+from autorl.schema import RunConfig
 from autorl.seal.bwrap import Mount, SandboxSpec, bwrap_command
 from autorl.seal.cgroups import cgroup_support
-from autorl.seal.launch import resolve_bwrap
+from autorl.seal.bwrap_seal import resolve_bwrap
+from autorl.seal.launch import SANDBOXES
 from autorl.seal.toolchain import check_toolchain, toolchain_dir
 
 if TYPE_CHECKING:
@@ -55,9 +57,20 @@ def _probe(bwrap: str, cfg: RunConfig) -> str | None:
 
 
 def sandbox_problems(cfg: RunConfig) -> list[str]:
-    """What keeps this node from sealing ``cfg``'s cells; empty when it can (or when mode is none)."""
-    if cfg.sandbox.mode != SandboxMode.bwrap:
-        return []
+    """What keeps this node from running ``cfg``'s cells in the backend ``sandbox.mode`` names
+    (:meth:`autorl.seal.launch.CellSeal.problems`); empty when it can (always for ``none``).
+
+    An unknown backend is one problem, with "did you mean" and the valid names.
+    """
+    try:
+        backend = SANDBOXES.get(str(cfg.sandbox.mode))
+    except ConfigError as error:
+        return [str(error)]
+    return backend.problems(cfg)
+
+
+def bwrap_problems(cfg: RunConfig) -> list[str]:
+    """What keeps this node from sealing ``cfg``'s cells with bubblewrap; empty when it can."""
     problems: list[str] = []
     try:
         bwrap = resolve_bwrap(cfg.sandbox.bwrap)

@@ -89,3 +89,51 @@ def test_an_entry_registered_in_code_survives_a_new_plugin(plugin: Path, monkeyp
     assert registry.names() == ["hf", "length", "vllm", "x", "y"]
     monkeypatch.delenv(PLUGIN_PATH_ENV)
     assert registry.names() == ["hf", "vllm", "x", "y"]
+
+
+SANDBOX_MODULE = '''"""A sandbox backend that prefixes the agent's command (standing in for a container runtime)."""
+
+from autorl.seal.launch import CellSeal
+
+
+class PrefixSeal(CellSeal):
+    name = "prefix"
+    sealed = True
+
+    @classmethod
+    def problems(cls, cfg):
+        return ["prefix: the runtime is not installed; or sandbox.mode=none"]
+
+    def wrap(self, command, *, workspace, home, base_model, read_only):
+        return ["runtime", "exec", *command]
+'''
+
+
+def test_a_plugin_sandbox_backend_is_chosen_by_sandbox_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from autorl.config import compose
+    from autorl.seal.launch import SANDBOXES, CellSeal, Unsealed
+    from autorl.seal.preflight import sandbox_problems
+
+    folder = tmp_path / "plugin"
+    (folder / "conf" / "sandbox").mkdir(parents=True)
+    (folder / "conf" / "sandbox" / "prefix.yaml").write_text(
+        "name: prefix\ndescription: a test backend\nimplementation: my_prefix_seal:PrefixSeal\n")
+    (folder / "my_prefix_seal.py").write_text(SANDBOX_MODULE)
+    monkeypatch.delenv(PLUGIN_PATH_ENV, raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert SANDBOXES.names() == ["bwrap", "none"]
+    activate([folder])
+    try:
+        cfg = compose(["sandbox.mode=prefix"])
+        seal = CellSeal(cfg, "c1", tmp_path / "cell")
+        assert type(seal).__name__ == "PrefixSeal" and seal.sealed and seal.mode_label() == "prefix"
+        assert seal.wrap(["run"], workspace=tmp_path, home=tmp_path, base_model=tmp_path, read_only=[]) == [
+            "runtime", "exec", "run"]
+        assert seal.base_env({"A": "1"}, tmp_path) == {"A": "1"} and seal.cgroup() is None  # the base's
+        # The preflight asks the chosen backend: nothing is downgraded without a word.
+        assert sandbox_problems(cfg) == ["prefix: the runtime is not installed; or sandbox.mode=none"]
+        assert isinstance(CellSeal(compose(["sandbox.mode=none"]), "c1", tmp_path), Unsealed)
+        [problem] = sandbox_problems(compose(["sandbox.mode=prefx"]))
+        assert "unknown sandbox backend 'prefx'. Did you mean: prefix?" in problem
+    finally:
+        sys.modules.pop("my_prefix_seal", None)
