@@ -30,6 +30,7 @@ from autorl.errors import ConfigError
 from autorl.gateway.settings import TRANSLATABLE
 from autorl.registry import AXES, CONF_DIR, GROUPS, check_names, option_names
 from autorl.schema import DriverConfig, ModelKind, Provider, RunConfig, register_schemas
+from autorl.task_options import plain, register_task_configs
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -137,6 +138,7 @@ def _compose_dict(overrides: Sequence[str]) -> DictConfig:
     from omegaconf import OmegaConf
 
     register_schemas()
+    register_task_configs()  # the task group: one option per task folder, autorl's and the plugins'
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         try:
             return hydra_compose(config_name="config", overrides=list(overrides))
@@ -212,7 +214,9 @@ def compose(overrides: Sequence[str]) -> RunConfig:
     search_path = _search_path_overrides()
     with _COMPOSE_LOCK:
         try:
-            config = OmegaConf.to_object(_compose_dict([*search_path, *user]))
+            composed = _compose_dict([*search_path, *user])
+            _check_task_options(composed)
+            config = OmegaConf.to_object(composed)
         except (HydraException, OmegaConfBaseException) as error:
             raise config_error(error, user, skeleton=lambda kept: _compose_dict([*search_path, *kept])) from error
         except AssertionError as error:  # OmegaConf asserts when a key is forced under a null setting
@@ -224,7 +228,35 @@ def compose(overrides: Sequence[str]) -> RunConfig:
         raise ConfigError(
             f"{CONF_DIR / 'config.yaml'} did not compose to a RunConfig: its defaults list must start with run_schema"
         )
+    # The options travel as plain dicts (records, score cache keys, Ray); builders and evaluators
+    # get them typed again from the task's classes.
+    task = config.task
+    task.build = {source: plain(options) for source, options in task.build.items()}
+    task.eval = {source: plain(options) for source, options in task.eval.items()}
     return config
+
+
+def _check_task_options(composed: DictConfig) -> None:
+    """Refuse task options that a ``+key=...`` override added to a task's typed options, which
+    OmegaConf would drop in silence when it builds the dataclass.
+
+    Raises:
+        ConfigError: Naming the key, "did you mean" and the valid keys.
+    """
+    from omegaconf import OmegaConf
+
+    from autorl.errors import TaskError
+    from autorl.task_options import typed_options
+
+    for kind in ("build", "eval"):
+        for source, node in (OmegaConf.select(composed, f"task.{kind}") or {}).items():
+            cls = OmegaConf.get_type(node)
+            if not dataclasses.is_dataclass(cls):
+                continue
+            try:
+                typed_options(cls, OmegaConf.to_container(node), what=f"task.{kind}.{source}")
+            except TaskError as error:
+                raise ConfigError(f"invalid override: {error}") from error
 
 
 def load_driver_config(name: str) -> DriverConfig:
@@ -295,16 +327,10 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
             raise ConfigError(
                 f"task.source={task.source}: task {task.name!r} has the sources {', '.join(spec.sources)} (cell {cell.cell_id})"
             )
-        missing = [kind for kind, blocks in (("build", task.build), ("eval", task.eval)) if task.source not in blocks]
-        if missing:
-            raise ConfigError(
-                f"task.source={task.source}: conf/task/{task.name}.yaml has no "
-                f"{' and no '.join(f'{k}.{task.source}' for k in missing)} block of options for that source"
-            )
         if spec.kind == "interactive" and task.env_pool is None:
             raise ConfigError(
-                f"task {task.name!r} is interactive but its conf/task/{task.name}.yaml has no env_pool block "
-                "(actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
+                f"task {task.name!r} is interactive but has no env_pool (run.env_pool in {spec.folder / 'task.yaml'}: "
+                "actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
             )
         if cell.config.grading.feedback == "dev" and task.source in spec.fixed_sources:
             raise ConfigError(
@@ -315,7 +341,7 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
         if cell.budget_s <= 0:
             raise ConfigError(
                 f"the agent's budget is {cell.budget_s:g} s (cell {cell.cell_id}): give budget.seconds > 0, or a "
-                f"positive budget_s in conf/task/{task.name}.yaml"
+                f"positive run.budget_s in {spec.folder / 'task.yaml'}"
             )
         agent.reprompt.check()
         if isinstance(agent, ScriptedAgentConfig):

@@ -1,220 +1,284 @@
-"""Task options: every default lives in ``conf/task/<id>.yaml``, nowhere in the code.
+"""A task's typed options: dataclasses in its own folder, checked by OmegaConf structured configs.
 
-A builder, evaluator or environment reads ``options["key"]`` and gets complete options from
-:func:`autorl.tasks.build_task_data`, :func:`eval_options` or :meth:`autorl.tasks.EvalContext.for_task`.
+Each task folder has an ``options.py`` (its manifest's ``options`` entry point) that declares one
+dataclass per data source for the builder and one for the evaluator, and names them in a
+:class:`TaskOptions`; a field's default is the task's default and its help says what it does::
+
+    @dataclass
+    class FixtureBuild:
+        train_size: int = option(2000, "generated problems in public/train.jsonl")
+
+    OPTIONS = TaskOptions(build={"fixture": FixtureBuild, "hub": HubBuild},
+                          eval={"fixture": Eval, "hub": HubEval})
+
+Builders get an instance of their source's build class, evaluators and environments one of the
+eval class (:meth:`autorl.tasks.EvalContext.options_as`). The complete options, as a plain dict,
+are what the data cache and the score cache are keyed by (:func:`build_options`,
+:func:`eval_options`), so ``{}`` and the defaults spelled out share one build. Importing this
+module is cheap (OmegaConf is imported where options are checked).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import functools
-import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from autorl.errors import TaskError
-from autorl.registry import conf_dirs as registry_conf_dirs
-from autorl.task_spec import PACKAGE, TaskSpec, parse_manifest, read_yaml_mapping
+from autorl.errors import ConfigError, TaskError
+from autorl.registry import load_object
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from autorl.task_spec import TaskSpec
 
 OPTION_KINDS = ("build", "eval")
+T = TypeVar("T")
+
+
+def option(default: Any, help: str) -> Any:  # noqa: A002 - the name the config errors print
+    """A field of a task's options dataclass: its default and what it does.
+
+    The help is what a refused override prints next to the expected type
+    (:mod:`autorl.config_errors`). A list or dict default is copied for every instance.
+
+    >>> @dataclass
+    ... class Build:
+    ...     train_size: int = option(10, "training items")
+    >>> dataclasses.fields(Build)[0].metadata["help"], Build().train_size
+    ('training items', 10)
+    """
+    meta = {"help": help}
+    if isinstance(default, list | dict):
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class TaskOptions:
-    """Every option of one data source of a task, at its default.
-
-    ``conf/task/<id>.yaml`` ``build.<source>`` and ``eval.<source>`` are the only place a task's
-    defaults are written: builders, evaluators and environments read ``options["key"]`` and get
-    complete options from :func:`build_task_data`, :func:`eval_options` or
-    :meth:`EvalContext.for_task`.
+    """The option classes of one task: data source to dataclass, for its builder and its evaluator.
 
     Attributes:
-        build: The builder's options (the complete dict is part of the data's cache key).
-        eval: The evaluator's options (an interactive task's environments get the same dict).
-        path: The conf file they were read from.
+        build: Source (``"fixture"``, ``"hub"``) to the builder's options class; the complete
+            options are part of the built data's cache key.
+        eval: Source to the evaluator's options class (an interactive task's environments get the
+            same options). One evaluator reads every source's, so they share their fields.
     """
 
-    build: dict[str, Any]
-    eval: dict[str, Any]
-    path: Path
+    build: Mapping[str, type]
+    eval: Mapping[str, type]
 
 
-def task_conf_dirs() -> tuple[Path, ...]:
-    """The conf folders a task's ``task/<id>.yaml`` is looked up in: autorl's ``conf/``, then each
-    active plugin's (:func:`autorl.registry.conf_dirs`; an option name is never in two of them)."""
-    return tuple(conf for conf, _plugin in registry_conf_dirs())
+@functools.cache
+def _load(package: str, target: str, task_id: str, sources: tuple[str, ...], where: str) -> TaskOptions:
+    """Import and check a task's :class:`TaskOptions` (cached: the options module does not change
+    while a process runs, and environments look their options up at every reset)."""
+    try:
+        found = load_object(target, package=package, what=f"task '{task_id}' options")
+    except ConfigError as error:
+        raise TaskError(str(error)) from error
+    if not isinstance(found, TaskOptions):
+        raise TaskError(f"{where}: the options entry point {target!r} must be an autorl.task_options.TaskOptions, "
+                        f"got {type(found).__name__}")
+    for kind in OPTION_KINDS:
+        classes: Mapping[str, type] = getattr(found, kind)
+        if tuple(classes) != sources:
+            raise TaskError(f"{where}: TaskOptions.{kind} must have one class per source, in the manifest's order "
+                            f"({', '.join(sources)}), got {', '.join(classes) or '(none)'}")
+        for source, cls in classes.items():
+            if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+                raise TaskError(f"{where}: TaskOptions.{kind}[{source!r}] must be a dataclass, got {cls!r}")
+    return found
 
 
-def task_conf_path(spec: TaskSpec, conf_dirs: Sequence[Path] | None = None) -> Path:
-    """The task's run-knob file, ``<conf dir>/task/<id>.yaml``, from the first conf folder that has it.
-
-    Args:
-        spec: The task.
-        conf_dirs: Conf folders to search in order (default :func:`task_conf_dirs`).
-
-    Raises:
-        TaskError: No conf folder holds the file; the message names where it was looked for.
-    """
-    dirs = tuple(conf_dirs) if conf_dirs is not None else task_conf_dirs()
-    for folder in dirs:
-        path = Path(folder) / "task" / f"{spec.id}.yaml"
-        if path.is_file():
-            return path
-    looked = ", ".join(str(Path(d) / "task" / f"{spec.id}.yaml") for d in dirs) or "(no conf folders)"
-    raise TaskError(f"task '{spec.id}' has no run-knob file (looked for {looked}); add one with a build.<source> "
-                    "and an eval.<source> block of every option and its default for each source "
-                    f"({', '.join(spec.sources)})")
-
-
-def _option_block(path: Path, raw: dict[str, Any], kind: str, source: str) -> dict[str, Any]:
-    section = raw.get(kind)
-    block = section.get(source, ...) if isinstance(section, dict) else ...
-    if block is ...:
-        raise TaskError(f"{path}: no '{kind}.{source}' block; it lists every {kind} option of source '{source}' "
-                        f"with its default (write '{kind}: {{{source}: {{}}}}' when there are none)")
-    if block is None:  # "fixture:" with nothing under it: no options
-        return {}
-    if not isinstance(block, dict) or not all(isinstance(k, str) for k in block):
-        raise TaskError(f"{path}: '{kind}.{source}' must map option names to default values, got {block!r}")
-    return copy.deepcopy(block)
-
-
-def task_options(spec: TaskSpec, source: str, conf_dirs: Sequence[Path] | None = None) -> TaskOptions:
-    """Every build and eval option of ``source`` with its default, from ``conf/task/<id>.yaml``.
-
-    Args:
-        spec: The task.
-        source: One of ``spec.sources``.
-        conf_dirs: Conf folders to find the YAML in (default :func:`task_conf_dirs`).
+def task_options(spec: TaskSpec) -> TaskOptions:
+    """The task's option classes (its manifest's ``options`` entry point, e.g. ``options:OPTIONS``).
 
     Raises:
-        TaskError: Unknown source, no conf file, or the file lacks (or mangles) the source's blocks.
+        TaskError: The entry point is missing, does not import, or its classes do not match the
+            manifest's sources.
 
     >>> from autorl.task_spec import get_task
-    >>> opts = task_options(get_task("gsm8k"), "fixture")
-    >>> opts.build["eval_size"], opts.eval["num_shots"], opts.path.name
-    (200, 0, 'gsm8k.yaml')
+    >>> sorted(task_options(get_task("gsm8k")).build)
+    ['fixture', 'hub']
+    """
+    return _load(spec.package, spec.entry_points["options"], spec.id, spec.sources, str(spec.folder / "task.yaml"))
+
+
+def option_class(spec: TaskSpec, kind: str, source: str) -> type:
+    """The ``kind`` (``"build"`` or ``"eval"``) options class of ``source``.
+
+    Raises:
+        TaskError: Unknown source (the message lists the valid ones).
     """
     if source not in spec.sources:
         raise TaskError(f"task '{spec.id}' has no source '{source}'; valid sources: {', '.join(spec.sources)}")
-    path = task_conf_path(spec, conf_dirs)
-    raw = read_yaml_mapping(path)
-    return TaskOptions(build=_option_block(path, raw, "build", source), eval=_option_block(path, raw, "eval", source),
-                       path=path)
+    classes: Mapping[str, type] = getattr(task_options(spec), kind)
+    return classes[source]
 
 
-def check_option_names(what: str, given: Sequence[str] | Mapping[str, Any], valid: Sequence[str] | Mapping[str, Any],
-                       where: str) -> None:
-    """Refuse option names that are not in ``valid``, naming each (with a close match) and every valid one.
-
-    Raises:
-        TaskError: Some name is unknown.
-
-    >>> check_option_names("eval", ["num_shot"], ["num_shots", "limit"], "gsm8k.yaml")
-    Traceback (most recent call last):
-    ...
-    autorl.errors.TaskError: unknown eval option 'num_shot' (did you mean 'num_shots'?); valid: limit, num_shots (gsm8k.yaml)
-    """
-    unknown = sorted(set(given) - set(valid))
-    if not unknown:
-        return
+def _names_message(what: str, unknown: list[str], valid: list[str], where: str) -> str:
+    """The message for option names that ``valid`` lacks: each with a close match, then the valid ones."""
     names = []
     for name in unknown:
-        close = difflib.get_close_matches(name, list(valid), n=1)
+        close = difflib.get_close_matches(name, valid, n=1)
         names.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
     plural = "s" if len(unknown) > 1 else ""
-    raise TaskError(f"unknown {what} option{plural} {', '.join(names)}; valid: {', '.join(sorted(valid)) or '(none)'} "
-                    f"({where})")
+    return f"unknown {what} option{plural} {', '.join(names)}; valid: {', '.join(sorted(valid)) or '(none)'} ({where})"
 
 
-def _merged(spec: TaskSpec, source: str, kind: str, given: Mapping[str, Any] | None,
-            conf_dirs: Sequence[Path] | None) -> dict[str, Any]:
-    options = task_options(spec, source, conf_dirs)
-    defaults: dict[str, Any] = getattr(options, kind)
-    given = dict(given or {})
-    check_option_names(f"{spec.id} {kind}", given, defaults, f"defaults in {options.path} {kind}.{source}")
-    # Top-level keys are replaced whole: a given ``search: {...}`` or ``judge_params: {...}`` is the
-    # complete value, as in the conf file, never merged into the default dict.
-    return {**defaults, **given}
+def typed_options(
+    cls: type[T],
+    given: Mapping[str, Any] | T | None,
+    *,
+    what: str,
+    complete: bool = False,
+    error: type[Exception] = TaskError,
+) -> T:
+    """An instance of the options class ``cls``: ``given`` over its defaults, checked by OmegaConf.
 
-
-def build_options(spec: TaskSpec, source: str, given: Mapping[str, Any] | None = None, *,
-                  conf_dirs: Sequence[Path] | None = None) -> dict[str, Any]:
-    """Complete build options of ``source``: ``given`` over the conf defaults (``build.<source>``).
+    Args:
+        cls: A task's options dataclass.
+        given: Options that differ from the defaults, or an instance (returned as it is).
+        what: Which options these are, for messages (``"gsm8k eval"``).
+        complete: Refuse a mapping that lacks an option instead of filling in the default: an
+            evaluator or environment handed a hand-made dict must not get another source's defaults.
+        error: The exception class raised (an environment raises its ``EnvError``).
 
     Raises:
-        TaskError: A given option is not in the conf block (the message lists the valid ones).
+        TaskError: (or ``error``) An unknown name (with "did you mean" and the valid names), a
+            missing one (``complete``), or a value of the wrong type (with the field's type and help).
+
+    >>> @dataclass
+    ... class Eval:
+    ...     limit: int | None = option(None, "first N items; null: all")
+    >>> typed_options(Eval, {"limit": "3"}, what="demo eval")
+    Eval(limit=3)
+    >>> typed_options(Eval, {"limt": 3}, what="demo eval")
+    Traceback (most recent call last):
+    ...
+    autorl.errors.TaskError: unknown demo eval option 'limt' (did you mean 'limit'?); valid: limit (Eval)
+    """
+    if isinstance(given, cls):
+        return given
+    values: dict[str, Any] = dict(cast(Mapping[str, Any], given or {}))
+    valid = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(values) - set(valid))
+    if unknown:
+        raise error(_names_message(what, unknown, valid, cls.__qualname__))
+    missing = sorted(set(valid) - set(values))
+    if complete and missing:
+        raise error(f"{what} options lack {', '.join(missing)}: pass complete options (EvalContext.for_task or "
+                    f"autorl.tasks.eval_options fill them in from {cls.__qualname__}'s defaults)")
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(cls), values)
+        typed: T = OmegaConf.to_object(merged)  # type: ignore[assignment]
+    except OmegaConfBaseException as exc:
+        raise error(_type_message(what, cls, exc)) from exc
+    return typed
+
+
+def _type_message(what: str, cls: type, exc: Exception) -> str:
+    """OmegaConf's refusal of a value, as the option, its expected type and its help."""
+    from autorl.config_errors import describe_type
+
+    key = str(getattr(exc, "full_key", "") or "")
+    hints = {f.name: f for f in dataclasses.fields(cls)}
+    name = key.split(".")[0]
+    if name not in hints:
+        return f"{what} options: {str(exc).splitlines()[0]} ({cls.__qualname__})"
+    import typing
+
+    kind = describe_type(typing.get_type_hints(cls)[name])
+    help_text = hints[name].metadata.get("help", "")
+    about = f" ({help_text})" if help_text else ""
+    return f"{what} option '{name}' must be {kind}: {str(exc).splitlines()[0]}{about}"
+
+
+def plain(options: object) -> dict[str, Any]:
+    """The options instance as a plain dict (what caches are keyed by and Ray passes on).
+
+    >>> @dataclass
+    ... class Build:
+    ...     size: int = option(3, "items")
+    >>> plain(Build())
+    {'size': 3}
+    """
+    if not dataclasses.is_dataclass(options) or isinstance(options, type):
+        raise TypeError(f"expected an options dataclass instance, got {type(options).__name__}")
+    return dataclasses.asdict(options)
+
+
+def build_options(spec: TaskSpec, source: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Complete build options of ``source``: ``given`` over the class defaults, as a dict.
+
+    Raises:
+        TaskError: Unknown source, an unknown option (the message lists the valid ones) or a value
+            of the wrong type.
 
     >>> from autorl.task_spec import get_task
     >>> build_options(get_task("gsm8k"), "fixture", {"eval_size": 20})
     {'train_size': 2000, 'eval_size': 20}
     """
-    return _merged(spec, source, "build", given, conf_dirs)
+    cls = option_class(spec, "build", source)
+    return plain(typed_options(cls, given, what=f"{spec.id} build"))
 
 
-def eval_options(spec: TaskSpec, source: str, given: Mapping[str, Any] | None = None, *,
-                 conf_dirs: Sequence[Path] | None = None) -> dict[str, Any]:
-    """Complete eval options of ``source``: ``given`` over the conf defaults (``eval.<source>``).
+def eval_options(spec: TaskSpec, source: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Complete eval options of ``source``: ``given`` over the class defaults, as a dict.
 
     Raises:
-        TaskError: A given option is not in the conf block (the message lists the valid ones).
+        TaskError: Unknown source, an unknown option (the message lists the valid ones) or a value
+            of the wrong type.
 
     >>> from autorl.task_spec import get_task
     >>> eval_options(get_task("gsm8k"), "fixture", {"limit": 3})["limit"]
     3
     """
-    return _merged(spec, source, "eval", given, conf_dirs)
+    cls = option_class(spec, "eval", source)
+    return plain(typed_options(cls, given, what=f"{spec.id} eval"))
 
 
-def require_options(package: str | None, kind: str, options: Mapping[str, Any], *,
-                    error: type[Exception] = TaskError) -> dict[str, Any]:
-    """What a task's own code checks its options with: every option of its conf blocks, no other.
+def task_node(spec: TaskSpec) -> DictConfig:
+    """The ``task=<id>`` option of the Hydra config: the manifest's run defaults and, under
+    ``build.<source>`` and ``eval.<source>``, each options class as a structured config.
 
-    A task's evaluator (and environment) is handed complete options by :meth:`EvalContext.for_task`,
-    :func:`eval_options` or a sweep; this refuses a hand-made partial or misspelt dict with a clear
-    message instead of a ``KeyError`` deep inside the task.
-
-    Args:
-        package: The task package (``autorl.task_code.<id>``; a module passes its ``__package__``).
-        kind: ``"build"`` or ``"eval"``.
-        options: The options the code was given.
-        error: The exception class raised (an environment raises its :class:`EnvError`).
-
-    Returns:
-        A copy of ``options``.
-
-    Raises:
-        TaskError: (or ``error``) An option is unknown or missing; the message names it and the
-            conf file that lists the valid ones.
+    The structured nodes keep their types through composition, so Hydra refuses an override of
+    an unknown option or of the wrong type with the key's full name (:mod:`autorl.config_errors`
+    adds "did you mean" and the field's help).
     """
-    if kind not in OPTION_KINDS:
-        raise ValueError(f"kind must be one of {OPTION_KINDS}, got {kind!r}")
-    if not package or not package.startswith(PACKAGE + "."):
-        raise ValueError(f"package must be a task package ({PACKAGE}.<id>), got {package!r}")
-    task_id, valid, required, path = _option_keys(".".join(package.split(".")[:3]), kind)  # autorl.task_code.<id>
-    try:
-        check_option_names(f"{task_id} {kind}", options, sorted(valid), f"defaults in {path}")
-    except TaskError as exc:
-        raise error(str(exc)) from exc
-    missing = sorted(required - set(options))
-    if missing:
-        fillers = "EvalContext.for_task or autorl.tasks.eval_options" if kind == "eval" else "build_task_data"
-        raise error(f"{task_id} {kind} options lack {', '.join(missing)}: pass complete options ({fillers} "
-                    f"fill them in from {path})")
-    return dict(options)
+    from omegaconf import OmegaConf
+
+    classes = task_options(spec)
+    run = spec.run
+    node: dict[str, Any] = {
+        "name": spec.id,
+        "source": run.source,
+        "budget_s": run.budget_s,
+        "build": {source: OmegaConf.structured(cls) for source, cls in classes.build.items()},
+        "eval": {source: OmegaConf.structured(cls) for source, cls in classes.eval.items()},
+    }
+    if run.env_pool is not None:
+        node["env_pool"] = run.env_pool.model_dump()
+    return OmegaConf.create(node)
 
 
-@functools.cache
-def _option_keys(package: str, kind: str) -> tuple[str, frozenset[str], frozenset[str], Path]:
-    """The task id, the option names any source accepts, those every source has, and the conf file.
+def register_task_configs() -> None:
+    """Store every task folder's :func:`task_node` in Hydra's ConfigStore as the ``task`` group.
 
-    Cached per process: environments check their options at every episode reset, and the manifest
-    and conf files do not change while a process runs.
+    Called before each composition: the set of task folders changes with the active plugins.
     """
-    root = importlib.import_module(package)
-    spec = parse_manifest(Path(next(iter(root.__path__))) / "task.yaml")
-    blocks = [set(getattr(task_options(spec, source), kind)) for source in spec.sources]
-    return spec.id, frozenset(set().union(*blocks)), frozenset(set.intersection(*blocks)), task_conf_path(spec)
+    from hydra.core.config_store import ConfigStore
+
+    from autorl.task_spec import discover_tasks
+
+    store = ConfigStore.instance()
+    for spec in discover_tasks().values():
+        store.store(group="task", name=spec.id, node=task_node(spec))

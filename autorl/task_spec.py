@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from autorl.errors import TaskError
 from autorl.plugins import task_dirs
@@ -22,8 +23,57 @@ PACKAGE = "autorl.task_code"
 AGENT_SUBPACKAGE = "agent"
 LEVELS = ("L1", "L2", "L3")
 KINDS = ("static", "interactive")
-REQUIRED_KEYS = ("id", "name", "version", "level", "kind", "description", "sources", "entry_points")
-ENTRY_POINTS = ("evaluate", "env", "recipe")
+ENTRY_POINTS = ("evaluate", "options", "env", "recipe")
+# A manifest's entry point: ``module:attr`` relative to the task package.
+EntryPoint = Annotated[str, StringConstraints(pattern=r"^[\w.]+:[\w.]+$")]
+
+
+class EnvPoolDefaults(BaseModel):
+    """An interactive task's environment pool (the sweep's ``envpool:<id>``), as in ``task.yaml``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    actors: int = Field(description="Ray actors, each hosting up to envs_per_actor live episodes")
+    envs_per_actor: int = Field(description="live episodes per actor")
+    cpus_per_actor: float = Field(description="CPUs declared to Ray per actor")
+    memory_mb_per_actor: int = Field(description="memory declared to Ray per actor, in MB")
+    max_replays: int = Field(description="an episode is replayed on a replacement actor at most this often")
+
+
+class RunDefaults(BaseModel):
+    """A task's run defaults (``run:`` in ``task.yaml``); ``task.<key>=...`` overrides each."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(description="the data source a sweep builds by default (a key of sources)")
+    budget_s: float = Field(gt=0, description="the agent's default budget in seconds (budget.seconds overrides it)")
+    env_pool: EnvPoolDefaults | None = Field(None, description="interactive tasks: their environment pool")
+
+
+class Manifest(BaseModel):
+    """The schema of ``task.yaml``; keys it does not name (``hub``, ``license``, ``url``) are notes."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    id: str
+    name: str
+    version: int = Field(strict=True, description="bumped on any change to data or evaluation")
+    level: Literal["L1", "L2", "L3"]
+    kind: Literal["static", "interactive"]
+    description: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, pattern=r"^[^\n]*$")]
+    sources: dict[str, EntryPoint] = Field(min_length=1)
+    entry_points: dict[Literal["evaluate", "options", "env", "recipe"], EntryPoint]
+    fixed_sources: list[str] = []
+    run: RunDefaults
+
+    @field_validator("entry_points")
+    @classmethod
+    def _required_entry_points(cls, value: dict[str, str]) -> dict[str, str]:
+        missing = [name for name in ("evaluate", "options") if name not in value]
+        if missing:
+            raise ValueError(f"needs {' and '.join(missing)} (e.g. evaluate: 'evaluate:evaluate', "
+                             "options: 'options:OPTIONS')")
+        return value
 
 
 @dataclass(frozen=True)
@@ -39,10 +89,11 @@ class TaskSpec:
         description: One-line summary (the agent's full instructions are ``description.md``).
         folder: The task folder.
         builders: Data source (``"fixture"``, ``"hub"``) to its builder's ``module:attr``.
-        entry_points: ``evaluate`` (required), ``env`` (interactive tasks), ``recipe`` (the scripted
-            agent's, relative to ``agent/``), each a ``module:attr``.
+        entry_points: ``evaluate`` and ``options`` (required), ``env`` (interactive tasks),
+            ``recipe`` (the scripted agent's, relative to ``agent/``), each a ``module:attr``.
         fixed_sources: The sources whose data does not depend on the build seed (``fixed_sources`` in
             ``task.yaml``, e.g. ``[hub]``): they have no dev split for ``grading.feedback=dev``.
+        run: The run defaults a sweep starts from (source, budget, environment pool).
     """
 
     id: str
@@ -55,6 +106,8 @@ class TaskSpec:
     builders: dict[str, str] = field(default_factory=dict, hash=False)
     entry_points: dict[str, str] = field(default_factory=dict, hash=False)
     fixed_sources: tuple[str, ...] = ()
+    run: RunDefaults = field(default_factory=lambda: RunDefaults(source="fixture", budget_s=480, env_pool=None), hash=False,
+                             compare=False)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -82,17 +135,8 @@ class TaskSpec:
         return self.folder / AGENT_SUBPACKAGE
 
 
-def _entry_map(path: Path, raw: dict[str, Any], key: str) -> dict[str, str]:
-    value = raw[key]
-    if not isinstance(value, dict) or not value or not all(
-            isinstance(k, str) and isinstance(v, str) and ":" in v for k, v in value.items()):
-        raise TaskError(f"{path}: '{key}' must map names to 'module:attr' strings, e.g. "
-                        "{fixture: 'fixture:build'} or {evaluate: 'evaluate:evaluate'}")
-    return {str(k): str(v) for k, v in value.items()}
-
-
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """The YAML mapping in ``path`` (a manifest or a task's run-knob file).
+    """The YAML mapping in ``path`` (a manifest).
 
     Raises:
         TaskError: Not valid YAML, or not a mapping; the message names the file.
@@ -106,51 +150,63 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     return raw
 
 
+def _manifest_error(path: Path, error: ValidationError) -> TaskError:
+    """pydantic's refusal of a manifest as one line per problem, each naming its key."""
+    problems = []
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        if item["type"] == "missing":
+            problems.append(f"missing required key '{key}'")
+        elif key.startswith(("sources", "entry_points")) and item["type"] in ("string_pattern_mismatch", "dict_type"):
+            top = key.split(".")[0]
+            problems.append(f"'{top}' must map names to 'module:attr' strings, e.g. "
+                            "{fixture: 'fixture:build'} or {evaluate: 'evaluate:evaluate'} (at '{key}')")
+        elif item["type"] == "literal_error" and key.startswith("entry_points"):
+            problems.append(f"unknown entry point {item.get('input')!r}; valid: {', '.join(ENTRY_POINTS)}")
+        elif item["type"] == "extra_forbidden":
+            problems.append(f"unknown key '{key}'")
+        else:
+            problems.append(f"'{key}': {item['msg']} (got {item.get('input')!r})")
+    return TaskError(f"{path}: " + "; ".join(problems))
+
+
 def parse_manifest(path: Path) -> TaskSpec:
-    """Read and check one ``task.yaml``.
+    """Read and check one ``task.yaml`` against :class:`Manifest`.
 
     Raises:
-        TaskError: Naming the file and what is wrong in it.
+        TaskError: Naming the file, the key and what is wrong with it.
     """
     raw = read_yaml_mapping(path)
-    for key in REQUIRED_KEYS:
-        if key not in raw:
-            raise TaskError(f"{path}: missing required key '{key}' (required: {', '.join(REQUIRED_KEYS)})")
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as error:
+        raise _manifest_error(path, error) from error
     folder = path.parent
-    if raw["id"] != folder.name:
-        raise TaskError(f"{path}: id '{raw['id']}' must equal the folder name '{folder.name}'")
-    if not isinstance(raw["version"], int) or isinstance(raw["version"], bool):
-        raise TaskError(f"{path}: 'version' must be an integer, got {raw['version']!r}")
-    if raw["level"] not in LEVELS:
-        raise TaskError(f"{path}: 'level' must be one of {LEVELS}, got {raw['level']!r}")
-    if raw["kind"] not in KINDS:
-        raise TaskError(f"{path}: 'kind' must be one of {KINDS}, got {raw['kind']!r}")
-    description = raw["description"]
-    if not isinstance(description, str) or not description.strip() or "\n" in description.strip():
-        raise TaskError(f"{path}: 'description' must be one non-empty line")
-    builders = _entry_map(path, raw, "sources")
-    entry_points = _entry_map(path, raw, "entry_points")
-    unknown = sorted(set(entry_points) - set(ENTRY_POINTS))
-    if unknown:
-        raise TaskError(f"{path}: unknown entry point(s) {', '.join(unknown)}; valid: {', '.join(ENTRY_POINTS)}")
-    if "evaluate" not in entry_points:
-        raise TaskError(f"{path}: entry_points needs 'evaluate' (e.g. evaluate: 'evaluate:evaluate')")
-    if (raw["kind"] == "interactive") != ("env" in entry_points):
+    if manifest.id != folder.name:
+        raise TaskError(f"{path}: id '{manifest.id}' must equal the folder name '{folder.name}'")
+    if (manifest.kind == "interactive") != ("env" in manifest.entry_points):
         raise TaskError(f"{path}: an interactive task names an 'env' entry point and a static one does not")
-    fixed = raw.get("fixed_sources", [])
-    if not isinstance(fixed, list) or not set(fixed) <= set(builders):
-        raise TaskError(f"{path}: 'fixed_sources' must list some of the sources ({', '.join(builders)}), got {fixed!r}")
+    if (manifest.kind == "interactive") != (manifest.run.env_pool is not None):
+        raise TaskError(f"{path}: an interactive task has a run.env_pool block (actors, envs_per_actor, "
+                        "cpus_per_actor, memory_mb_per_actor, max_replays) and a static one does not")
+    if not set(manifest.fixed_sources) <= set(manifest.sources):
+        raise TaskError(f"{path}: 'fixed_sources' must list some of the sources ({', '.join(manifest.sources)}), "
+                        f"got {manifest.fixed_sources!r}")
+    if manifest.run.source not in manifest.sources:
+        raise TaskError(f"{path}: run.source '{manifest.run.source}' is not one of the sources "
+                        f"({', '.join(manifest.sources)})")
     return TaskSpec(
-        id=str(raw["id"]),
-        name=str(raw["name"]),
-        version=raw["version"],
-        level=raw["level"],
-        kind=raw["kind"],
-        description=description.strip(),
+        id=manifest.id,
+        name=manifest.name,
+        version=manifest.version,
+        level=manifest.level,
+        kind=manifest.kind,
+        description=manifest.description,
         folder=folder,
-        builders=builders,
-        entry_points=entry_points,
-        fixed_sources=tuple(str(f) for f in fixed),
+        builders=dict(manifest.sources),
+        entry_points={str(k): v for k, v in manifest.entry_points.items()},
+        fixed_sources=tuple(manifest.fixed_sources),
+        run=manifest.run,
     )
 
 

@@ -7,9 +7,11 @@ string relative to that package, so nothing in autorl lists tasks by hand::
     sources:                       # data source -> builder(public, private, *, seed, options)
       fixture: fixture:build
       hub: build:build_hub
+    run: {source: fixture, budget_s: 480}  # a sweep's defaults (interactive tasks: an env_pool)
     entry_points:
       evaluate: evaluate:evaluate  # Evaluator: (engine, EvalContext) -> EvalResult
-      env: env:MyEnv                # interactive tasks: a factory of fresh Env instances
+      options: options:OPTIONS     # the typed options of each source (autorl.task_options)
+      env: env:MyEnv               # interactive tasks: a factory of fresh Env instances
       recipe: recipe:run           # the scripted agent's recipe, relative to the agent/ package
 
 Grader-side code (builders, fixture generators, evaluators, judges, environments) sits in the
@@ -26,11 +28,11 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from filelock import FileLock
 
@@ -39,12 +41,12 @@ from autorl.registry import load_object
 from autorl.task_options import (
     TaskOptions,
     build_options,
-    check_option_names,
     eval_options,
-    require_options,
-    task_conf_dirs,
-    task_conf_path,
+    option,
+    option_class,
+    plain,
     task_options,
+    typed_options,
 )
 from autorl.task_spec import AGENT_SUBPACKAGE, PACKAGE, TaskSpec, discover_tasks, get_task, parse_manifest
 
@@ -52,15 +54,16 @@ from autorl.task_spec import AGENT_SUBPACKAGE, PACKAGE, TaskSpec, discover_tasks
 # (autorl.task_options) are re-exported here for callers of autorl.tasks.
 __all__ = [
     "AGENT_SUBPACKAGE", "PACKAGE", "Builder", "EpisodeEnvs", "EvalContext", "EvalResult", "Evaluator", "TaskData",
-    "TaskOptions", "TaskSpec", "build_options", "build_task_data", "check_option_names", "discover_tasks",
-    "eval_options", "get_task", "load_entry_point", "load_evaluator", "load_task_module", "parse_manifest",
-    "require_options", "task_conf_dirs", "task_conf_path", "task_options",
+    "TaskOptions", "TaskSpec", "build_options", "build_task_data", "discover_tasks", "eval_options", "get_task",
+    "load_entry_point", "load_evaluator", "load_task_module", "option", "option_class", "parse_manifest", "plain",
+    "task_options", "typed_options",
 ]
 
 if TYPE_CHECKING:
     from autorl.engine.base import GenerationEngine
 
 _MARKER = "COMPLETE.json"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -123,17 +126,30 @@ class EvalContext:
 
     Attributes:
         private_dir: The task's built private data (the eval split).
-        options: The task's complete eval options: ``conf/task/<id>.yaml`` ``eval.<source>`` with any
-            overrides over them (build it with :meth:`for_task`; the evaluator refuses a partial dict).
+        options: The task's eval options: an instance of its source's eval class (``options.py``),
+            as :meth:`for_task` makes it, or a complete mapping; the evaluator reads them with
+            :meth:`options_as`.
         cache_dir: A folder the task may keep answers in across scorings (judge verdicts).
         envs: Interactive tasks: the client their episodes are played through (an EnvPool or
             in-process environments), bound to this data; ``None`` for static tasks.
     """
 
     private_dir: Path
-    options: dict[str, Any] = field(default_factory=dict)
+    options: Any = field(default_factory=dict)
     cache_dir: Path | None = None
     envs: EpisodeEnvs | None = None
+
+    def options_as(self, cls: type[T]) -> T:
+        """The eval options as an instance of ``cls`` (the task's eval class, or a base of it).
+
+        A mapping (a hand-made context) must name every option: a partial one would get the
+        defaults of ``cls``, which may be another source's.
+
+        Raises:
+            TaskError: An unknown or missing option, or a value of the wrong type.
+        """
+        typed: T = typed_options(cls, self.options, what=f"{_task_of(cls)} eval", complete=True)
+        return typed
 
     @classmethod
     def for_task(
@@ -145,23 +161,22 @@ class EvalContext:
         *,
         cache_dir: Path | None = None,
         envs: EpisodeEnvs | None = None,
-        conf_dirs: Sequence[Path] | None = None,
     ) -> EvalContext:
-        """A context with complete eval options: ``overrides`` over the task's conf defaults.
+        """A context with typed eval options: ``overrides`` over the defaults of the source's class.
 
         Args:
             spec: The task.
             source: The data source ``private_dir`` was built from.
             private_dir: The built private data.
-            overrides: Eval options that differ from ``conf/task/<id>.yaml`` ``eval.<source>``.
+            overrides: Eval options that differ from the defaults (``options.py``).
             cache_dir: Where the task may cache answers (``None``: no cache).
             envs: Interactive tasks: the episode client (``None``: in-process environments).
-            conf_dirs: Conf folders to find the task's YAML in (default :func:`task_conf_dirs`).
 
         Raises:
-            TaskError: An override is not an eval option of the task, or the conf file is missing.
+            TaskError: Unknown source, an override that is not an eval option of the task, or a
+                value of the wrong type.
         """
-        options = eval_options(spec, source, overrides, conf_dirs=conf_dirs)
+        options: object = typed_options(option_class(spec, "eval", source), overrides, what=f"{spec.id} eval")
         return cls(Path(private_dir), options, cache_dir, envs)
 
 
@@ -174,11 +189,20 @@ class Evaluator(Protocol):
 
 
 class Builder(Protocol):
-    """A task's builder for one data source: fill ``public`` (agent) and ``private`` (grader)."""
+    """A task's builder for one data source: fill ``public`` (agent) and ``private`` (grader).
 
-    def __call__(self, public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+    ``options`` is an instance of the source's build class (``options.py``).
+    """
+
+    def __call__(self, public: Path, private: Path, *, seed: int, options: Any) -> None:
         """Write the data; raise with a message naming what is missing when it cannot."""
         ...
+
+
+def _task_of(cls: type) -> str:
+    """The task id of an options class defined in a task folder (``autorl.task_code.<id>...``)."""
+    parts = cls.__module__.split(".")
+    return parts[2] if cls.__module__.startswith(PACKAGE + ".") and len(parts) > 2 else cls.__qualname__
 
 
 def load_task_module(spec: TaskSpec, filename: str) -> ModuleType:
@@ -243,7 +267,7 @@ def _cached(final: Path, source: str) -> TaskData | None:
     return TaskData(final / "public", final / "private", source, digest)
 
 
-def _run_builder(spec: TaskSpec, source: str, folder: Path, seed: int, options: dict[str, Any]) -> None:
+def _run_builder(spec: TaskSpec, source: str, folder: Path, seed: int, options: object) -> None:
     """Call the manifest's builder for ``source``; a builder's own failure becomes a :class:`TaskError`."""
     _check_package(spec)
     try:
@@ -267,7 +291,6 @@ def build_task_data(
     *,
     seed: int = 0,
     options: Mapping[str, Any] | None = None,
-    conf_dirs: Sequence[Path] | None = None,
 ) -> TaskData:
     """Build (or reuse) a task's public and private data.
 
@@ -281,20 +304,20 @@ def build_task_data(
         source: One of ``spec.sources``.
         cache_root: Root of the data cache.
         seed: Seed for generated (fixture) data.
-        options: Builder options that differ from the task's defaults (``conf/task/<id>.yaml``
-            ``build.<source>``); the builder gets the defaults with these over them, and that
-            complete dict is part of the cache key (so ``{}`` and the defaults spelled out share
-            one build).
-        conf_dirs: Conf folders to find the task's YAML in (default :func:`task_conf_dirs`).
+        options: Builder options that differ from the defaults of the source's build class
+            (``options.py``); the builder gets an instance with these over the defaults, and the
+            complete options are part of the cache key (so ``{}`` and the defaults spelled out
+            share one build).
 
     Returns:
         Where the data is, with its source and digest.
 
     Raises:
-        TaskError: Unknown source, an unknown option (the message lists the valid ones), no conf
-            file for the task, or the builder failed.
+        TaskError: Unknown source, an unknown option (the message lists the valid ones), a value
+            of the wrong type, or the builder failed.
     """
-    opts = build_options(spec, source, options, conf_dirs=conf_dirs)
+    typed: object = typed_options(option_class(spec, "build", source), options, what=f"{spec.id} build")
+    opts = plain(typed)
     parent = Path(cache_root) / spec.id / f"v{spec.version}"
     final = parent / f"{source}-seed{seed}-{_options_digest(opts)}"
     if (done := _cached(final, source)) is not None:
@@ -309,7 +332,7 @@ def build_task_data(
         try:
             (tmp / "public").mkdir(parents=True)
             (tmp / "private").mkdir()
-            _run_builder(spec, source, tmp, seed, opts)
+            _run_builder(spec, source, tmp, seed, typed)
             digest = _tree_digest(tmp)
             meta = {"task": spec.id, "version": spec.version, "source": source, "seed": seed,
                     "options": opts, "digest": digest}

@@ -226,13 +226,12 @@ def main(argv: list[str]) -> int:
 
     from autorl.engine.hf import HFEngine
     from autorl.models.tiny import ensure_tiny_model
-    from autorl.tasks import build_task_data, get_task, task_options
+    from autorl.tasks import build_options, build_task_data, get_task
 
     torch.set_num_threads(args.threads)
     cache = Path(args.cache_dir)
     spec = get_task(args.task)
-    defaults = task_options(spec, "fixture")
-    build = {"eval_size": max(int(defaults.build["eval_size"]), args.episodes)}
+    build = {"eval_size": max(build_options(spec, "fixture")["eval_size"], args.episodes)}
     data = build_task_data(spec, "fixture", cache / "tasks", seed=0, options=build)
     options: dict[str, Any] = {"limit": args.episodes}
     if args.max_steps is not None:

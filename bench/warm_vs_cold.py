@@ -175,7 +175,7 @@ def main(argv: list[str]) -> int:
     from autorl.engine import resolve_engine
     from autorl.grading.scoring import EvalTarget
     from autorl.models.tiny import ensure_tiny_model
-    from autorl.tasks import build_task_data, get_task, task_options
+    from autorl.tasks import build_options, build_task_data, get_task
 
     torch.set_num_threads(args.threads)
     name = resolve_engine(args.engine)
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
         options[key] = yaml.safe_load(value)
     cache = Path(args.cache_dir)
     spec = get_task(args.task)
-    build = dict(task_options(spec, "fixture").build) | {"eval_size": args.eval_size}
+    build = build_options(spec, "fixture", {"eval_size": args.eval_size})
     target = EvalTarget(args.task, spec.version, "fixture", 0, build, {})
     build_task_data(spec, "fixture", cache / "tasks", seed=0, options=build)  # built once, outside the timings
     base = ensure_tiny_model(cache / "models")

@@ -28,6 +28,7 @@ from autorl.tasks import (
     build_task_data,
     get_task,
     load_evaluator,
+    plain,
 )
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def eval_context(spec: TaskSpec, target: EvalTarget, private_dir: Path, cache_ro
 
     client = envs if envs is not None else LocalEnvClient(spec.env, cache_resolver(cache_root))
     build = build_options(spec, target.source, target.build_options)
-    source = EnvSource(target.task_id, target.source, target.seed, build, dict(ctx.options))
+    source = EnvSource(target.task_id, target.source, target.seed, build, plain(ctx.options))
     return replace(ctx, envs=EpisodeClient(client, source))
 
 

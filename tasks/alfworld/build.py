@@ -25,10 +25,10 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from .fixture import RoomSize, write_fixture_split
 from .games import collect_games, task_short_name
+from .options import FixtureBuild, HubBuild
 
 
 def _write_rows(folder: Path, rows: list[dict[str, str]]) -> None:
@@ -45,25 +45,24 @@ def _rows(prefix: str, games: list[tuple[str, Path]], relative_to: Path | None) 
     return rows
 
 
-def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+def build_fixture(public: Path, private: Path, *, seed: int, options: FixtureBuild) -> None:
     """Write generated games: ``options`` ``train_size`` / ``eval_size`` and the room size
-    (``extra_receptacle_kinds``, ``max_copies``, ``distractor_objects``; defaults in
-    ``conf/task/alfworld.yaml`` ``build.fixture``).
+    (``extra_receptacle_kinds``, ``max_copies``, ``distractor_objects``).
 
     Train games go to ``public/games/`` (scenes 1…), eval games to ``private/games/`` (scenes
     10001…), each listed in that folder's ``episodes.jsonl``.
     """
     rng = random.Random(seed)
-    size = RoomSize(extra_receptacle_kinds=int(options["extra_receptacle_kinds"]), max_copies=int(options["max_copies"]),
-                    distractor_objects=int(options["distractor_objects"]))
-    train = write_fixture_split(public, "games", int(options["train_size"]), rng, first_scene=1, size=size)
-    evals = write_fixture_split(private, "games", int(options["eval_size"]), rng, first_scene=10_001, size=size)
+    size = RoomSize(extra_receptacle_kinds=options.extra_receptacle_kinds, max_copies=options.max_copies,
+                    distractor_objects=options.distractor_objects)
+    train = write_fixture_split(public, "games", options.train_size, rng, first_scene=1, size=size)
+    evals = write_fixture_split(private, "games", options.eval_size, rng, first_scene=10_001, size=size)
     _write_rows(public, _rows("train", train, public))
     _write_rows(private, _rows("eval", evals, private))
 
 
-def _data_root(options: dict[str, Any]) -> Path:
-    raw = options["data_root"] or os.environ.get("ALFWORLD_DATA") or "~/.cache/alfworld"
+def _data_root(options: HubBuild) -> Path:
+    raw = options.data_root or os.environ.get("ALFWORLD_DATA") or "~/.cache/alfworld"
     return Path(raw).expanduser().resolve()
 
 
@@ -80,7 +79,7 @@ def _download(root: Path) -> None:
         raise RuntimeError(f"alfworld-download failed (exit {result.returncode}): {result.stderr[-800:]}")
 
 
-def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> None:
     """Write the official games (the seed is unused: the splits are fixed).
 
     Train games are copied into ``public/games/``; eval rows point into the data cache.
@@ -91,15 +90,14 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
         seed: Unused.
         options: ``data_root`` (``None``: ``$ALFWORLD_DATA`` or ``~/.cache/alfworld``), ``download``
             (run alfworld-download when the data is missing), ``expect_eval_games`` (the playable
-            valid_unseen games of json_2.1.1, 134; ``None`` to accept any count); defaults in
-            ``conf/task/alfworld.yaml`` ``build.hub``.
+            valid_unseen games of json_2.1.1, 134; ``None`` to accept any count).
 
     Raises:
         RuntimeError: The data is missing (and not downloaded), or has the wrong number of games.
     """
     root = _data_root(options)
     if not _complete(root):
-        if not options["download"]:
+        if not options.download:
             raise RuntimeError(f"no ALFWorld data at {root} (expected json_2.1.1/ and logic/alfred.pddl); "
                                "run alfworld-download or set build.hub.data_root")
         _download(root)
@@ -107,8 +105,8 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
             raise RuntimeError(f"alfworld-download finished but {root} still lacks json_2.1.1 games")
     train = collect_games(root / "json_2.1.1" / "train")
     evals = collect_games(root / "json_2.1.1" / "valid_unseen")
-    expected = options["expect_eval_games"]
-    if expected is not None and len(evals) != int(expected):
+    expected = options.expect_eval_games
+    if expected is not None and len(evals) != expected:
         raise RuntimeError(f"{root}/json_2.1.1/valid_unseen has {len(evals)} playable games, expected {expected}; "
                            "re-run alfworld-download (or set build.hub.expect_eval_games for a custom copy)")
     if not train:

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from autorl.envs.base import EnvData, EnvError, EpisodeSpec, StepResult, split_of
-from autorl.tasks import require_options
+from autorl.tasks import typed_options
 
 from . import tw_speedups
+from .options import Eval
 
 
 def load_episodes(folder: Path) -> dict[str, dict[str, Any]]:
@@ -83,7 +84,7 @@ class AlfworldEnv:
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
-        options = require_options(__package__, "eval", episode.source.env_options, error=EnvError)
+        options = typed_options(Eval, episode.source.env_options, what="alfworld eval", complete=True, error=EnvError)
         tw_speedups.install()
         row, folder = self._row(episode, data)
         game_file = Path(row["game"]) if Path(row["game"]).is_absolute() else folder / row["game"]
@@ -97,7 +98,7 @@ class AlfworldEnv:
                                          wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
             state = self._game.reset()
         self._state = {"steps": 0, "won": False, "expert": expert, "task": row["task"],
-                       "max_steps": int(options["max_steps"])}
+                       "max_steps": options.max_steps}
         return self._result(clean_reset_text(state["feedback"]), state, done=False)
 
     def step(self, action: str) -> StepResult:

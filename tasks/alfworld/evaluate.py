@@ -17,11 +17,12 @@ from agent_kit.rollout import PlayStats, play
 from autorl.engine.base import GenerationEngine
 from autorl.envs.host import local_episode_client
 from autorl.errors import TaskError
-from autorl.tasks import EvalContext, EvalResult, require_options
+from autorl.tasks import EvalContext, EvalResult, plain
 
 from .agent.protocol import AlfworldProtocol
 from .env import load_episodes
 from .games import SHORT_TYPES
+from .options import Eval
 
 NUM_SAMPLES = 3
 
@@ -31,8 +32,8 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
 
     Args:
         engine: Greedy generation engine.
-        ctx: ``private_dir`` holds ``episodes.jsonl`` (the eval games); ``options`` (every one
-            required; defaults and meanings in ``conf/task/alfworld.yaml`` ``eval``): ``max_steps``,
+        ctx: ``private_dir`` holds ``episodes.jsonl`` (the eval games); ``options``, an
+            :class:`~.options.Eval` (defaults and meanings in ``options.py``): ``max_steps``,
             ``max_new_tokens``, ``max_prompt_chars`` (``None``: no truncation here; the engine
             still keeps the prompt's end within the model's window), ``concurrency`` (live games),
             ``limit`` (first N games); ``envs``: episodes bound to this task's data in the EnvPool
@@ -44,17 +45,17 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Raises:
         TaskError: Unknown or missing options, or no eval games.
     """
-    opts, private_dir = require_options(__package__, "eval", ctx.options), Path(ctx.private_dir)
+    opts, private_dir = ctx.options_as(Eval), Path(ctx.private_dir)
     episodes = list(load_episodes(private_dir))  # file order: task types interleaved
-    if opts["limit"] is not None:
-        episodes = episodes[: int(opts["limit"])]
+    if opts.limit is not None:
+        episodes = episodes[: opts.limit]
     if not episodes:
         raise TaskError(f"no eval games in {private_dir}/episodes.jsonl")
-    client = ctx.envs or local_episode_client("alfworld", "alfworld", private_dir, opts)
-    protocol = AlfworldProtocol(max_new_tokens=int(opts["max_new_tokens"]), max_prompt_chars=opts["max_prompt_chars"])
+    client = ctx.envs or local_episode_client("alfworld", "alfworld", private_dir, plain(opts))
+    protocol = AlfworldProtocol(max_new_tokens=opts.max_new_tokens, max_prompt_chars=opts.max_prompt_chars)
     stats = PlayStats()
-    played = play(engine, client, episodes, protocol, max_steps=int(opts["max_steps"]),
-                  concurrency=int(opts["concurrency"]), stats=stats)
+    played = play(engine, client, episodes, protocol, max_steps=opts.max_steps,
+                  concurrency=opts.concurrency, stats=stats)
     per_task: dict[str, dict[str, float]] = {}
     won_total = 0
     for episode in played:

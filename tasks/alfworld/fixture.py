@@ -64,7 +64,7 @@ _SINGLE = ("Fridge", "Microwave", "SinkBasin", "GarbageCan", "DiningTable", "Des
 
 @dataclass(frozen=True)
 class RoomSize:
-    """How much a generated room holds beyond what its task needs (``conf/task/alfworld.yaml`` ``build.fixture``).
+    """How much a generated room holds beyond what its task needs (build options, ``options.py``).
 
     Attributes:
         extra_receptacle_kinds: Receptacle types added at random (each 1 to ``max_copies`` copies).

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .fixture import fixture_split
+from .options import FixtureBuild, HubBuild
 
 EVAL_FILE = "alpaca_eval_gpt4_baseline.json"
 PRIOR_FILE = "df_gamed.csv"
@@ -49,16 +50,14 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]], fields: tuple[str, 
             fh.write(json.dumps({k: row[k] for k in fields}, ensure_ascii=False) + "\n")
 
 
-def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+def build_fixture(public: Path, private: Path, *, seed: int, options: FixtureBuild) -> None:
     """Write generated instructions (:func:`.fixture.fixture_split`): ``options`` ``train_size`` /
-    ``eval_size`` (defaults in ``conf/task/alpacaeval.yaml`` ``build.fixture``).
+    ``eval_size``.
 
     Raises:
         ValueError: More instructions asked for than the fixture holds.
     """
-    train_size = int(options["train_size"])
-    eval_size = int(options["eval_size"])
-    evals, train_pairs = fixture_split(seed, train_size, eval_size)
+    evals, train_pairs = fixture_split(seed, options.train_size, options.eval_size)
     train = []
     for question, answer in train_pairs:
         instruction, _, input_text = question.partition("\n\n")
@@ -80,7 +79,7 @@ def _hub_file(repo_or_dir: str, filename: str) -> Path:
     return Path(hf_hub_download(repo_id=repo_or_dir, filename=filename, repo_type="dataset"))
 
 
-def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> None:
     """Write the hub data (the seed is unused: it is fixed).
 
     Args:
@@ -90,7 +89,7 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
         options: ``train_size``, ``train_path`` (``tatsu-lab/alpaca`` or a local folder with its
             layout), ``eval_path`` (``tatsu-lab/alpaca_eval`` or a local folder holding its json and
             csv files), ``lc_prior`` (true: fetch ``df_gamed.csv`` for the ``length_controlled_v1``
-            GLM); defaults in ``conf/task/alpacaeval.yaml`` ``build.hub``.
+            GLM).
 
     Raises:
         ValueError: Malformed hub files.
@@ -98,9 +97,8 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
     """
     import datasets  # heavy; only the hub source needs it
 
-    train_size = int(options["train_size"])
-    eval_repo = str(options["eval_path"])
-    data = datasets.load_dataset(str(options["train_path"]), split="train")
+    train_size, eval_repo = options.train_size, options.eval_path
+    data = datasets.load_dataset(options.train_path, split="train")
     data = data.select(range(min(train_size, len(data))))
     _write_jsonl(public / "train.jsonl",
                  (alpaca_row(r["instruction"], r["input"] or "", r["output"]) for r in data), TRAIN_FIELDS)
@@ -111,5 +109,5 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
     _write_jsonl(private / "eval.jsonl", ({"question": i["instruction"], "reference": i["output"],
                                            "generator": i.get("generator", ""), "dataset": i.get("dataset", "")}
                                           for i in items), EVAL_FIELDS)
-    if options["lc_prior"]:
+    if options.lc_prior:
         shutil.copyfile(_hub_file(eval_repo, PRIOR_FILE), private / "lc_prior.csv")

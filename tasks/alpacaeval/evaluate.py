@@ -28,11 +28,12 @@ from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import ConfigError, TaskError
 from autorl.judge.client import JudgeClient, JudgeSpec, load_judge_spec
 from autorl.registry import Registry
-from autorl.tasks import EvalContext, EvalResult, require_options
+from autorl.tasks import EvalContext, EvalResult
 
 from .agent.protocol import chat_prompt
 from .fixture import ideal_answer
 from .lc import LCPrior, length_controlled_win_rate
+from .options import Eval
 from .pairwise import comparison, preference, require_choice
 
 NUM_SAMPLES = 5
@@ -59,13 +60,13 @@ def oracle_reply(item: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def judge_spec(options: dict[str, Any]) -> Iterator[JudgeSpec]:
+def judge_spec(options: Eval) -> Iterator[JudgeSpec]:
     """The judge the options name, with a local server running for the ``with`` block if it is one.
 
     Raises:
         ConfigError: Neither or both of ``judge_driver`` and ``judge_server`` are set, or unknown names.
     """
-    driver, server = options["judge_driver"], options["judge_server"]
+    driver, server = options.judge_driver, options.judge_server
     if bool(driver) == bool(server):
         raise ConfigError("alpacaeval needs exactly one of eval options judge_driver (a conf/driver name, e.g. "
                           f"gpt-5.2) and judge_server (a local judging model: {', '.join(LOCAL_JUDGES)}); "
@@ -97,8 +98,8 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Args:
         engine: Greedy generation engine.
         ctx: ``private_dir`` holds ``eval.jsonl`` (``question``, ``reference``, ...) and, for the
-            ``length_controlled_v1`` GLM, ``lc_prior.csv``. ``options`` (every one required;
-            defaults and meanings in ``conf/task/alpacaeval.yaml`` ``eval``): ``judge_driver`` and
+            ``length_controlled_v1`` GLM, ``lc_prior.csv``. ``options``, an :class:`~.options.Eval`
+            (defaults and meanings in ``options.py``): ``judge_driver`` and
             ``judge_server`` (exactly one set; see the module docstring), ``judge_params`` (request
             fields sent verbatim, e.g. ``{max_completion_tokens: 100}``), ``judge_concurrency``,
             ``lc_glm`` (``length_controlled_v1`` or ``length_controlled_minimal``),
@@ -115,10 +116,10 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         ConfigError: Bad judge options.
         JudgeError: The judge failed, or a reply was empty or not ``m``/``M`` (nothing unusable is cached).
     """
-    options = require_options(__package__, "eval", ctx.options)
+    options = ctx.options_as(Eval)
     private_dir, cache_dir = Path(ctx.private_dir), ctx.cache_dir
-    items = _read_items(private_dir, options["limit"])
-    glm = str(options["lc_glm"])
+    items = _read_items(private_dir, options.limit)
+    glm = options.lc_glm
     prior = None
     if glm == "length_controlled_v1":
         prior_path = Path(private_dir) / "lc_prior.csv"
@@ -126,11 +127,11 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
             raise TaskError(f"lc_glm length_controlled_v1 needs {prior_path} (AlpacaEval's df_gamed.csv, built with "
                             "the hub source); use lc_glm: length_controlled_minimal for other data")
         prior = LCPrior.from_csv(prior_path)
-    max_new_tokens = int(options["max_new_tokens"])
+    max_new_tokens = options.max_new_tokens
 
     # The judge is set up first, so a missing API key or a bad judge option fails before generating.
     with judge_spec(options) as spec, JudgeClient(
-        spec, params=dict(options["judge_params"] or {}), concurrency=int(options["judge_concurrency"]),
+        spec, params=dict(options.judge_params), concurrency=options.judge_concurrency,
         cache_dir=None if cache_dir is None else Path(cache_dir) / "judge",
     ) as client:
         conversations = [chat_prompt(str(item["question"])) for item in items]

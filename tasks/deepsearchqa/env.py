@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from autorl.envs.base import EnvData, EnvError, EpisodeSpec, StepResult, split_of
-from autorl.tasks import require_options
+from autorl.tasks import plain, typed_options
 
+from .options import Eval
 from .search import SearchBackend, make_search
 
 INVALID = "Invalid action. Use search[query] to search or answer[your answer] to answer."
@@ -51,7 +52,7 @@ class DeepSearchEnv:
         self._search: dict[str, SearchBackend] = {}
         self.row: dict[str, Any] | None = None
         self.train = False
-        self.options: dict[str, Any] = {}
+        self.options: Eval | None = None
         self.done = False
 
     def reset(self, episode: EpisodeSpec, data: EnvData) -> StepResult:
@@ -67,8 +68,10 @@ class DeepSearchEnv:
         row = self._questions[folder].get(episode.episode_id)
         if row is None:
             raise EnvError(f"no DeepSearchQA question {episode.episode_id!r} in this task's data")
-        self.options = require_options(__package__, "eval", episode.source.env_options, error=EnvError)
-        search_options = dict(self.options["search"])
+        self.options = typed_options(
+            Eval, episode.source.env_options, what="deepsearchqa eval", complete=True, error=EnvError
+        )
+        search_options = dict(self.options.search)
         key = json.dumps(search_options, sort_keys=True) + str(data.private_dir)
         if key not in self._search:
             self._search[key] = make_search(search_options, data.private_dir)
@@ -101,8 +104,8 @@ class DeepSearchEnv:
     def _judge(self, prediction: str) -> bool:
         from .judge import judge_answers, open_judge
 
-        assert self.row is not None
-        with open_judge(self.options, None) as client:
+        assert self.row is not None and self.options is not None
+        with open_judge(plain(self.options), None) as client:
             return judge_answers(client, [(self.row.get("answer_type") or "Single Answer", str(self.row["answer"]), prediction)])[
                 0
             ]

@@ -18,11 +18,12 @@ from agent_kit.rollout import PlayStats, play
 from autorl.engine.base import GenerationEngine
 from autorl.envs.host import local_episode_client
 from autorl.errors import TaskError
-from autorl.tasks import EvalContext, EvalResult, require_options
+from autorl.tasks import EvalContext, EvalResult, plain
 
 from .agent.protocol import DeepSearchProtocol
 from .env import load_questions
 from .judge import judge_answers, open_judge
+from .options import Eval
 
 NUM_SAMPLES = 5
 TASK_ID = "deepsearchqa"  # the env kind of the in-process client (this task's ``env`` entry point)
@@ -34,8 +35,8 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Args:
         engine: Greedy generation engine.
         ctx: ``private_dir`` holds ``questions.jsonl`` (and the fixture's ``corpus.jsonl``);
-            ``options`` (every one required; defaults and meanings in ``conf/task/deepsearchqa.yaml``
-            ``eval``): ``max_steps``, ``max_new_tokens``, ``concurrency``, ``limit``, ``search``
+            ``options``, an :class:`~.options.Eval` (defaults and meanings in ``options.py``):
+            ``max_steps``, ``max_new_tokens``, ``concurrency``, ``limit``, ``search``
             (``{backend: bm25, num_results}`` or ``{backend: web, endpoint, api_key_env, num_results,
             timeout_s}``), ``judge_driver`` and ``judge_server`` (exactly one set), ``judge_params``,
             ``judge_concurrency``;
@@ -49,19 +50,19 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         TaskError: Unknown or missing options, or no questions.
         ConfigError: Bad judge options (before anything is generated).
     """
-    opts = require_options(__package__, "eval", ctx.options)
+    opts = ctx.options_as(Eval)
     private_dir, cache_dir = ctx.private_dir, ctx.cache_dir
     rows = load_questions(Path(private_dir))
     ids = sorted(rows, key=lambda e: int(e.split("/")[1]) if e.split("/")[1].isdigit() else e)
-    if opts["limit"] is not None:
-        ids = ids[: int(opts["limit"])]
+    if opts.limit is not None:
+        ids = ids[: opts.limit]
     if not ids:
         raise TaskError(f"no eval questions in {private_dir}/questions.jsonl")
-    with open_judge(opts, None if cache_dir is None else Path(cache_dir) / "judge") as judge:
-        client = ctx.envs or local_episode_client(TASK_ID, TASK_ID, Path(private_dir), opts)
+    with open_judge(plain(opts), None if cache_dir is None else Path(cache_dir) / "judge") as judge:
+        client = ctx.envs or local_episode_client(TASK_ID, TASK_ID, Path(private_dir), plain(opts))
         stats = PlayStats()
-        played = play(engine, client, ids, DeepSearchProtocol(max_new_tokens=int(opts["max_new_tokens"])),
-                      max_steps=int(opts["max_steps"]), concurrency=int(opts["concurrency"]), stats=stats)
+        played = play(engine, client, ids, DeepSearchProtocol(max_new_tokens=opts.max_new_tokens),
+                      max_steps=opts.max_steps, concurrency=opts.concurrency, stats=stats)
         predictions = [str(e.current.info.get("answer", "")) if e.current.done else "" for e in played]
         items = [(rows[e.episode_id].get("answer_type") or "Single Answer", str(rows[e.episode_id]["answer"]), p)
                  for e, p in zip(played, predictions, strict=True)]

@@ -103,7 +103,7 @@ class Bm25Search:
         return " | ".join(f"{d['title']}: {d['text']}" for d in hits) if hits else "No results found."
 
 
-# The settings of each search backend, all required (defaults: conf/task/deepsearchqa.yaml eval.<source>.search).
+# The settings of each search backend, all required (defaults: options.py, Eval.search).
 SEARCH_SETTINGS: dict[str, tuple[str, ...]] = {"bm25": ("num_results",),
                                                "web": ("endpoint", "api_key_env", "num_results", "timeout_s")}
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from .fixture import fixture_rows
+from .options import FixtureBuild, HubBuild
 
 HUB_CONFIG = "main"
 
@@ -30,22 +30,20 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, str]]) -> int:
     return count
 
 
-def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
-    """Write generated problems: ``options`` ``train_size`` / ``eval_size`` (defaults in
-    ``conf/task/gsm8k.yaml`` ``build.fixture``, like every option here)."""
-    train_size = int(options["train_size"])
-    eval_size = int(options["eval_size"])
+def build_fixture(public: Path, private: Path, *, seed: int, options: FixtureBuild) -> None:
+    """Write generated problems: ``options.train_size`` / ``options.eval_size``."""
+    train_size, eval_size = options.train_size, options.eval_size
     # One pool of distinct questions, split afterwards, keeps eval disjoint from train.
     rows = fixture_rows(seed, train_size + eval_size)
     _write_jsonl(private / "eval.jsonl", rows[:eval_size])
     _write_jsonl(public / "train.jsonl", rows[eval_size:])
 
 
-def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> None:
     """Write the hub splits (the seed is unused: they are fixed); ``options`` ``hub_path`` (the dataset
     repo; a local folder with the same layout works)."""
     import datasets  # heavy; only the hub source needs it
 
-    data = datasets.load_dataset(str(options["hub_path"]), HUB_CONFIG)
+    data = datasets.load_dataset(options.hub_path, HUB_CONFIG)
     _write_jsonl(public / "train.jsonl", data["train"])
     _write_jsonl(private / "eval.jsonl", data["test"])

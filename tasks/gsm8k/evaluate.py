@@ -12,9 +12,10 @@ from pathlib import Path
 
 from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import TaskError
-from autorl.tasks import EvalContext, EvalResult, require_options
+from autorl.tasks import EvalContext, EvalResult
 
 from .agent.protocol import HASHES, extract_answer, format_question, normalize_number
+from .options import Eval
 
 NUM_SAMPLES = 5
 
@@ -68,10 +69,10 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Args:
         engine: Greedy generation engine (``autorl.engine.base.GenerationEngine``).
         ctx: ``private_dir`` holds ``eval.jsonl`` (``{"question", "answer"}`` rows); ``options``
-            (every one required; defaults and meanings in ``conf/task/gsm8k.yaml`` ``eval``):
-            ``num_shots`` (0-4), ``max_new_tokens``, ``limit`` (first N items; ``None`` = all),
-            ``stop`` (where a generation is cut: a model that keeps going invents the next
-            ``"Question:"``, which OpenCompass's postprocess cuts too).
+            are an :class:`~.options.Eval` (defaults and meanings in ``options.py``): ``num_shots``
+            (0-4), ``max_new_tokens``, ``limit`` (first N items; ``None`` = all), ``stop`` (where a
+            generation is cut: a model that keeps going invents the next ``"Question:"``, which
+            OpenCompass's postprocess cuts too).
 
     Returns:
         Accuracy x100 of exact matches of the final number, with a few samples in details.
@@ -79,24 +80,21 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Raises:
         TaskError: Bad options, malformed eval data, or an engine returning the wrong count.
     """
-    options, private_dir = require_options(__package__, "eval", ctx.options), ctx.private_dir
-    num_shots = int(options["num_shots"])
+    options, private_dir = ctx.options_as(Eval), ctx.private_dir
+    num_shots, limit, max_new_tokens = options.num_shots, options.limit, options.max_new_tokens
     if not 0 <= num_shots <= len(SHOTS):
         raise TaskError(f"gsm8k num_shots must be 0..{len(SHOTS)}, got {num_shots}")
-    max_new_tokens = int(options["max_new_tokens"])
-    limit = options["limit"]
-    stop = list(options["stop"])
 
     with (Path(private_dir) / "eval.jsonl").open(encoding="utf-8") as fh:
         items = [json.loads(line) for line in fh if line.strip()]
     if limit is not None:
-        items = items[: int(limit)]
+        items = items[:limit]
     if not items:
         raise TaskError(f"no eval items in {private_dir / 'eval.jsonl'}")
     golds = [gold_answer(item["answer"]) for item in items]
 
     conversations = [build_conversation(item["question"], num_shots) for item in items]
-    outputs = engine.generate_chat(conversations, max_new_tokens=max_new_tokens, stop=stop)
+    outputs = engine.generate_chat(conversations, max_new_tokens=max_new_tokens, stop=list(options.stop))
     if len(outputs) != len(items):
         raise TaskError(f"engine returned {len(outputs)} generations for {len(items)} prompts")
 

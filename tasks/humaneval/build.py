@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .fixture import fixture_problems
+from .options import FixtureBuild, HubBuild
 
 HUB_CONFIG = "openai_humaneval"
 FIELDS = ("question", "answer", "task_id", "entry_point", "test")
@@ -41,20 +42,19 @@ def _check_private_not_public(public: list[dict[str, str]], private: list[dict[s
                 raise ValueError(f"fixture bug: eval {key} of {row['entry_point']} also appears in train")
 
 
-def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+def build_fixture(public: Path, private: Path, *, seed: int, options: FixtureBuild) -> None:
     """Write generated problems, shuffled with ``random.Random(seed)``; eval first from one pool.
 
     Args:
         public: Empty folder for what the agent may see (``train.jsonl``).
         private: Empty folder for what only the evaluator reads (``eval.jsonl``).
         seed: Seed of the shuffle that picks and orders the problems.
-        options: ``train_size`` / ``eval_size`` (defaults in ``conf/task/humaneval.yaml`` ``build.fixture``).
+        options: ``train_size`` / ``eval_size``.
 
     Raises:
         ValueError: The sizes ask for more problems than the fixture has, or eval text leaked into train.
     """
-    train_size = int(options["train_size"])
-    eval_size = int(options["eval_size"])
+    train_size, eval_size = options.train_size, options.eval_size
     pool = fixture_problems()
     if train_size + eval_size > len(pool):
         raise ValueError(f"the fixture has {len(pool)} problems; train_size + eval_size = {train_size + eval_size}")
@@ -68,7 +68,7 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, 
     _write_jsonl(Path(public) / "train.jsonl", train)
 
 
-def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> None:
     """Write the hub split (the seed is unused: the split is fixed).
 
     Args:
@@ -76,17 +76,17 @@ def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]
         private: Empty folder for what only the evaluator reads (``eval.jsonl``).
         seed: Unused.
         options: ``hub_path`` (the dataset repo; a local folder with the same layout works) and
-            ``split_at`` (test problems before it are train); defaults in ``conf/task/humaneval.yaml``.
+            ``split_at`` (test problems before it are train).
 
     Raises:
         ValueError: The test split has no more than ``split_at`` problems.
     """
     import datasets  # heavy; only the hub source needs it
 
-    split_at = int(options["split_at"])
-    data = datasets.load_dataset(str(options["hub_path"]), HUB_CONFIG, split="test")
+    split_at = options.split_at
+    data = datasets.load_dataset(options.hub_path, HUB_CONFIG, split="test")
     if len(data) <= split_at:
-        raise ValueError(f"{options['hub_path']} test split has {len(data)} problems; "
+        raise ValueError(f"{options.hub_path} test split has {len(data)} problems; "
                          f"need more than split_at={split_at}")
     rows = [{"question": r["prompt"], "answer": r["canonical_solution"], "task_id": r["task_id"],
              "entry_point": r["entry_point"], "test": r["test"]} for r in data]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from agent_kit.function_judge import FunctionJudge, Problem
 from agent_kit.sandbox import (
@@ -27,9 +26,10 @@ from agent_kit.sandbox import (
 )
 from autorl.engine.base import ChatMessage, GenerationEngine
 from autorl.errors import PrerequisiteError, TaskError
-from autorl.tasks import EvalContext, EvalResult, require_options
+from autorl.tasks import EvalContext, EvalResult
 
 from .agent.protocol import build_solution, format_prompt
+from .options import Eval
 
 NUM_SAMPLES = 5
 # The eval option of the judge's isolation; only an explicit rlimits runs it without namespaces.
@@ -69,17 +69,17 @@ def judge_mode(requested: str | None, source: str = "<source>") -> Mode:
 
 
 def sandbox_from_options(
-    options: dict[str, Any], hidden: tuple[Path, ...] = (), source: str = "<source>"
+    options: Eval, hidden: tuple[Path, ...] = (), source: str = "<source>"
 ) -> Sandbox:
     """The sandbox the eval options ask for (``timeout_s``, ``memory_mb``, ``max_processes``, ``sandbox_mode``).
 
     ``timeout_s`` bounds one whole problem (both processes); the memory and process limits apply
     to each process; the mode is :func:`judge_mode`'s (``source`` names the setting in its message).
     """
-    timeout = float(options["timeout_s"])
-    limits = SandboxLimits(timeout_s=timeout, cpu_s=max(1, int(timeout)), memory_bytes=int(options["memory_mb"]) << 20,
-                           max_processes=int(options["max_processes"]))
-    return Sandbox(limits, mode=judge_mode(options[MODE_OPTION], source), hidden=hidden)
+    timeout = float(options.timeout_s)
+    limits = SandboxLimits(timeout_s=timeout, cpu_s=max(1, options.timeout_s), memory_bytes=options.memory_mb << 20,
+                           max_processes=options.max_processes)
+    return Sandbox(limits, mode=judge_mode(options.sandbox_mode, source), hidden=hidden)
 
 
 def hidden_from_programs(private_dir: Path) -> tuple[Path, ...]:
@@ -105,8 +105,8 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Args:
         engine: Greedy generation engine.
         ctx: ``private_dir`` holds ``eval.jsonl`` (``question``, ``answer``, ``task_id``,
-            ``entry_point``, ``test``); ``options`` (every one required; defaults and meanings in
-            ``conf/task/humaneval.yaml`` ``eval``): ``max_new_tokens``, ``limit`` (first N
+            ``entry_point``, ``test``); ``options``, an :class:`~.options.Eval` (defaults and
+            meanings in ``options.py``): ``max_new_tokens``, ``limit`` (first N
             problems), ``timeout_s`` (per problem), ``workers`` (problems judged at once),
             ``memory_mb``, ``max_processes``, ``sandbox_mode`` (:func:`judge_mode`).
 
@@ -119,13 +119,12 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         PrerequisiteError: The sandbox cannot judge even a trivial correct solution here, or
             namespaces do not work here and ``sandbox_mode`` is not ``rlimits``.
     """
-    options, private_dir = require_options(__package__, "eval", ctx.options), Path(ctx.private_dir)
-    max_new_tokens = int(options["max_new_tokens"])
-    limit = options["limit"]
+    options, private_dir = ctx.options_as(Eval), Path(ctx.private_dir)
+    max_new_tokens, limit = options.max_new_tokens, options.limit
     with (private_dir / "eval.jsonl").open(encoding="utf-8") as fh:
         items = [json.loads(line) for line in fh if line.strip()]
     if limit is not None:
-        items = items[: int(limit)]
+        items = items[:limit]
     if not items:
         raise TaskError(f"no eval items in {private_dir / 'eval.jsonl'}")
     sandbox = sandbox_from_options(options, hidden=hidden_from_programs(private_dir))  # no peeking at the tests
@@ -141,7 +140,7 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         cases = [(Problem(i["question"], i["test"], i["entry_point"]), build_solution(i["question"], out or "",
                                                                                        i["entry_point"]))
                  for i, out in zip(items, outputs, strict=True)]
-        verdicts = judge.judge_many(cases, workers=int(options["workers"]))
+        verdicts = judge.judge_many(cases, workers=options.workers)
     passed = [v.passed for v in verdicts]
     # Details reach the agent through the grading API: nothing from the private split (no prompts,
     # no test output or failure reasons, which would show the hidden asserts), only the model's own completions.

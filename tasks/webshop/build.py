@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .fixture import fixture_data
+from .options import FixtureBuild, HubBuild
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -32,27 +33,26 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> None:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
 
 
-def build_fixture(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+def build_fixture(public: Path, private: Path, *, seed: int, options: FixtureBuild) -> None:
     """Write the generated catalogue and goals: ``options`` ``catalogue_size``, ``train_size``,
-    ``eval_size`` (defaults in ``conf/task/webshop.yaml`` ``build.fixture``).
+    ``eval_size``.
 
     Raises:
         ValueError: Not enough distinct goals for the sizes asked.
     """
-    eval_size = int(options["eval_size"])
-    products, goals = fixture_data(seed, catalogue_size=int(options["catalogue_size"]), eval_size=eval_size,
-                                   train_size=int(options["train_size"]))
+    eval_size = options.eval_size
+    products, goals = fixture_data(seed, catalogue_size=options.catalogue_size, eval_size=eval_size,
+                                   train_size=options.train_size)
     _write(Path(public) / "catalogue.jsonl", products)
     _write(Path(private) / "goals.jsonl", [{"episode_id": f"eval/{i}", **g} for i, g in enumerate(goals[:eval_size])])
     _write(Path(public) / "goals.jsonl",
            [{"episode_id": f"train/{eval_size + i}", **g} for i, g in enumerate(goals[eval_size:])])
 
 
-def build_hub(public: Path, private: Path, *, seed: int, options: dict[str, Any]) -> None:
+def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> None:
     """Write the session lists of WebShop's env (the seed is unused: WebShop fixes its goal order);
-    ``options`` ``train_size``, ``eval_size``, ``first_train_session`` (defaults in ``conf/task/webshop.yaml``
-    ``build.hub``)."""
-    first = int(options["first_train_session"])
-    _write(Path(private) / "goals.jsonl", [{"episode_id": f"eval/{i}"} for i in range(int(options["eval_size"]))])
+    ``options`` ``train_size``, ``eval_size``, ``first_train_session``."""
+    first = options.first_train_session
+    _write(Path(private) / "goals.jsonl", [{"episode_id": f"eval/{i}"} for i in range(options.eval_size)])
     _write(Path(public) / "goals.jsonl",
-           [{"episode_id": f"train/{first + i}"} for i in range(int(options["train_size"]))])
+           [{"episode_id": f"train/{first + i}"} for i in range(options.train_size)])

@@ -4,7 +4,9 @@ reference's way: synthetic goals, seed-233 shuffle) or a running WebShop web ser
 from __future__ import annotations
 
 from autorl.envs.base import Env, EnvData, EnvError, EpisodeSpec, StepResult
-from autorl.tasks import require_options
+from autorl.tasks import typed_options
+
+from .options import Eval
 
 BACKENDS = ("builtin", "textenv", "server")
 
@@ -25,7 +27,7 @@ class WebShopEnv:
         ``episode.source.env_options`` are the task's complete eval options (``backend``,
         ``server_url``, ``server_timeout_s``); an incomplete or misspelt dict is refused here.
         """
-        kind = str(require_options(__package__, "eval", episode.source.env_options, error=EnvError)["backend"])
+        kind = typed_options(Eval, episode.source.env_options, what="webshop eval", complete=True, error=EnvError).backend
         if kind not in BACKENDS:
             raise EnvError(f"unknown WebShop backend {kind!r}; valid: {', '.join(BACKENDS)}")
         if kind != self.kind:

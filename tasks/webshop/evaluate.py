@@ -18,9 +18,10 @@ from agent_kit.rollout import PlayStats, play
 from autorl.engine.base import GenerationEngine
 from autorl.envs.host import local_episode_client
 from autorl.errors import TaskError
-from autorl.tasks import EvalContext, EvalResult, require_options
+from autorl.tasks import EvalContext, EvalResult, plain
 
 from .agent.protocol import WebShopProtocol
+from .options import Eval
 
 NUM_SAMPLES = 3
 
@@ -30,8 +31,8 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
 
     Args:
         engine: Greedy generation engine.
-        ctx: ``private_dir`` holds ``goals.jsonl`` (the eval sessions); ``options`` (every one
-            required; defaults and meanings in ``conf/task/webshop.yaml`` ``eval``): ``max_steps``,
+        ctx: ``private_dir`` holds ``goals.jsonl`` (the eval sessions); ``options``, an
+            :class:`~.options.Eval` (defaults and meanings in ``options.py``): ``max_steps``,
             ``max_new_tokens``, ``history_window``, ``multi_turn``, ``success_threshold``, ``concurrency``,
             ``limit``, ``backend`` (``builtin``, ``textenv`` or ``server``), ``server_url``,
             ``server_timeout_s``; ``envs``: episodes bound to this task's data in the EnvPool,
@@ -43,21 +44,21 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     Raises:
         TaskError: Unknown or missing options, or no eval sessions.
     """
-    opts, private_dir = require_options(__package__, "eval", ctx.options), Path(ctx.private_dir)
+    opts, private_dir = ctx.options_as(Eval), Path(ctx.private_dir)
     path = private_dir / "goals.jsonl"
     ids = [json.loads(line)["episode_id"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if opts["limit"] is not None:
-        ids = ids[: int(opts["limit"])]
+    if opts.limit is not None:
+        ids = ids[: opts.limit]
     if not ids:
         raise TaskError(f"no eval sessions in {path}")
-    client = ctx.envs or local_episode_client("webshop", "webshop", private_dir, opts)
-    protocol = WebShopProtocol(max_new_tokens=int(opts["max_new_tokens"]), history_window=int(opts["history_window"]),
-                               multi_turn=bool(opts["multi_turn"]))
+    client = ctx.envs or local_episode_client("webshop", "webshop", private_dir, plain(opts))
+    protocol = WebShopProtocol(max_new_tokens=opts.max_new_tokens, history_window=opts.history_window,
+                               multi_turn=opts.multi_turn)
     stats = PlayStats()
-    played = play(engine, client, ids, protocol, max_steps=int(opts["max_steps"]), concurrency=int(opts["concurrency"]),
+    played = play(engine, client, ids, protocol, max_steps=opts.max_steps, concurrency=opts.concurrency,
                   stats=stats)
     rewards = [e.current.reward if e.current.done else 0.0 for e in played]
-    success = sum(r >= float(opts["success_threshold"]) for r in rewards)
+    success = sum(r >= opts.success_threshold for r in rewards)
     samples = [{"episode_id": e.episode_id, "reward": r, "steps": e.steps, "actions": e.actions[:15]}
                for e, r in list(zip(played, rewards, strict=True))[:NUM_SAMPLES]]
     details = {"success_count": success, "total_count": len(played), "success_rate": success / len(played),

@@ -20,8 +20,10 @@ from typing import Any
 from urllib.parse import quote
 
 from autorl.envs.base import EnvData, EnvError, EpisodeSpec, StepResult
+from autorl.tasks import typed_options
 
 from .builtin_shop import SEP, SUBPAGES, parse_action
+from .options import Eval
 
 SCORE_LABEL = "Your score (min 0.0, max 1.0)"
 _HIDDEN = {"style", "script", "head", "title", "meta"}
@@ -104,8 +106,8 @@ class WebShopServerEnv:
         """Open ``fixed_<i>`` of the episode's goal index."""
         import httpx
 
-        options = episode.source.env_options  # complete: checked by WebShopEnv.reset
-        url = options["server_url"]
+        options = typed_options(Eval, episode.source.env_options, what="webshop eval", complete=True, error=EnvError)
+        url = options.server_url
         if not url:
             raise EnvError("the WebShop server backend needs eval option server_url (e.g. http://127.0.0.1:3000)")
         index = episode.episode_id.split("/", 1)[1]
@@ -113,7 +115,7 @@ class WebShopServerEnv:
             raise EnvError(f"WebShop server episodes are goal indices like 'eval/7', got {episode.episode_id!r}")
         if self._http is None or self.base_url != url.rstrip("/"):
             self.base_url = url.rstrip("/")
-            self._http = httpx.Client(timeout=float(options["server_timeout_s"]))
+            self._http = httpx.Client(timeout=float(options.server_timeout_s))
         self.state = {"session": f"fixed_{int(index)}", "page_type": "init"}
         return self._load(done=False)
 

@@ -154,7 +154,7 @@ def test_evaluate_batches_judges_and_caches(fixture_data: Any, tmp_path: Path) -
     assert len(engine.calls) == 1
     conversations, max_new_tokens = engine.calls[0]
     assert conversations == [[{"role": "user", "content": item["question"]}] for item in items]
-    assert max_new_tokens == ctx.options["max_new_tokens"] == 48
+    assert max_new_tokens == ctx.options.max_new_tokens == 48
     details = result.details
     assert details["n_wins"] == 6 and details["n_wins_base"] == 6 and details["win_rate"] == 50.0
     assert result.score == details["length_controlled_winrate"] and 0.0 <= result.score <= 100.0

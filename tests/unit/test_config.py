@@ -26,6 +26,7 @@ from autorl.config import (
 from autorl.errors import ConfigError
 from autorl.registry import CONF_DIR, GROUPS, list_options, option_names
 from autorl.schema import DriverConfig, Provider, RunConfig, WandbMode
+from autorl.tasks import get_task
 
 
 def test_parse_argv_splits_axes_from_passthrough() -> None:
@@ -300,11 +301,11 @@ def test_an_unknown_integrity_judge_driver_stops_the_sweep_before_anything_start
 def test_budget_is_the_tasks_unless_budget_seconds_is_given() -> None:
     tasks = {c.task: c for c in plan_sweep(["task=gsm8k,alfworld", "dry_run=true"]).cells}
     for name, cell in tasks.items():
-        task_yaml = yaml.safe_load((CONF_DIR / "task" / f"{name}.yaml").read_text())
-        assert cell.config.budget.seconds is None and cell.budget_s == float(task_yaml["budget_s"]), name
+        run = get_task(name).run  # tasks/<name>/task.yaml run.budget_s
+        assert cell.config.budget.seconds is None and cell.budget_s == run.budget_s, name
     assert {c.budget_s for c in plan_sweep(["task=gsm8k,alfworld", "budget.seconds=60", "dry_run=true"]).cells} == {60.0}
     assert plan_sweep(["task=alfworld", "task.budget_s=90", "dry_run=true"]).cells[0].budget_s == 90.0
-    with pytest.raises(ConfigError, match=r"budget is -5 s .*budget.seconds > 0, or a positive budget_s in conf/task/gsm8k.yaml"):
+    with pytest.raises(ConfigError, match=r"budget is -5 s .*budget.seconds > 0, or a positive run.budget_s in .*tasks/gsm8k/task.yaml"):
         check_combinations(plan_sweep(["budget.seconds=-5", "dry_run=true"]).cells)
 
 

@@ -11,10 +11,11 @@ import pytest
 
 from autorl.tasks import (
     EvalContext,
+    build_options,
     build_task_data,
+    eval_options,
     get_task,
     load_task_module,
-    task_options,
 )
 
 SPEC = get_task("gsm8k")
@@ -147,7 +148,7 @@ def test_prompts_contain_shots_and_question(private_dir: Path) -> None:
 
     assert len(engine.calls) == 1, "one batched engine call for all items"
     conversations, max_new_tokens, stop = engine.calls[0]
-    assert max_new_tokens == task_options(SPEC, "hub").eval["max_new_tokens"] and stop == ["Question:"]
+    assert max_new_tokens == eval_options(SPEC, "hub")["max_new_tokens"] and stop == ["Question:"]
     assert len(conversations) == len(items) == result.num_examples == 20
     for conversation, item in zip(conversations, items, strict=True):
         assert [m["role"] for m in conversation] == ["user", "assistant"] * 4 + ["user"]
@@ -174,7 +175,7 @@ def test_fixture_shape_and_disjoint(tmp_path: Path) -> None:
     data = build_task_data(SPEC, "fixture", tmp_path, seed=3)
     train = [json.loads(line) for line in (data.public_dir / "train.jsonl").read_text().splitlines()]
     test = [json.loads(line) for line in (data.private_dir / "eval.jsonl").read_text().splitlines()]
-    defaults = task_options(SPEC, "fixture").build  # conf/task/gsm8k.yaml: 2000 / 200
+    defaults = build_options(SPEC, "fixture")  # tasks/gsm8k/options.py: 2000 / 200
     assert (len(train), len(test)) == (defaults["train_size"], defaults["eval_size"]) == (2000, 200)
     assert not {r["question"] for r in train} & {r["question"] for r in test}
     for row in train + test:

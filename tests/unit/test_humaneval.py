@@ -23,10 +23,11 @@ from agent_kit.sandbox import Sandbox, SandboxError, SandboxLimits
 from autorl.errors import TaskError
 from autorl.tasks import (
     EvalContext,
+    build_options,
     build_task_data,
+    eval_options,
     get_task,
     load_task_module,
-    task_options,
 )
 from tests.helpers.procs import processes_mentioning
 
@@ -441,7 +442,7 @@ def test_prompt_is_exact_and_batched(private_dir: Path) -> None:
     result = EVAL.evaluate(engine, EvalContext.for_task(SPEC, "hub", private_dir))  # the reference's 512 tokens
     assert len(engine.calls) == 1
     conversations, max_new_tokens = engine.calls[0]
-    assert max_new_tokens == task_options(SPEC, "hub").eval["max_new_tokens"] == 512
+    assert max_new_tokens == eval_options(SPEC, "hub")["max_new_tokens"] == 512
     assert conversations == [[{"role": "user", "content": INSTRUCTION + item["question"]}] for item in items]
     assert result.num_examples == 8 and result.details["passed"] == 4 and result.score == 50.0
     assert result.details["sandbox_mode"] == "namespaces"
@@ -540,7 +541,7 @@ def test_fixture_split_is_disjoint_and_seeded(tmp_path: Path) -> None:
     data = build_task_data(SPEC, "fixture", tmp_path, seed=1)
     train = [json.loads(line) for line in (data.public_dir / "train.jsonl").read_text().splitlines()]
     evals = [json.loads(line) for line in (data.private_dir / "eval.jsonl").read_text().splitlines()]
-    defaults = task_options(SPEC, "fixture").build  # conf/task/humaneval.yaml: 240 / 40
+    defaults = build_options(SPEC, "fixture")  # tasks/humaneval/options.py: 240 / 40
     assert (len(train), len(evals)) == (defaults["train_size"], defaults["eval_size"]) == (240, 40)
     assert not {r["entry_point"] for r in train} & {r["entry_point"] for r in evals}
     assert set(train[0]) == set(evals[0]) == {"question", "answer", "task_id", "entry_point", "test"}

@@ -39,14 +39,11 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
 
 
 def copy_task(plugin: Path, source: str, new_id: str) -> Path:
-    """Copy ``tasks/<source>`` and ``conf/task/<source>.yaml`` into ``plugin`` as task ``new_id``."""
+    """Copy ``tasks/<source>`` into ``plugin`` as task ``new_id`` (the folder is the whole task)."""
     folder = plugin / "tasks" / new_id
     shutil.copytree(TASKS_DIR / source, folder, ignore=shutil.ignore_patterns("__pycache__"))
     manifest = folder / "task.yaml"
     manifest.write_text(manifest.read_text().replace(f"id: {source}\n", f"id: {new_id}\n", 1))
-    (plugin / "conf" / "task").mkdir(parents=True, exist_ok=True)
-    conf = (CONF_DIR / "task" / f"{source}.yaml").read_text().replace(f"name: {source}\n", f"name: {new_id}\n", 1)
-    (plugin / "conf" / "task" / f"{new_id}.yaml").write_text(conf)
     return folder
 
 
@@ -131,7 +128,7 @@ def test_task_code_reads_the_plugin_path_when_a_worker_imports_it(tmp_path: Path
 def test_plugin_options_are_listed_with_their_origin(tmp_path: Path) -> None:
     plugin = tmp_path / "plugin"
     copy_task(plugin, "webshop", "plugshop")
-    (plugin / "conf" / "driver").mkdir()
+    (plugin / "conf" / "driver").mkdir(parents=True)
     (plugin / "conf" / "driver" / "mine.yaml").write_text("name: mine\ndescription: My own endpoint\n")
     (plugin / "conf" / "driver" / "_shared.yaml").write_text("gateway: {}\n")  # a base, not an option
     plugins.activate([plugin])
@@ -148,13 +145,16 @@ def test_plugin_options_are_listed_with_their_origin(tmp_path: Path) -> None:
 
 def test_an_option_name_that_is_taken_is_refused(tmp_path: Path) -> None:
     plugin = tmp_path / "plugin"
-    (plugin / "conf" / "task").mkdir(parents=True)
-    (plugin / "conf" / "task" / "gsm8k.yaml").write_text("name: gsm8k\nsource: fixture\n")
+    (plugin / "conf" / "driver").mkdir(parents=True)
+    (plugin / "conf" / "driver" / "gpt-5.yaml").write_text("name: gpt-5\n")
     plugins.activate([plugin])
-    with pytest.raises(ConfigError, match=rf"task=gsm8k is defined twice: {CONF_DIR / 'task' / 'gsm8k.yaml'} and "
-                                          rf"{plugin / 'conf' / 'task' / 'gsm8k.yaml'}"):
+    with pytest.raises(ConfigError, match=rf"driver=gpt-5 is defined twice: {CONF_DIR / 'driver' / 'gpt-5.yaml'} and "
+                                          rf"{plugin / 'conf' / 'driver' / 'gpt-5.yaml'}"):
+        list_options("driver")
+    assert "gsm8k" in [o.name for o in list_options("task")]  # other groups are unaffected
+    (plugin / "conf" / "task").mkdir()  # a task is its folder: a conf/task/ file would go unread
+    with pytest.raises(ConfigError, match=r"a task is one folder, tasks/<id>/, and has no conf/task/ file"):
         list_options("task")
-    assert "gpt-5" in [o.name for o in list_options("driver")]  # other groups are unaffected
 
 
 def test_a_plugin_conf_folder_holds_only_config_groups(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import shutil
@@ -11,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 import autorl.task_code
 from autorl.errors import TaskError
+from autorl.task_options import option_class
 from autorl.tasks import (
     EvalContext,
     EvalResult,
     TaskData,
+    TaskOptions,
     TaskSpec,
     build_task_data,
     discover_tasks,
@@ -27,7 +29,6 @@ from autorl.tasks import (
     load_entry_point,
     load_evaluator,
     load_task_module,
-    task_conf_path,
     task_options,
 )
 
@@ -36,7 +37,7 @@ TASKS = discover_tasks()
 # tests/unit/test_{alfworld,webshop,deepsearchqa}.py.
 STATIC = sorted(t for t, spec in TASKS.items() if spec.kind == "static")
 SMALL = {"train_size": 300, "eval_size": 40}
-# The data a sweep builds by default (conf/task/<id>.yaml build.fixture, seed 0). Changing a fixture
+# The data a sweep builds by default (options.py's fixture build defaults, seed 0). Changing a fixture
 # generator or a default size changes every score: bump the task's version and pin the new digest.
 PINNED_FIXTURE_DIGESTS = {
     "alfworld": "dc896c64099d413617e970b420b43ef141f6569753b6bcb032329566edfdb2d5",  # v4: smaller rooms
@@ -63,10 +64,22 @@ def _last_user(conversation: list[dict[str, str]]) -> str:
     return next(m["content"] for m in reversed(conversation) if m["role"] == "user")
 
 
-def _run_config(task_id: str) -> dict[str, Any]:
-    """The task's run knobs, ``conf/task/<id>.yaml``."""
-    path = Path(__file__).resolve().parents[2] / "conf" / "task" / f"{task_id}.yaml"
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+def write_task(folder: Path, options: str = "", *, manifest: str = "", build: str = "") -> Path:
+    """A minimal static task folder: ``task.yaml`` (with ``manifest`` appended), ``options.py``
+    (dataclasses ``Build``, with ``options`` as its field, and ``Eval``) and ``build.py``."""
+    folder.mkdir(parents=True)
+    (folder / "task.yaml").write_text(
+        f"id: {folder.name}\nname: T\nversion: 1\nlevel: L1\nkind: static\ndescription: A toy.\n"
+        "sources: {fixture: 'build:build'}\nrun: {source: fixture, budget_s: 60}\n"
+        "entry_points: {evaluate: 'evaluate:evaluate', options: 'options:OPTIONS'}\n" + manifest
+    )
+    (folder / "options.py").write_text(
+        "from dataclasses import dataclass\nfrom autorl.task_options import TaskOptions, option\n\n"
+        f"@dataclass\nclass Build:\n    {options or 'pass'}\n\n@dataclass\nclass Eval:\n    pass\n\n"
+        "OPTIONS = TaskOptions(build={'fixture': Build}, eval={'fixture': Eval})\n"
+    )
+    (folder / "build.py").write_text(build or "def build(public, private, *, seed, options):\n    pass\n")
+    return folder
 
 
 def _context(task_id: str, data: TaskData, cache_dir: Path) -> EvalContext:
@@ -149,7 +162,8 @@ def test_entry_points_resolve(task_id: str) -> None:
     spec = TASKS[task_id]
     assert callable(load_evaluator(spec))
     for name in spec.entry_points:
-        assert callable(load_entry_point(spec, name)), name
+        target = load_entry_point(spec, name)
+        assert isinstance(target, TaskOptions) if name == "options" else callable(target), name
     assert (spec.kind == "interactive") == ("env" in spec.entry_points)
 
 
@@ -187,55 +201,51 @@ def test_agent_side_never_imports_its_grader_side(task_id: str) -> None:
 
 
 @pytest.mark.parametrize("task_id", sorted(TASKS))
-def test_run_config_matches_manifest(task_id: str) -> None:
-    cfg = _run_config(task_id)
-    assert cfg["name"] == task_id and cfg["source"] in TASKS[task_id].sources
-    for source in TASKS[task_id].sources:
-        assert source in cfg["build"] and source in cfg["eval"], f"conf/task/{task_id}.yaml lacks {source} options"
-
-
-@pytest.mark.parametrize("task_id", sorted(TASKS))
-def test_conf_lists_every_option_of_every_source(task_id: str) -> None:
-    """conf/task/<id>.yaml is the one place a task's defaults are written: a build and an eval block
-    for each source and no other, the same eval options for every source (one evaluator reads them),
-    and a comment saying what each option does."""
+def test_the_folder_holds_the_run_defaults_and_typed_options(task_id: str) -> None:
+    """The task folder is the one place a task's defaults are written: ``task.yaml`` ``run:`` and
+    ``options.py``, with a class per source for the builder and the evaluator, every field typed
+    and its help saying what it does; the eval classes of all sources share their fields (one
+    evaluator reads them). Nothing of the task is under ``conf/``."""
     spec = TASKS[task_id]
-    path = task_conf_path(spec)
-    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
-    assert set(cfg["build"]) == set(spec.sources) == set(cfg["eval"]), f"{path}: one block per source of task.yaml"
-    options = {source: task_options(spec, source) for source in spec.sources}
-    eval_keys = {source: sorted(o.eval) for source, o in options.items()}
-    assert len({tuple(keys) for keys in eval_keys.values()}) == 1, f"{path}: eval blocks differ in their options: {eval_keys}"
-    text = path.read_text(encoding="utf-8")
-    for source, opts in options.items():
-        for key in [*opts.build, *opts.eval]:
-            assert re.search(rf"^\s+{re.escape(key)}:[^\n]*#", text, re.MULTILINE), \
-                f"{path}: option {key} ({source}) has no comment saying what it does"
+    assert spec.run.source in spec.sources and spec.run.budget_s > 0
+    assert (spec.run.env_pool is not None) == (spec.kind == "interactive")
+    classes = task_options(spec)
+    assert tuple(classes.build) == tuple(classes.eval) == spec.sources
+    eval_fields = {s: [f.name for f in dataclasses.fields(c)] for s, c in classes.eval.items()}  # type: ignore[arg-type]
+    assert len({tuple(v) for v in eval_fields.values()}) == 1, f"eval classes differ in their fields: {eval_fields}"
+    for cls in [*classes.build.values(), *classes.eval.values()]:
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            assert f.metadata.get("help"), f"{cls.__qualname__}.{f.name} has no help saying what it does"
+            assert f.type not in (Any, "Any"), f"{cls.__qualname__}.{f.name} is untyped"
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    assert not (conf / "task").exists() and not list(conf.rglob(f"{task_id}.yaml"))
 
 
 @pytest.mark.parametrize("task_id", sorted(TASKS))
 def test_task_code_holds_no_option_defaults(task_id: str) -> None:
-    """No ``DEFAULTS`` dict or ``DEFAULT_*`` constant and no ``options.get(key, default)`` in task code:
-    builders, evaluators and environments read ``options["key"]`` from complete options."""
+    """No ``DEFAULTS`` dict or ``DEFAULT_*`` constant, no ``options.get(key, default)`` and no
+    ``opts["key"]`` in task code: builders, evaluators and environments read typed options."""
     for path in sorted(TASKS[task_id].folder.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
             names = [t.id for t in targets if isinstance(t, ast.Name)]
-            assert not [n for n in names if "DEFAULT" in n.upper()], f"{path}:{node.lineno}: defaults belong in conf/task/"
+            assert not [n for n in names if "DEFAULT" in n.upper()], f"{path}:{node.lineno}: defaults belong in options.py"
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
                 # The task's options dict by its names here (``s.options`` in the shop is a product's options).
                 owner = node.func.value
                 name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
                 assert not (name in ("options", "opts") and isinstance(owner, ast.Name) or name == "env_options"), \
-                    f"{path}:{node.lineno}: {name}.get(...) hides a default; read {name}[key] (defaults: conf/task/)"
+                    f"{path}:{node.lineno}: {name}.get(...) hides a default; read typed options (options.py)"
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "opts":
+                raise AssertionError(f"{path}:{node.lineno}: opts[...] reads an untyped option; use opts.<name>")
 
 
 @pytest.mark.parametrize("task_id", sorted(TASKS))
-def test_a_build_with_no_options_is_the_build_with_the_conf_defaults(task_id: str, tmp_path: Path) -> None:
+def test_a_build_with_no_options_is_the_build_with_the_defaults(task_id: str, tmp_path: Path) -> None:
     spec = TASKS[task_id]
-    defaults = task_options(spec, "fixture").build
+    defaults = dataclasses.asdict(option_class(spec, "build", "fixture")())
     bare = build_task_data(spec, "fixture", tmp_path / "one", seed=0, options={})
     marker = bare.public_dir.parent / "COMPLETE.json"
     mtime = marker.stat().st_mtime_ns
@@ -255,13 +265,14 @@ def test_default_fixture_build_is_pinned(task_id: str, tmp_path: Path) -> None:
 def test_unknown_options_are_refused_naming_the_valid_ones(task_id: str, tmp_path: Path) -> None:
     spec = TASKS[task_id]
     for source in spec.sources:
-        conf = task_options(spec, source)
+        build, evals = (option_class(spec, kind, source) for kind in ("build", "eval"))
         with pytest.raises(TaskError, match=f"unknown {task_id} build option 'no_such_option'") as refused:
             build_task_data(spec, source, tmp_path, options={"no_such_option": 1})
-        assert all(key in str(refused.value) for key in conf.build) and f"build.{source}" in str(refused.value)
+        assert all(f.name in str(refused.value) for f in dataclasses.fields(build))  # type: ignore[arg-type]
+        assert build.__qualname__ in str(refused.value)
         with pytest.raises(TaskError, match=f"unknown {task_id} eval option 'no_such_option'") as refused:
             EvalContext.for_task(spec, source, tmp_path, {"no_such_option": 1})
-        assert all(key in str(refused.value) for key in conf.eval)
+        assert all(f.name in str(refused.value) for f in dataclasses.fields(evals))  # type: ignore[arg-type]
     assert not (tmp_path / task_id).exists(), "a refused build leaves nothing in the cache"
 
 
@@ -280,55 +291,52 @@ def test_evaluator_refuses_hand_made_options(task_id: str, tmp_path: Path) -> No
 
 def test_given_options_override_the_defaults_and_misspellings_get_a_hint() -> None:
     spec = TASKS["gsm8k"]
-    assert eval_options(spec, "fixture", {"limit": 3}) == {**task_options(spec, "fixture").eval, "limit": 3}
+    assert eval_options(spec, "fixture", {"limit": 3}) == {**eval_options(spec, "fixture"), "limit": 3}
     assert eval_options(spec, "hub")["num_shots"] == 4 and eval_options(spec, "fixture")["num_shots"] == 0
     with pytest.raises(TaskError, match=r"'eval_sise' \(did you mean 'eval_size'\?\); valid: eval_size, train_size"):
         build_task_data(spec, "fixture", Path("/nonexistent"), options={"eval_sise": 3})
 
 
-def test_missing_conf_or_source_block_is_named(tmp_path: Path) -> None:
-    folder = tmp_path / "tasks" / "bare"
-    folder.mkdir(parents=True)
-    (folder / "task.yaml").write_text(
-        "id: bare\nname: B\nversion: 1\nlevel: L1\nkind: static\ndescription: B.\n"
-        "sources: {fixture: 'build:build', hub: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate'}\n"
-    )
-    spec = discover_tasks(tmp_path / "tasks")["bare"]
-    conf = tmp_path / "conf"
-    with pytest.raises(TaskError,
-                       match=rf"task 'bare' has no run-knob file \(looked for {re.escape(str(conf))}/task/bare\.yaml\)"):
-        task_options(spec, "fixture", [conf])
-    (conf / "task").mkdir(parents=True)
-    (conf / "task" / "bare.yaml").write_text("name: bare\nbuild: {fixture: {size: 3}}\neval: {fixture: null, hub: {}}\n")
-    assert task_options(spec, "fixture", [conf]).eval == {}  # an empty block: no options
-    with pytest.raises(TaskError, match=r"bare\.yaml: no 'build\.hub' block"):
-        task_options(spec, "hub", [conf])
-    with pytest.raises(TaskError, match="has no source 'nope'"):
-        task_options(spec, "nope", [conf])
+def test_options_of_the_wrong_type_are_refused_naming_type_and_help(tmp_path: Path) -> None:
+    spec = TASKS["gsm8k"]
+    with pytest.raises(TaskError, match=r"gsm8k build option 'train_size' must be an integer \(int\).*"
+                                        r"\(generated problems in public/train\.jsonl\)"):
+        build_task_data(spec, "fixture", tmp_path, options={"train_size": "abc"})
+    with pytest.raises(TaskError, match="has no source 'nope'; valid sources: fixture, hub"):
+        eval_options(spec, "nope")
+    ctx = EvalContext.for_task(spec, "hub", tmp_path, {"limit": "3"})
+    assert type(ctx.options).__name__ == "HubEval" and ctx.options.limit == 3 and ctx.options.num_shots == 4
 
 
-def test_a_plugin_task_reads_its_defaults_from_the_plugin_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A renamed copy of gsm8k in a plugin folder (AUTORL_PLUGIN_PATH): its conf/task/<id>.yaml gives
-    the build and eval defaults, and its evaluator checks its options against that file."""
+def test_options_must_match_the_manifest_sources(tmp_path: Path) -> None:
+    folder = write_task(tmp_path / "tasks" / "mismatch", "size: int = option(3, 'items')")
+    options = folder / "options.py"
+    options.write_text(options.read_text().replace("build={'fixture': Build}", "build={'hub': Build}"))
+    spec = discover_tasks(tmp_path / "tasks")["mismatch"]
+    with pytest.raises(TaskError, match=r"TaskOptions\.build must have one class per source.*\(fixture\), got hub"):
+        build_task_data(spec, "fixture", tmp_path / "cache")
+
+
+def test_a_plugin_task_reads_its_defaults_from_its_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A renamed copy of gsm8k in a plugin folder (AUTORL_PLUGIN_PATH), smaller by its own options.py:
+    the build and eval defaults come from the folder, and its evaluator checks its options."""
     plugin = tmp_path / "plugin"
-    shutil.copytree(get_task("gsm8k").folder, plugin / "tasks" / "gsm8k_plugged", ignore=shutil.ignore_patterns("__pycache__"))
-    manifest = plugin / "tasks" / "gsm8k_plugged" / "task.yaml"
+    folder = plugin / "tasks" / "gsm8k_plugged"
+    shutil.copytree(get_task("gsm8k").folder, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    manifest = folder / "task.yaml"
     manifest.write_text(manifest.read_text(encoding="utf-8").replace("id: gsm8k", "id: gsm8k_plugged"), encoding="utf-8")
-    conf = yaml.safe_load((task_conf_path(TASKS["gsm8k"])).read_text(encoding="utf-8"))
-    conf["name"] = "gsm8k_plugged"
-    conf["build"]["fixture"] = {"train_size": 30, "eval_size": 7}
-    (plugin / "conf" / "task").mkdir(parents=True)
-    (plugin / "conf" / "task" / "gsm8k_plugged.yaml").write_text(yaml.safe_dump(conf), encoding="utf-8")
+    options = folder / "options.py"
+    options.write_text(options.read_text(encoding="utf-8").replace("option(2000,", "option(30,").replace("option(200,", "option(7,"))
     monkeypatch.setenv("AUTORL_PLUGIN_PATH", str(plugin))
     monkeypatch.setattr(autorl.task_code, "__path__", list(autorl.task_code.__path__))  # undone after the test
     try:
         spec = get_task("gsm8k_plugged")
-        assert task_conf_path(spec) == plugin / "conf" / "task" / "gsm8k_plugged.yaml"
+        assert option_class(spec, "build", "fixture").__module__ == "autorl.task_code.gsm8k_plugged.options"
         data = build_task_data(spec, "fixture", tmp_path / "cache")
         assert len(_rows(data.private_dir)) == 7
         result = load_evaluator(spec)(GarbageEngine(), EvalContext.for_task(spec, "fixture", data.private_dir))
         assert result.score == 0.0 and result.num_examples == 7
-        with pytest.raises(TaskError, match="unknown gsm8k_plugged eval option 'shots'.*gsm8k_plugged.yaml"):
+        with pytest.raises(TaskError, match=r"unknown gsm8k_plugged eval option 'shots'.*\(Eval\)"):
             load_evaluator(spec)(GarbageEngine(), EvalContext(data.private_dir, {**eval_options(spec, "fixture"), "shots": 1}))
     finally:
         for name in [n for n in sys.modules if n.startswith("autorl.task_code.gsm8k_plugged")]:
@@ -411,17 +419,14 @@ def test_missing_key_names_file_and_key(tmp_path: Path) -> None:
 
 
 def test_new_folder_is_discovered(tmp_path: Path) -> None:
-    (tmp_path / "toy").mkdir()
-    (tmp_path / "toy" / "task.yaml").write_text(
-        "id: toy\nname: Toy\nversion: 2\nlevel: L2\nkind: static\ndescription: A toy.\n"
-        "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate'}\n"
-    )
+    write_task(tmp_path / "toy")
     spec = discover_tasks(tmp_path)["toy"]
-    assert isinstance(spec, TaskSpec) and spec.version == 2 and spec.sources == ("fixture",)
+    assert isinstance(spec, TaskSpec) and spec.version == 1 and spec.sources == ("fixture",)
+    assert spec.run.source == "fixture" and spec.run.budget_s == 60 and spec.run.env_pool is None
 
 
 def test_manifest_entry_point_mistakes_are_named(tmp_path: Path) -> None:
-    base = "id: bad\nname: B\nversion: 1\nlevel: L1\nkind: static\ndescription: B.\n"
+    base = "id: bad\nname: B\nversion: 1\nlevel: L1\nkind: static\ndescription: B.\nrun: {source: fixture, budget_s: 9}\n"
     (tmp_path / "bad").mkdir()
     manifest = tmp_path / "bad" / "task.yaml"
     manifest.write_text(base + "sources: [fixture]\nentry_points: {evaluate: 'evaluate:evaluate'}\n")
@@ -430,16 +435,28 @@ def test_manifest_entry_point_mistakes_are_named(tmp_path: Path) -> None:
     manifest.write_text(base + "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate', grade: 'g:g'}\n")
     with pytest.raises(TaskError, match="unknown entry point.*grade"):
         discover_tasks(tmp_path)
-    manifest.write_text(base + "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate', env: 'env:E'}\n")
+    manifest.write_text(base + "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate', options: 'o:O', env: 'env:E'}\n")
     with pytest.raises(TaskError, match="interactive task names an 'env'"):
         discover_tasks(tmp_path)
     manifest.write_text(base + "sources: {fixture: 'build:build'}\nfixed_sources: [hub]\n"
-                        "entry_points: {evaluate: 'evaluate:evaluate'}\n")
+                        "entry_points: {evaluate: 'evaluate:evaluate', options: 'o:O'}\n")
     with pytest.raises(TaskError, match=r"'fixed_sources' must list some of the sources \(fixture\), got \['hub'\]"):
         discover_tasks(tmp_path)
-    manifest.write_text(base + "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'nowhere:evaluate'}\n")
+    manifest.write_text(base + "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate'}\n")
+    with pytest.raises(TaskError, match=r"'entry_points'.*needs options \(e\.g\..*options: 'options:OPTIONS'\)"):
+        discover_tasks(tmp_path)
+    manifest.write_text(base + "sources: {fixture: 'build:build'}\n"
+                        "entry_points: {evaluate: 'nowhere:evaluate', options: 'options:OPTIONS'}\n")
     with pytest.raises(TaskError, match="no module 'autorl.task_code.bad.nowhere'"):
         load_evaluator(discover_tasks(tmp_path)["bad"])
+    manifest.write_text(base.replace("fixture, budget_s: 9", "hub, budget_s: nine") + "sources: {fixture: 'build:build'}\n"
+                        "entry_points: {evaluate: 'evaluate:evaluate', options: 'options:OPTIONS'}\n")
+    with pytest.raises(TaskError, match=r"'run\.budget_s': Input should be a valid number"):
+        discover_tasks(tmp_path)
+    manifest.write_text(base.replace("fixture, budget_s", "hub, budget_s") + "sources: {fixture: 'build:build'}\n"
+                        "entry_points: {evaluate: 'evaluate:evaluate', options: 'options:OPTIONS'}\n")
+    with pytest.raises(TaskError, match=r"run\.source 'hub' is not one of the sources \(fixture\)"):
+        discover_tasks(tmp_path)
 
 
 def test_a_second_folder_with_a_taken_task_id_is_refused(tmp_path: Path) -> None:
@@ -451,28 +468,19 @@ def test_a_second_folder_with_a_taken_task_id_is_refused(tmp_path: Path) -> None
 
 
 def test_failed_build_leaves_no_cache(tmp_path: Path) -> None:
-    folder = tmp_path / "tasks" / "flaky"
-    folder.mkdir(parents=True)
-    (folder / "task.yaml").write_text(
-        "id: flaky\nname: F\nversion: 1\nlevel: L1\nkind: static\ndescription: F.\n"
-        "sources: {fixture: 'build:build'}\nentry_points: {evaluate: 'evaluate:evaluate'}\n"
-    )
-    (folder / "build.py").write_text(
+    write_task(tmp_path / "tasks" / "flaky", "fail: bool = option(False, 'raise in the build')", build=(
         "def build(public, private, *, seed, options):\n"
         "    (public / 'x.txt').write_text('x')\n"
-        "    if options['fail']:\n"
+        "    if options.fail:\n"
         "        raise RuntimeError('boom')\n"
-    )
-    conf = tmp_path / "conf"
-    (conf / "task").mkdir(parents=True)
-    (conf / "task" / "flaky.yaml").write_text("name: flaky\nbuild: {fixture: {fail: false}}\neval: {fixture: {}}\n")
+    ))
     spec = discover_tasks(tmp_path / "tasks")["flaky"]
     cache = tmp_path / "cache"
     with pytest.raises(TaskError, match="boom"):
-        build_task_data(spec, "fixture", cache, options={"fail": True}, conf_dirs=[conf])
+        build_task_data(spec, "fixture", cache, options={"fail": True})
     leftovers = [p.name for p in (cache / "flaky" / "v1").iterdir() if not p.name.endswith(".lock")]
     assert leftovers == []
-    assert (build_task_data(spec, "fixture", cache, conf_dirs=[conf]).public_dir / "x.txt").read_text() == "x"
+    assert (build_task_data(spec, "fixture", cache).public_dir / "x.txt").read_text() == "x"
 
 
 def test_concurrent_builders_share_one_build(tmp_path: Path) -> None:
