@@ -2,14 +2,14 @@
 
 Routes (the agent's CLI is pointed at ``Gateway.url``):
 
-| route | protocol |
-|---|---|
-| ``POST /v1/chat/completions`` | OpenAI chat completions (``chat``) |
-| ``POST /v1/responses`` | OpenAI Responses (``responses``) |
-| ``POST /v1/messages`` | Anthropic Messages (``messages``) |
-| ``POST /v1beta/models/{model}:generateContent`` / ``:streamGenerateContent`` | Gemini (``gemini``) |
-| ``POST /v1/messages/count_tokens`` · ``POST /v1beta/models/{model}:countTokens`` | token counts (:mod:`.count`) |
-| ``GET /v1/models`` · ``GET /health`` | the driver's model · liveness |
+- ``POST /v1/chat/completions``: OpenAI chat completions (``chat``);
+- ``POST /v1/responses``: OpenAI Responses (``responses``);
+- ``POST /v1/messages``: Anthropic Messages (``messages``);
+- ``POST /v1beta/models/{model}:generateContent`` and ``:streamGenerateContent``: Gemini
+  (``gemini``);
+- ``POST /v1/messages/count_tokens``, ``POST /v1beta/models/{model}:countTokens``: token counts
+  (:mod:`.count`);
+- ``GET /v1/models``, ``GET /health``: the driver's model, liveness.
 
 Token counts are answered by the gateway itself with LiteLLM's token counter: no provider call, no
 record, no spend.

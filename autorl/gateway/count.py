@@ -25,41 +25,59 @@ def _text(value: Any) -> str:
 
 
 def _anthropic(body: dict[str, Any]) -> list[dict[str, str]]:
-    """An Anthropic Messages request as chat messages: every block that is not text counts as its JSON."""
+    """An Anthropic Messages request as chat messages: every block that is not text counts as its
+    JSON.
+    """
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise CountError("an Anthropic count_tokens request needs `messages`, a list of {role, content}")
+        raise CountError(
+            "an Anthropic count_tokens request needs `messages`, a list of {role, content}"
+        )
     chat: list[dict[str, str]] = []
     system = body.get("system")
     if isinstance(system, list):
-        system = "\n".join(b.get("text", "") if isinstance(b, dict) and b.get("type") == "text" else _text(b) for b in system)
+        system = "\n".join(
+            b.get("text", "") if isinstance(b, dict) and b.get("type") == "text" else _text(b)
+            for b in system
+        )
     if system:
         chat.append({"role": "system", "content": _text(system)})
     if body.get("tools"):
         chat.append({"role": "system", "content": json.dumps(body["tools"])})
     for message in messages:
         if not isinstance(message, dict):
-            raise CountError(f"every message must be an object with role and content, got {message!r:.80}")
+            raise CountError(
+                f"every message must be an object with role and content, got {message!r:.80}"
+            )
         content = message.get("content", "")
         if isinstance(content, list):
             content = "\n".join(
-                b.get("text", "") if isinstance(b, dict) and b.get("type") == "text" else _text(b) for b in content
+                b.get("text", "") if isinstance(b, dict) and b.get("type") == "text" else _text(b)
+                for b in content
             )
         chat.append({"role": str(message.get("role", "user")), "content": _text(content)})
     return chat
 
 
 def _gemini(body: dict[str, Any]) -> list[dict[str, str]]:
-    """A Gemini countTokens request (``contents``, or a whole ``generateContentRequest``) as chat messages."""
+    """A Gemini countTokens request (``contents``, or a whole ``generateContentRequest``) as chat
+    messages.
+    """
     request = body.get("generateContentRequest")
     request = request if isinstance(request, dict) else body
     contents = request.get("contents")
     if not isinstance(contents, list):
-        raise CountError("a Gemini countTokens request needs `contents` (or `generateContentRequest.contents`), a list")
+        raise CountError(
+            "a Gemini countTokens request needs `contents` (or "
+            "`generateContentRequest.contents`), a list"
+        )
 
     def parts_text(content: Any) -> str:
         parts = content.get("parts", []) if isinstance(content, dict) else []
-        return "\n".join(p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str) else _text(p) for p in parts)
+        return "\n".join(
+            p["text"] if isinstance(p, dict) and isinstance(p.get("text"), str) else _text(p)
+            for p in parts
+        )
 
     chat: list[dict[str, str]] = []
     system = request.get("systemInstruction") or request.get("system_instruction")
@@ -69,7 +87,9 @@ def _gemini(body: dict[str, Any]) -> list[dict[str, str]]:
         chat.append({"role": "system", "content": json.dumps(request["tools"])})
     for content in contents:
         role = content.get("role", "user") if isinstance(content, dict) else "user"
-        chat.append({"role": "assistant" if role == "model" else "user", "content": parts_text(content)})
+        chat.append(
+            {"role": "assistant" if role == "model" else "user", "content": parts_text(content)}
+        )
     return chat
 
 

@@ -23,9 +23,14 @@ PROTOCOLS = tuple(ApiProtocol)
 # Protocols the gateway can translate with LiteLLM when the provider does not speak them.
 TRANSLATABLE = ("chat", "responses", "messages")
 # LiteLLM's model prefix for each provider, used when a call must be translated.
-LITELLM_PREFIX = {"openai": "openai", "openai_compatible": "openai", "anthropic": "anthropic", "google": "gemini"}
-# The variables through which a cell's gateway is handed to the agent's adapter (set by the Workspace
-# actor from :meth:`autorl.gateway.cell.CellGateway.start`; read by the CLI adapters).
+LITELLM_PREFIX = {
+    "openai": "openai",
+    "openai_compatible": "openai",
+    "anthropic": "anthropic",
+    "google": "gemini",
+}
+# The variables through which a cell's gateway is handed to the agent's adapter (set by the
+# Workspace actor from :meth:`autorl.gateway.cell.CellGateway.start`; read by the CLI adapters).
 GATEWAY_URL_ENV = "AUTORL_DRIVER_URL"
 GATEWAY_TOKEN_ENV = "AUTORL_DRIVER_TOKEN"
 
@@ -82,25 +87,41 @@ class DriverSettings:
         """
         name = cfg.name
         if cfg.provider == Provider.none:
-            raise ConfigError(f"driver {name!r} has no provider: it cannot serve an agent that needs a driver")
+            raise ConfigError(
+                f"driver {name!r} has no provider: it cannot serve an agent that needs a driver"
+            )
         if not cfg.model or not cfg.base_url:
             raise ConfigError(f"driver {name!r}: set driver.model and driver.base_url")
         if not cfg.protocols:
-            raise ConfigError(f"driver {name!r}: driver.protocols must map some of {', '.join(PROTOCOLS)} to base URLs")
+            raise ConfigError(
+                f"driver {name!r}: driver.protocols must map some of {', '.join(PROTOCOLS)} to "
+                "base URLs"
+            )
         if cfg.budget.default_max_output_tokens < 1:
             raise ConfigError(
                 f"driver {name!r}: driver.budget.default_max_output_tokens must be at least 1"
             )
         if cfg.gateway.max_attempts < 1:
-            raise ConfigError(f"driver {name!r}: driver.gateway.max_attempts must be at least 1, got {cfg.gateway.max_attempts}")
+            raise ConfigError(
+                f"driver {name!r}: driver.gateway.max_attempts must be at least 1, got "
+                f"{cfg.gateway.max_attempts}"
+            )
         price, budget, gateway = cfg.price_per_mtok, cfg.budget, cfg.gateway
         return cls(
-            name=name, provider=str(cfg.provider), model=cfg.model, base_url=cfg.base_url.rstrip("/"),
-            api_key_env=cfg.api_key_env or None, protocols={str(k): v.rstrip("/") for k, v in cfg.protocols.items()},
-            price_in=None if price is None else price.input, price_out=None if price is None else price.output,
-            max_tokens=budget.max_tokens, max_cost_usd=budget.max_cost_usd,
-            timeout_s=gateway.timeout_s, max_attempts=gateway.max_attempts,
-            initial_backoff_s=gateway.initial_backoff_s, max_backoff_s=gateway.max_backoff_s,
+            name=name,
+            provider=str(cfg.provider),
+            model=cfg.model,
+            base_url=cfg.base_url.rstrip("/"),
+            api_key_env=cfg.api_key_env or None,
+            protocols={str(k): v.rstrip("/") for k, v in cfg.protocols.items()},
+            price_in=None if price is None else price.input,
+            price_out=None if price is None else price.output,
+            max_tokens=budget.max_tokens,
+            max_cost_usd=budget.max_cost_usd,
+            timeout_s=gateway.timeout_s,
+            max_attempts=gateway.max_attempts,
+            initial_backoff_s=gateway.initial_backoff_s,
+            max_backoff_s=gateway.max_backoff_s,
             enforce_model=gateway.enforce_model,
             default_max_output_tokens=budget.default_max_output_tokens,
         )
@@ -121,7 +142,10 @@ class DriverSettings:
     def cost(self, tokens_in: int, tokens_out: int) -> float | None:
         """USD cost of a call from ``price_per_mtok``, or None when the price is unknown.
 
-        >>> s = DriverSettings("d", "openai", "m", "u", None, {"chat": "u"}, 1.25, 10.0, None, None, 1, 1, 1, 1, True)
+        >>> s = DriverSettings(
+        ...     "d", "openai", "m", "u", None, {"chat": "u"},
+        ...     1.25, 10.0, None, None, 1, 1, 1, 1, True,
+        ... )
         >>> s.cost(1_000_000, 100_000)
         2.25
         """
@@ -133,6 +157,7 @@ class DriverSettings:
 def missing_key_message(driver: str, variable: str) -> str:
     """The error for a driver whose key variable is not set."""
     return (
-        f"driver {driver!r} needs the environment variable {variable} (its API key), which is not set; "
-        f"export {variable}=... before running the sweep, or choose another driver (python -m autorl.ls drivers)"
+        f"driver {driver!r} needs the environment variable {variable} (its API key), which is not "
+        f"set; export {variable}=... before running the sweep, or choose another driver (python -m "
+        "autorl.ls drivers)"
     )

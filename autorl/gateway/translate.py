@@ -24,15 +24,46 @@ from autorl.gateway.settings import LITELLM_PREFIX, DriverSettings
 from autorl.gateway.usage import Usage, usage_from_json
 
 # LiteLLM keyword arguments that set up the call rather than describe the request.
-LITELLM_CONTROL = frozenset({
-    "api_base", "base_url", "api_key", "api_version", "extra_headers", "headers", "extra_body",
-    "extra_query", "timeout", "num_retries", "max_retries", "callbacks", "success_callback",
-    "failure_callback", "mock_response", "mock_tool_calls", "mock_timeout", "custom_llm_provider",
-    "user_api_key", "litellm_params", "litellm_metadata", "litellm_logging_obj", "litellm_call_id",
-    "client", "organization", "project", "use_chat_completions_api", "model_list", "fallbacks",
-    "input_cost_per_token", "output_cost_per_token", "aws_access_key_id", "aws_secret_access_key",
-    "vertex_credentials", "vertex_project", "azure_ad_token",
-})
+LITELLM_CONTROL = frozenset(
+    {
+        "api_base",
+        "base_url",
+        "api_key",
+        "api_version",
+        "extra_headers",
+        "headers",
+        "extra_body",
+        "extra_query",
+        "timeout",
+        "num_retries",
+        "max_retries",
+        "callbacks",
+        "success_callback",
+        "failure_callback",
+        "mock_response",
+        "mock_tool_calls",
+        "mock_timeout",
+        "custom_llm_provider",
+        "user_api_key",
+        "litellm_params",
+        "litellm_metadata",
+        "litellm_logging_obj",
+        "litellm_call_id",
+        "client",
+        "organization",
+        "project",
+        "use_chat_completions_api",
+        "model_list",
+        "fallbacks",
+        "input_cost_per_token",
+        "output_cost_per_token",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "vertex_credentials",
+        "vertex_project",
+        "azure_ad_token",
+    }
+)
 
 
 class TranslationError(Exception):
@@ -53,13 +84,16 @@ class Translated:
 
 
 def load_litellm() -> Any:
-    """LiteLLM, imported on first use and set up for the gateway (nothing fetched from the network)."""
+    """LiteLLM, imported on first use and set up for the gateway (nothing fetched from the
+    network).
+    """
     # The bundled price map; never fetch it from the network at import.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
     litellm.telemetry = False
-    # Token counts (autorl.gateway.count) use the bundled tiktoken encoding, never a hub tokenizer download.
+    # Token counts (autorl.gateway.count) use the bundled tiktoken encoding, never a hub tokenizer
+    # download.
     litellm.disable_hf_tokenizer_download = True
     litellm.drop_params = True  # a parameter the target provider lacks is dropped, not an error
     # Messages → chat completions (which every provider here serves), not → OpenAI Responses.
@@ -94,7 +128,9 @@ def sse_bytes(protocol: str, chunk: Any) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
-async def call(settings: DriverSettings, protocol: str, body: dict[str, Any], api_key: str | None) -> Translated:
+async def call(
+    settings: DriverSettings, protocol: str, body: dict[str, Any], api_key: str | None
+) -> Translated:
     """Serve one call of ``protocol`` with the provider's own protocol, through LiteLLM.
 
     Raises:
@@ -113,7 +149,10 @@ async def call(settings: DriverSettings, protocol: str, body: dict[str, Any], ap
     if "chat" in settings.protocols:
         target, api_base = f"openai/{settings.model}", settings.protocols["chat"]
     else:
-        target, api_base = f"{LITELLM_PREFIX[settings.provider]}/{settings.model}", settings.base_url
+        target, api_base = (
+            f"{LITELLM_PREFIX[settings.provider]}/{settings.model}",
+            settings.base_url,
+        )
     common: dict[str, Any] = {
         "api_base": api_base,
         "api_key": api_key or "none",
@@ -127,14 +166,18 @@ async def call(settings: DriverSettings, protocol: str, body: dict[str, Any], ap
             result = await litellm.anthropic.messages.acreate(model=target, **request, **common)
         elif protocol == "responses":
             result = await litellm.aresponses(
-                model=target, **request, **common, use_chat_completions_api="chat" in settings.protocols
+                model=target,
+                **request,
+                **common,
+                use_chat_completions_api="chat" in settings.protocols,
             )
         elif protocol == "chat":
             result = await litellm.acompletion(model=target, **request, **common)
         elif protocol == "gemini":
             raise TranslationError(
-                f"driver {settings.name!r} ({settings.provider}) does not speak the Gemini API that this CLI uses; "
-                "use a google driver with the gemini-cli agent", status=400,
+                f"driver {settings.name!r} ({settings.provider}) does not speak the Gemini API "
+                "that this CLI uses; use a google driver with the gemini-cli agent",
+                status=400,
             )
         else:
             raise TranslationError(f"unknown protocol {protocol!r}", status=404)
@@ -142,7 +185,9 @@ async def call(settings: DriverSettings, protocol: str, body: dict[str, Any], ap
         raise
     except Exception as error:  # noqa: BLE001 - LiteLLM raises many types; all become one HTTP error
         status = int(getattr(error, "status_code", 502) or 502)
-        raise TranslationError(f"driver call via LiteLLM failed: {type(error).__name__}: {error}", status=status) from error
+        raise TranslationError(
+            f"driver call via LiteLLM failed: {type(error).__name__}: {error}", status=status
+        ) from error
     if not stream:
         content = json.dumps(_to_jsonable(result)).encode()
         return Translated(content=content, usage=usage_from_json(protocol, content))

@@ -25,10 +25,19 @@ FORWARDED_HEADERS = frozenset({"accept", "anthropic-version", "anthropic-beta", 
 # Anthropic SDK's beta client adds (``key``, which may carry the gateway token, never is).
 FORWARDED_QUERY = {"gemini": frozenset({("alt", "sse")}), "messages": frozenset({("beta", "true")})}
 # Provider headers that describe its connection, set cookies or name the operator's account.
-_DROP_RESPONSE = frozenset({
-    "content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive",
-    "set-cookie", "openai-organization", "openai-project", "anthropic-organization-id",
-})
+_DROP_RESPONSE = frozenset(
+    {
+        "content-length",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "set-cookie",
+        "openai-organization",
+        "openai-project",
+        "anthropic-organization-id",
+    }
+)
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 520, 522, 524, 529})
 
 
@@ -69,7 +78,9 @@ def auth_headers(protocol: str, api_key: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {api_key}"}
 
 
-def request_headers(incoming: Mapping[str, str], protocol: str, api_key: str | None) -> dict[str, str]:
+def request_headers(
+    incoming: Mapping[str, str], protocol: str, api_key: str | None
+) -> dict[str, str]:
     """The client's :data:`FORWARDED_HEADERS`, the gateway's own body headers and the provider key.
 
     >>> incoming = {"Anthropic-Beta": "b", "x-api-key": "gateway-token", "Host": "elsewhere"}
@@ -95,7 +106,10 @@ def backoff_s(settings: DriverSettings, attempt: int, retry_after: str | None) -
     ``Retry-After``, capped at ``max_backoff_s``.
 
     >>> from autorl.gateway.settings import DriverSettings
-    >>> s = DriverSettings("d", "openai", "m", "u", None, {"chat": "u"}, None, None, None, None, 1, 5, 0.5, 3.0, True)
+    >>> s = DriverSettings(
+    ...     "d", "openai", "m", "u", None, {"chat": "u"},
+    ...     None, None, None, None, 1, 5, 0.5, 3.0, True,
+    ... )
     >>> [backoff_s(s, n, None) for n in (1, 2, 3, 4)]
     [0.5, 1.0, 2.0, 3.0]
     >>> backoff_s(s, 1, "2")
@@ -121,7 +135,11 @@ class UpstreamFailure(Exception):
 
 
 async def send_with_retries(
-    client: httpx.AsyncClient, settings: DriverSettings, url: str, headers: dict[str, str], payload: bytes
+    client: httpx.AsyncClient,
+    settings: DriverSettings,
+    url: str,
+    headers: dict[str, str],
+    payload: bytes,
 ) -> tuple[httpx.Response, int, str | None]:
     """POST ``payload`` and return the open (streaming) response, the attempts made and the last
     retried error.
@@ -134,14 +152,17 @@ async def send_with_retries(
     """
     last_error: str | None = None
     for attempt in range(1, settings.max_attempts + 1):
-        request = client.build_request("POST", url, content=payload, headers=headers, timeout=settings.timeout_s)
+        request = client.build_request(
+            "POST", url, content=payload, headers=headers, timeout=settings.timeout_s
+        )
         try:
             response = await client.send(request, stream=True)
         except httpx.TransportError as error:
             last_error = f"{type(error).__name__}: {error}"
             if attempt == settings.max_attempts:
                 raise UpstreamFailure(
-                    f"provider unreachable at {url} after {attempt} attempt(s): {last_error}", attempt
+                    f"provider unreachable at {url} after {attempt} attempt(s): {last_error}",
+                    attempt,
                 ) from error
             await asyncio.sleep(backoff_s(settings, attempt, None))
             continue

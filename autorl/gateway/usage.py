@@ -34,7 +34,8 @@ def apply(protocol: str, payload: Any, usage: Usage) -> None:
     >>> (u.tokens_in, u.tokens_out)
     (12, 3)
     >>> u = Usage()
-    >>> apply("messages", {"type": "message_start", "message": {"usage": {"input_tokens": 5, "cache_read_input_tokens": 7}}}, u)
+    >>> start = {"usage": {"input_tokens": 5, "cache_read_input_tokens": 7}}
+    >>> apply("messages", {"type": "message_start", "message": start}, u)
     >>> apply("messages", {"type": "message_delta", "usage": {"output_tokens": 9}}, u)
     >>> (u.tokens_in, u.tokens_out, u.cached_in)
     (12, 9, 7)
@@ -45,7 +46,11 @@ def apply(protocol: str, payload: Any, usage: Usage) -> None:
         _from_chat(payload.get("usage"), usage)
     elif protocol == "responses":
         # Streams carry usage on response.completed/incomplete/failed; a JSON body is the response.
-        response = payload.get("response") if "type" in payload and isinstance(payload.get("response"), dict) else payload
+        response = (
+            payload.get("response")
+            if "type" in payload and isinstance(payload.get("response"), dict)
+            else payload
+        )
         if isinstance(response, dict) and isinstance(response.get("usage"), dict):
             raw = response["usage"]
             usage.tokens_in = _int(raw.get("input_tokens"))
@@ -57,7 +62,9 @@ def apply(protocol: str, payload: Any, usage: Usage) -> None:
         raw = payload.get("usageMetadata")
         if isinstance(raw, dict):
             usage.tokens_in = _int(raw.get("promptTokenCount"))
-            usage.tokens_out = _int(raw.get("candidatesTokenCount")) + _int(raw.get("thoughtsTokenCount"))
+            usage.tokens_out = _int(raw.get("candidatesTokenCount")) + _int(
+                raw.get("thoughtsTokenCount")
+            )
             usage.cached_in = _int(raw.get("cachedContentTokenCount"))
 
 
@@ -80,7 +87,11 @@ def _from_messages(payload: dict[str, Any], usage: Usage) -> None:
     if kind != "message_delta" or "input_tokens" in raw:
         cached = _int(raw.get("cache_read_input_tokens"))
         if "input_tokens" in raw or cached:
-            usage.tokens_in = _int(raw.get("input_tokens")) + cached + _int(raw.get("cache_creation_input_tokens"))
+            usage.tokens_in = (
+                _int(raw.get("input_tokens"))
+                + cached
+                + _int(raw.get("cache_creation_input_tokens"))
+            )
             usage.cached_in = cached
     if "output_tokens" in raw:
         # message_delta carries the cumulative output count.
@@ -182,7 +193,7 @@ class SSEUsageParser:
             cut = _event_end(self._buffer)
             if cut is None:
                 return
-            event, self._buffer = self._buffer[: cut[0]], self._buffer[cut[1]:]
+            event, self._buffer = self._buffer[: cut[0]], self._buffer[cut[1] :]
             self._event(event)
 
     def close(self) -> Usage:
@@ -194,7 +205,9 @@ class SSEUsageParser:
 
     def _event(self, raw: bytes) -> None:
         data = b"\n".join(
-            line[5:].lstrip() for line in raw.replace(b"\r\n", b"\n").split(b"\n") if line.startswith(b"data:")
+            line[5:].lstrip()
+            for line in raw.replace(b"\r\n", b"\n").split(b"\n")
+            if line.startswith(b"data:")
         )
         if not data or data.strip() == b"[DONE]":
             return
