@@ -1,1 +1,1 @@
-"""Grading: checks and scoring of the models an agent submits (SPEC §5)."""
+"""Grading: checks and scoring of the models an agent submits (docs/design.md#the-grading-api)."""

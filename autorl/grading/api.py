@@ -1,4 +1,5 @@
-"""The cell's grading API (SPEC §5): FastAPI on loopback with a bearer token, served by uvicorn.
+"""The cell's grading API (docs/design.md#the-grading-api): FastAPI on loopback with a bearer token,
+served by uvicorn.
 
 Endpoints: ``POST /submit``, ``GET /submissions``, ``GET /submissions/{id}``, ``GET /time``,
 ``GET /health``, and for interactive tasks the env endpoints (:func:`add_env_routes`). There is
@@ -41,35 +42,46 @@ logger = logging.getLogger(__name__)
 _SUBMIT_FIELDS = {"model_path", "wait"}
 _SUBMIT_EXAMPLE = '{"model_path": "output/v1"}'
 MAX_JSON_DEPTH = 16
-"""Deepest nesting of arrays and objects a request body may have (every valid body is one flat object)."""
-_MAX_INT_DIGITS = 100  # longer integers are refused before int() parses them (Python caps int() at 4300 digits)
+"""Deepest nesting of arrays and objects a request body may have (every valid body is one flat
+object).
+"""
+# Longer integers are refused before int() parses them (Python caps int() at 4300 digits).
+_MAX_INT_DIGITS = 100
 _MAX_ID_DIGITS = 18  # submission ids in a path: longer digit strings name no submission
 _DRAIN_BYTES = 1 << 20
 _DRAIN_S = 5.0
-"""After a refusal, how much more of the body the guard reads (and drops), and for how long, before it closes.
+"""After a refusal, how much more of the body the guard reads (and drops), and for how long, before
+it closes.
 
 Closing a connection whose peer is still sending makes the kernel answer with a reset, and a client
 that sends its whole body before reading (httpx, requests) then gets "connection reset" instead of
-the refusal. Reading on a little lets a body of ordinary size end first; a bigger or stalled one is cut off.
+the refusal. Reading on a little lets a body of ordinary size end first; a bigger or stalled one is
+cut off.
 """
-_JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false"}
+_JSON_TYPES = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "true or false",
+}
 
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-
 class _Guard:
     """Token check, content-encoding check and body-size cap before any handler runs (pure ASGI).
 
     The body is read here, counted chunk by chunk as the server receives it, whether it comes with a
-    ``Content-Length``, chunked, or with a ``Content-Length`` smaller than what follows (the server's
-    HTTP parser then cuts the body at the declared length). Once the count passes ``max_body_bytes``
-    the request is answered 413 at once, and the connection is closed after at most
-    :data:`_DRAIN_BYTES` more have been read and dropped (or :data:`_DRAIN_S` seconds have passed):
-    nothing past the cap is ever kept. A body
-    within the cap is handed on to the app whole, replayed from memory.
+    ``Content-Length``, chunked, or with a ``Content-Length`` smaller than what follows (the
+    server's HTTP parser then cuts the body at the declared length). Once the count passes
+    ``max_body_bytes`` the request is answered 413 at once, and the connection is closed after at
+    most :data:`_DRAIN_BYTES` more have been read and dropped (or :data:`_DRAIN_S` seconds have
+    passed): nothing past the cap is ever kept. A body within the cap is handed on to the app whole,
+    replayed from memory.
 
     Args:
         app: The app to guard.
@@ -117,26 +129,37 @@ class _Guard:
     def _refusal(self, headers: dict[bytes, bytes]) -> JSONResponse | None:
         """The answer to a request refused on its headers alone, or None."""
         scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
-        # Bytes, not str: hmac.compare_digest refuses str with non-ASCII characters (a TypeError, so a 500).
+        # Bytes, not str: hmac.compare_digest refuses str with non-ASCII characters (a TypeError, so
+        # a 500).
         if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
-            return _error(401, "missing or wrong bearer token: send 'Authorization: Bearer $GRADING_TOKEN'")
+            return _error(
+                401, "missing or wrong bearer token: send 'Authorization: Bearer $GRADING_TOKEN'"
+            )
         encoding = headers.get(b"content-encoding", b"identity").strip().lower()
         if encoding not in (b"identity", b""):
-            return _error(415, f"Content-Encoding {encoding.decode('latin-1')!r} is not supported: send the JSON body "
-                               "uncompressed, without a Content-Encoding header")
-        # uvicorn's parser (h11) has checked the value; the length test spares int() a digit string of any size.
+            return _error(
+                415,
+                f"Content-Encoding {encoding.decode('latin-1')!r} is not supported: send the JSON "
+                "body uncompressed, without a Content-Encoding header",
+            )
+        # uvicorn's parser (h11) has checked the value; the length test spares int() a digit string
+        # of any size.
         declared = headers.get(b"content-length", b"")
         if declared.isdigit() and (len(declared) > 18 or int(declared) > self.max_body_bytes):
             return self._too_large()
         return None
 
     def _too_large(self) -> JSONResponse:
-        return _error(413, f"request body over {self.max_body_bytes} bytes: send only a small JSON object such as "
-                           f"{_SUBMIT_EXAMPLE} (the grader reads the model files from the workspace)")
+        return _error(
+            413,
+            f"request body over {self.max_body_bytes} bytes: send only a small JSON object such as "
+            f"{_SUBMIT_EXAMPLE} (the grader reads the model files from the workspace)",
+        )
 
 
 async def _refuse(answer: JSONResponse, receive: Receive, send: Send, *, body_done: bool) -> None:
-    """Send ``answer`` now, read and drop the rest of the body (within :data:`_DRAIN_BYTES`, :data:`_DRAIN_S`), then close.
+    """Send ``answer`` now, read and drop the rest of the body (within :data:`_DRAIN_BYTES`,
+    :data:`_DRAIN_S`), then close.
 
     ``body_done``: the body was already read to its end (the server would wait for a next one).
     """
@@ -153,7 +176,9 @@ async def _refuse(answer: JSONResponse, receive: Receive, send: Send, *, body_do
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that hands the app the body already read, then defers to the server's (disconnects)."""
+    """A ``receive`` that hands the app the body already read, then defers to the server's
+    (disconnects).
+    """
     pending = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def replay() -> Message:
@@ -164,7 +189,9 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 def _parse_int(digits: str) -> int:
     if len(digits.lstrip("-")) > _MAX_INT_DIGITS:
-        raise ValueError(f"an integer with {len(digits)} digits is too large (at most {_MAX_INT_DIGITS})")
+        raise ValueError(
+            f"an integer with {len(digits)} digits is too large (at most {_MAX_INT_DIGITS})"
+        )
     return int(digits)
 
 
@@ -180,11 +207,15 @@ def _parse_constant(name: str) -> Any:
 
 
 def _depth(value: Any) -> int:
-    """How deeply arrays and objects nest in a parsed JSON value (a scalar is 0), without recursion."""
+    """How deeply arrays and objects nest in a parsed JSON value (a scalar is 0), without
+    recursion.
+    """
     deepest, stack = 0, [(value, 1)]
     while stack:
         item, level = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        )
         if children is not None:
             deepest = max(deepest, level)
             stack.extend((child, level + 1) for child in children)
@@ -192,7 +223,8 @@ def _depth(value: Any) -> int:
 
 
 def _json_object(raw: bytes, fields: set[str], example: str) -> dict[str, Any] | JSONResponse:
-    """Parse a request body that must be a JSON object with only ``fields``, or the 400 answer saying why not.
+    """Parse a request body that must be a JSON object with only ``fields``, or the 400 answer
+    saying why not.
 
     Refused: text that is not UTF-8 (or UTF-16/32, which JSON's encoding detection accepts), invalid
     JSON, NaN and infinite numbers, integers of more than 100 digits, nesting deeper than
@@ -209,9 +241,13 @@ def _json_object(raw: bytes, fields: set[str], example: str) -> dict[str, Any] |
         text = raw.decode(json.detect_encoding(raw)) if raw else "null"
     except UnicodeDecodeError as error:
         return _error(400, f"body is not UTF-8 text ({error}): {hint}")
-    too_deep = _error(400, f"body nests arrays and objects too deeply (more than {MAX_JSON_DEPTH} levels): {hint}")
+    too_deep = _error(
+        400, f"body nests arrays and objects too deeply (more than {MAX_JSON_DEPTH} levels): {hint}"
+    )
     try:
-        payload = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+        payload = json.loads(
+            text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant
+        )
     except RecursionError:  # deeper than the parser's own limit (about 1,000 levels)
         return too_deep
     except ValueError as error:  # JSONDecodeError, and the refusals of the parse_* hooks
@@ -221,11 +257,17 @@ def _json_object(raw: bytes, fields: set[str], example: str) -> dict[str, Any] |
     try:
         json.dumps(payload, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        return _error(400, f"body holds a string that is not valid Unicode (a lone surrogate escape such as \\ud800): {hint}")
+        return _error(
+            400,
+            "body holds a string that is not valid Unicode (a lone surrogate escape such as "
+            f"\\ud800): {hint}",
+        )
     if not isinstance(payload, dict):
         if not raw.strip():
             return _error(400, f"body is empty: {hint}")
-        return _error(400, f"body must be a JSON object, not {_JSON_TYPES.get(type(payload), 'null')}: {hint}")
+        return _error(
+            400, f"body must be a JSON object, not {_JSON_TYPES.get(type(payload), 'null')}: {hint}"
+        )
     unknown = sorted(set(payload) - fields)
     if unknown:
         return _error(400, f"unknown field(s) {unknown}; allowed fields: {sorted(fields)}: {hint}")
@@ -233,11 +275,17 @@ def _json_object(raw: bytes, fields: set[str], example: str) -> dict[str, Any] |
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    """Unknown paths, wrong methods and invalid parameters answer ``{"error": ...}`` naming the endpoints."""
+    """Unknown paths, wrong methods and invalid parameters answer ``{"error": ...}`` naming the
+    endpoints.
+    """
 
     def endpoints() -> str:
-        listed = [f"{method} {route.path}" for route in app.routes if isinstance(route, Route)
-                  for method in sorted((route.methods or set()) - {"HEAD"})]
+        listed = [
+            f"{method} {route.path}"
+            for route in app.routes
+            if isinstance(route, Route)
+            for method in sorted((route.methods or set()) - {"HEAD"})
+        ]
         return ", ".join(listed)
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -253,7 +301,11 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error(exc.status_code, f"{where}: {exc.detail}")
 
     async def invalid(request: Request, exc: Exception) -> JSONResponse:
-        return _error(400, f"invalid request {request.method} {request.url.path!r}: {exc}; the endpoints are: {endpoints()}")
+        return _error(
+            400,
+            f"invalid request {request.method} {request.url.path!r}: {exc}; the endpoints are: "
+            f"{endpoints()}",
+        )
 
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid)
@@ -270,7 +322,9 @@ def create_app(
     health_extra: Callable[[], dict[str, Any]] = dict,
     envs: TrainingEnvs | None = None,
 ) -> FastAPI:
-    """Build the grading app of one cell (``envs``: the training episodes of an interactive task)."""
+    """Build the grading app of one cell (``envs``: the training episodes of an interactive
+    task).
+    """
     app = FastAPI(title="autorl grading API", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(_Guard, token=token, max_body_bytes=max_body_bytes)
     _add_error_handlers(app)
@@ -298,7 +352,9 @@ def create_app(
         except QueueFull as full:
             return _error(429, str(full))
         if not wait:
-            return JSONResponse({"submission_id": submission_id, "status": "queued"}, status_code=202)
+            return JSONResponse(
+                {"submission_id": submission_id, "status": "queued"}, status_code=202
+            )
         service.wait(submission_id, submit_timeout_s())
         return JSONResponse(service.response(submission_id))
 
@@ -310,10 +366,17 @@ def create_app(
     def submission(submission_id: str) -> JSONResponse:
         # A str parameter, parsed here: ids are small positive whole numbers, and any other text
         # (-1, 1.5, a 5,000-digit number) simply names no submission.
-        known = submission_id.isascii() and submission_id.isdigit() and len(submission_id) <= _MAX_ID_DIGITS
+        known = (
+            submission_id.isascii()
+            and submission_id.isdigit()
+            and len(submission_id) <= _MAX_ID_DIGITS
+        )
         body = service.response(int(submission_id)) if known else None
         if body is None:
-            return _error(404, f"no submission {submission_id!r}; GET /submissions lists this cell's submissions")
+            return _error(
+                404,
+                f"no submission {submission_id!r}; GET /submissions lists this cell's submissions",
+            )
         return JSONResponse(body)
 
     @app.get("/time")
@@ -322,18 +385,24 @@ def create_app(
         now = time.time()
         working = None
         if meta["start_time"] is not None:
-            working = max(0.0, (meta["end_time"] or now) - meta["start_time"] - service.queue_wait_s())
-        return JSONResponse(meta | {"now": now, "remaining": run_meta.remaining(now), "working_time": working})
+            working = max(
+                0.0, (meta["end_time"] or now) - meta["start_time"] - service.queue_wait_s()
+            )
+        return JSONResponse(
+            meta | {"now": now, "remaining": run_meta.remaining(now), "working_time": working}
+        )
 
     @app.get("/health")
     def health() -> JSONResponse:
-        return JSONResponse({"status": "ok", "task": task_id, "queued": service.queued()} | health_extra())
+        return JSONResponse(
+            {"status": "ok", "task": task_id, "queued": service.queued()} | health_extra()
+        )
 
     return app
 
 
 def add_env_routes(app: FastAPI, envs: TrainingEnvs | None) -> None:
-    """Env endpoints for online rollouts on the training split (SPEC §6.3).
+    """Env endpoints for online rollouts on the training split (docs/design.md#tasks).
 
     ``GET /env/episodes``; ``POST /env/reset {"episode_id": "train/…"}`` (evaluation episodes get
     403); ``POST /env/step {"session_id", "action"}``; ``POST /env/close {"session_id"}``. Each
@@ -343,12 +412,20 @@ def add_env_routes(app: FastAPI, envs: TrainingEnvs | None) -> None:
     from autorl.envs.training import EpisodeRefused, TooManySessions, UnknownEpisode
 
     if envs is not None:
-        app.router.on_shutdown.append(envs.close_all)  # the cell is over: free its places in the EnvPool
+        app.router.on_shutdown.append(
+            envs.close_all
+        )  # the cell is over: free its places in the EnvPool
 
-    def guarded(handler: Callable[[dict[str, Any]], dict[str, Any]], raw: bytes, fields: set[str],
-                example: str) -> JSONResponse:
+    def guarded(
+        handler: Callable[[dict[str, Any]], dict[str, Any]],
+        raw: bytes,
+        fields: set[str],
+        example: str,
+    ) -> JSONResponse:
         if envs is None:
-            return _error(404, "this task has no environment: env endpoints exist only for interactive tasks")
+            return _error(
+                404, "this task has no environment: env endpoints exist only for interactive tasks"
+            )
         payload = _json_object(raw, fields, example)
         if isinstance(payload, JSONResponse):
             return payload
@@ -369,7 +446,9 @@ def add_env_routes(app: FastAPI, envs: TrainingEnvs | None) -> None:
     @app.get("/env/episodes")
     def env_episodes() -> JSONResponse:
         if envs is None:
-            return _error(404, "this task has no environment: env endpoints exist only for interactive tasks")
+            return _error(
+                404, "this task has no environment: env endpoints exist only for interactive tasks"
+            )
         return JSONResponse(envs.describe())
 
     def do_reset(payload: dict[str, Any]) -> dict[str, Any]:
@@ -390,17 +469,25 @@ def add_env_routes(app: FastAPI, envs: TrainingEnvs | None) -> None:
 
     @app.post("/env/reset")
     async def env_reset(request: Request) -> JSONResponse:
-        return await run_in_threadpool(guarded, do_reset, await request.body(), {"episode_id"},
-                                       '{"episode_id": "train/0"}')
+        return await run_in_threadpool(
+            guarded, do_reset, await request.body(), {"episode_id"}, '{"episode_id": "train/0"}'
+        )
 
     @app.post("/env/step")
     async def env_step(request: Request) -> JSONResponse:
-        return await run_in_threadpool(guarded, do_step, await request.body(), {"session_id", "action"},
-                                       '{"session_id": "s1", "action": "..."}')
+        return await run_in_threadpool(
+            guarded,
+            do_step,
+            await request.body(),
+            {"session_id", "action"},
+            '{"session_id": "s1", "action": "..."}',
+        )
 
     @app.post("/env/close")
     async def env_close(request: Request) -> JSONResponse:
-        return await run_in_threadpool(guarded, do_close, await request.body(), {"session_id"}, '{"session_id": "s1"}')
+        return await run_in_threadpool(
+            guarded, do_close, await request.body(), {"session_id"}, '{"session_id": "s1"}'
+        )
 
 
 class GradingServer(ServerThread):
@@ -412,5 +499,7 @@ class GradingServer(ServerThread):
         sock: An already-bound socket to serve on instead (e.g. a unix socket).
     """
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", *, sock: socket.socket | None = None) -> None:
+    def __init__(
+        self, app: FastAPI, host: str = "127.0.0.1", *, sock: socket.socket | None = None
+    ) -> None:
         super().__init__(app, sock if sock is not None else bind_tcp(host), name="grading-api")

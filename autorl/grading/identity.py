@@ -6,7 +6,7 @@ Two checks on the grader's private snapshot of a submission, against the grader'
   and the shape-defining config fields must equal the base's, and the vocabulary may only grow
   (an agent that adds tokens resizes its embeddings larger; that is not a mismatch). Any other
   difference flags the submission :data:`MISMATCH_FLAG`; it is still scored, but counts towards the
-  cell's best only with ``integrity.allow_substitution`` (SPEC §2).
+  cell's best only with ``integrity.allow_substitution`` (docs/design.md#the-grading-api).
 * **Relative weight distance** (:meth:`BaseModel.distance`):
   ``sqrt(sum ||W - W0||^2) / sqrt(sum ||W0||^2)`` over the base's tensors, 0 for a copy. A
   same-family substitution (another checkpoint of the same architecture) cannot be proven offline,
@@ -58,13 +58,18 @@ SHAPE_FIELDS = (
     "intermediate_size",
     "head_dim",
 )
-"""Config fields that decide the shapes of a model's weights (compared when either config has them)."""
+"""Config fields that decide the shapes of a model's weights (compared when either config has them).
+"""
 CHUNK_ELEMENTS = 1 << 22
 """Values per streamed chunk (16 MiB in float32)."""
 # Names of the input embeddings in the common architectures, for a base that ties lm_head to them.
-_EMBEDDING_SUFFIXES = ("embed_tokens.weight", "wte.weight", "embed_in.weight", "word_embeddings.weight")
+_EMBEDDING_SUFFIXES = (
+    "embed_tokens.weight",
+    "wte.weight",
+    "embed_in.weight",
+    "word_embeddings.weight",
+)
 _LM_HEAD = "lm_head.weight"
-
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,8 @@ class IdentityReport:
 
 
 def compare_architecture(base: dict[str, Any], submission: dict[str, Any]) -> list[str]:
-    """Lists how a submission's ``config.json`` differs from the base's in architecture or vocabulary.
+    """Lists how a submission's ``config.json`` differs from the base's in architecture or
+    vocabulary.
 
     Args:
         base: The base model's parsed ``config.json``.
@@ -118,16 +124,22 @@ def compare_architecture(base: dict[str, Any], submission: dict[str, Any]) -> li
         base's or larger (added tokens).
 
     Examples:
-        >>> base = {"model_type": "qwen3", "hidden_size": 128, "num_attention_heads": 2, "vocab_size": 1024}
+        >>> base = {"model_type": "qwen3", "hidden_size": 128, "num_attention_heads": 2}
+        >>> base["vocab_size"] = 1024
         >>> compare_architecture(base, {**base, "vocab_size": 1030})
         []
-        >>> compare_architecture(base, {**base, "hidden_size": 256, "vocab_size": 1000})
-        ['hidden_size 256 (base: 128)', 'head_dim 128 (base: 64)', 'vocab_size 1000 (base: 1024, fewer tokens)']
+        >>> other = {**base, "hidden_size": 256, "vocab_size": 1000}
+        >>> for line in compare_architecture(base, other):
+        ...     print(line)
+        hidden_size 256 (base: 128)
+        head_dim 128 (base: 64)
+        vocab_size 1000 (base: 1024, fewer tokens)
     """
     differences: list[str] = []
     for key in ("model_type", "architectures"):
         mine, theirs = submission.get(key), base.get(key)
-        # A config without "architectures" loads by model_type alone, so only two lists are compared.
+        # A config without "architectures" loads by model_type alone, so only two lists are
+        # compared.
         if mine != theirs and (key == "model_type" or (mine is not None and theirs is not None)):
             differences.append(f"{key} {mine!r} (base: {theirs!r})")
     mine_shape, base_shape = _shape(submission), _shape(base)
@@ -152,12 +164,19 @@ def _field(config: dict[str, Any], key: str) -> Any:
 
 
 def _shape(config: dict[str, Any]) -> dict[str, Any]:
-    """The shape fields, with the defaults transformers applies (kv heads = heads, head_dim = hidden / heads)."""
+    """The shape fields, with the defaults transformers applies (kv heads = heads, head_dim = hidden
+    / heads).
+    """
     shape = {key: _field(config, key) for key in SHAPE_FIELDS}
     if shape["num_key_value_heads"] is None:
         shape["num_key_value_heads"] = shape["num_attention_heads"]
     hidden, heads = shape["hidden_size"], shape["num_attention_heads"]
-    if shape["head_dim"] is None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+    if (
+        shape["head_dim"] is None
+        and isinstance(hidden, int)
+        and isinstance(heads, int)
+        and heads > 0
+    ):
         shape["head_dim"] = hidden // heads
     return shape
 
@@ -177,9 +196,13 @@ class BaseModel:
         self.model_dir = model_dir
         files = check_loadable_model(model_dir)
         if files.is_adapter:
-            raise ValueError(f"the base model {model_dir} is an adapter; a cell's base must be a full model")
+            raise ValueError(
+                f"the base model {model_dir} is an adapter; a cell's base must be a full model"
+            )
         self.files = files
-        self.config: dict[str, Any] = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        self.config: dict[str, Any] = json.loads(
+            (model_dir / "config.json").read_text(encoding="utf-8")
+        )
         self.where = tensor_locations(files)
 
     def check(self, snapshot: Path, files: ModelFiles) -> IdentityReport:
@@ -215,21 +238,30 @@ class BaseModel:
                 if found is None:
                     return None
                 path = where[found]
-                return _Source(reader.shape(path, found), lambda start, stop, w0: reader.rows(path, found, start, stop))
+                return _Source(
+                    reader.shape(path, found),
+                    lambda start, stop, w0: reader.rows(path, found, start, stop),
+                )
 
             return self._distance(lookup, extra=_LM_HEAD if _LM_HEAD in where else None)
 
     def _adapter_distance(self, files: ModelFiles, config: dict[str, Any]) -> float:
-        """The distance of an adapter's merged weights: base (or its replacement) plus each LoRA delta."""
+        """The distance of an adapter's merged weights: base (or its replacement) plus each LoRA
+        delta.
+        """
         where = tensor_locations(files)
         layout = adapter_layout(where)
         if layout.conflicts:
             raise CorruptWeightsError(
-                f"the adapter holds two tensors for base weight {layout.conflicts[0]!r} (e.g. as x.weight and "
-                "x.base_layer.weight): save the adapter again with peft_model.save_pretrained(path)"
+                f"the adapter holds two tensors for base weight {layout.conflicts[0]!r} (e.g. as "
+                "x.weight and x.base_layer.weight): save the adapter again with "
+                "peft_model.save_pretrained(path)"
             )
         if layout.ignored:
-            logger.info("adapter tensors PEFT does not load (not counted): %s", ", ".join(layout.ignored[:5]))
+            logger.info(
+                "adapter tensors PEFT does not load (not counted): %s",
+                ", ".join(layout.ignored[:5]),
+            )
         with TensorReaders() as reader:
 
             def lookup(name: str) -> _Source | None:
@@ -274,15 +306,18 @@ class BaseModel:
         return math.sqrt(squared_diff) / math.sqrt(squared_base)
 
     def _tied_embedding(self) -> str | None:
-        """The base's input-embedding tensor when it ties ``lm_head`` to it (it then stores no lm_head)."""
+        """The base's input-embedding tensor when it ties ``lm_head`` to it (it then stores no
+        lm_head).
+        """
         if _LM_HEAD in self.where or self.config.get("tie_word_embeddings") is False:
             return None
         return next((n for n in sorted(self.where) if n.endswith(_EMBEDDING_SUFFIXES)), None)
 
 
 def _match_name(name: str, where: dict[str, Path]) -> str | None:
-    """The submission's name for base tensor ``name``: the same, or with a model prefix added or dropped
-    (``model.norm.weight`` / ``norm.weight``), as checkpoints saved from a base class differ that way."""
+    """The submission's name for base tensor ``name``: the same, or with a model prefix added or
+    dropped (``model.norm.weight`` / ``norm.weight``), as checkpoints saved from a base class differ
+    that way."""
     if name in where:
         return name
     if "." in name and (short := name.split(".", 1)[1]) in where:
@@ -297,12 +332,20 @@ def _lines_up(shape: tuple[int, ...], base: tuple[int, ...], vocab: Any) -> bool
     The same shape; or, for a tensor with one row per token (an embedding or output layer: its rows
     are the base's ``vocab_size``), more rows of the same width, as adding tokens resizes it.
 
-    >>> _lines_up((70, 16), (64, 16), 64), _lines_up((32, 16), (16, 16), 64), _lines_up((64, 32), (64, 16), 64)
-    (True, False, False)
+    >>> _lines_up((70, 16), (64, 16), 64), _lines_up((32, 16), (16, 16), 64)
+    (True, False)
+    >>> _lines_up((64, 32), (64, 16), 64)
+    False
     """
     if shape == base:
         return True
-    return bool(base) and base[0] == vocab and len(shape) == len(base) and shape[1:] == base[1:] and shape[0] >= base[0]
+    return (
+        bool(base)
+        and base[0] == vocab
+        and len(shape) == len(base)
+        and shape[1:] == base[1:]
+        and shape[0] >= base[0]
+    )
 
 
 def _adapter_source(
@@ -313,7 +356,9 @@ def _adapter_source(
     reader: TensorReaders,
     config: dict[str, Any],
 ) -> _Source | None:
-    """The merged value of base tensor ``name`` under an adapter: its replacement (or W0) plus the LoRA delta."""
+    """The merged value of base tensor ``name`` under an adapter: its replacement (or W0) plus the
+    LoRA delta.
+    """
     replacement = layout.replacements.get(name)
     pair = layout.pairs.get(name)
     if replacement is not None:
@@ -326,14 +371,26 @@ def _adapter_source(
     if pair is not None:
         a = reader.get(where[pair.a_key], pair.a_key).float()
         b = reader.get(where[pair.b_key], pair.b_key).float() * lora_scale(config, pair.module)
-        transposed = _delta_orientation(a, b, shape, pair.embedding, bool(config.get("fan_in_fan_out")))
+        transposed = _delta_orientation(
+            a, b, shape, pair.embedding, bool(config.get("fan_in_fan_out"))
+        )
         if transposed is None:
-            logger.info("LoRA pair of %s (A %s, B %s) does not fit the weight %s: not counted", name, a.shape, b.shape, shape)
+            logger.info(
+                "LoRA pair of %s (A %s, B %s) does not fit the weight %s: not counted",
+                name,
+                a.shape,
+                b.shape,
+                shape,
+            )
         else:
             delta_parts = (a, b, transposed)
 
     def rows(start: int, stop: int, w0: torch.Tensor) -> torch.Tensor:
-        w = reader.rows(where[replacement], replacement, start, stop).float() if replacement is not None else w0
+        w = (
+            reader.rows(where[replacement], replacement, start, stop).float()
+            if replacement is not None
+            else w0
+        )
         if delta_parts is not None:
             a, b, transposed = delta_parts
             delta = a[:, start:stop].T @ b.T if transposed else b[start:stop] @ a
@@ -346,7 +403,8 @@ def _adapter_source(
 def _delta_orientation(
     a: torch.Tensor, b: torch.Tensor, shape: tuple[int, ...], embedding: bool, fan_in_fan_out: bool
 ) -> bool | None:
-    """Whether the delta ``B @ A`` is stored transposed in a weight of ``shape``; None if it fits neither way.
+    """Whether the delta ``B @ A`` is stored transposed in a weight of ``shape``; None if it fits
+    neither way.
 
     PEFT transposes it for embeddings, and for ``fan_in_fan_out`` layers (GPT-2's Conv1D) — but it
     resets ``fan_in_fan_out`` on ``nn.Linear`` layers, so the flag alone cannot be trusted: the
@@ -356,7 +414,9 @@ def _delta_orientation(
         return None
     plain, flipped = (b.shape[0], a.shape[1]), (a.shape[1], b.shape[0])
 
-    def fits(delta: tuple[int, int]) -> bool:  # the weight's rows of a delta, which may have more (added tokens)
+    def fits(
+        delta: tuple[int, int],
+    ) -> bool:  # the weight's rows of a delta, which may have more (added tokens)
         return delta[1] == shape[1] and delta[0] >= shape[0]
 
     if embedding:
@@ -369,7 +429,8 @@ def _delta_orientation(
 
 
 def _row_chunks(shape: tuple[int, ...]) -> list[tuple[int, int]]:
-    """Row ranges covering a tensor in chunks of at most :data:`CHUNK_ELEMENTS` values (a 0-d tensor: one).
+    """Row ranges covering a tensor in chunks of at most :data:`CHUNK_ELEMENTS` values (a 0-d
+    tensor: one).
 
     >>> _row_chunks((10, 1 << 21))
     [(0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]

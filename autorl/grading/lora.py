@@ -3,17 +3,18 @@ and their dedupe key (issue #12, "adapters on the cell's base").
 
 An adapter is always applied to the base model the grader was given, never to the model its
 ``adapter_config.json`` names in ``base_model_name_or_path`` (the engine loads it that way:
-:func:`autorl.engine.hf.load_adapter_on_base`), so its dedupe key covers the base (:func:`adapter_digest`).
+:func:`autorl.engine.hf.load_adapter_on_base`), so its dedupe key covers the base
+(:func:`adapter_digest`).
 
 PEFT loads every tensor of an adapter file whose name matches a parameter of the wrapped model, not
 only the LoRA matrices: an adapter can carry full replacements of base weights (``modules_to_save``,
-``save_embedding_layers``, or any hand-written ``base_model.model.<name>.weight``). :func:`adapter_layout`
-therefore sorts an adapter's tensors into LoRA pairs and replacements, so that the weight distance
-(:mod:`autorl.grading.identity`) measures what is actually scored.
+``save_embedding_layers``, or any hand-written ``base_model.model.<name>.weight``).
+:func:`adapter_layout` therefore sorts an adapter's tensors into LoRA pairs and replacements, so
+that the weight distance (:mod:`autorl.grading.identity`) measures what is actually scored.
 
-Only plain LoRA is accepted (:func:`unsupported_adapter_features`): variants whose merged weights are
-not ``W + scale * B @ A`` (DoRA, LoRA biases, layer replication, ...) are refused at submission with a
-hint to merge the adapter and submit the full model, which every grader path supports.
+Only plain LoRA is accepted (:func:`unsupported_adapter_features`): variants whose merged weights
+are not ``W + scale * B @ A`` (DoRA, LoRA biases, layer replication, ...) are refused at submission
+with a hint to merge the adapter and submit the full model, which every grader path supports.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ __all__ = [
     "unsupported_adapter_features",
 ]
 
-# Prefix of every parameter of a PeftModel wrapping a causal LM (PeftModel.base_model is the LoraModel,
-# whose .model is the transformers model); PEFT ignores file tensors without it (load_state_dict(strict=False)).
+# Prefix of every parameter of a PeftModel wrapping a causal LM (PeftModel.base_model is the
+# LoraModel, whose .model is the transformers model); PEFT ignores file tensors without it
+# (load_state_dict(strict=False)).
 PEFT_PREFIX = "base_model.model."
 # Config fields that change what merging an adapter means, with the values that keep it plain LoRA.
 _PLAIN_LORA: dict[str, tuple[Any, ...]] = {
@@ -83,9 +85,10 @@ def unsupported_adapter_features(config: dict[str, Any]) -> list[str]:
 def adapter_digest(adapter_hash: str, config: dict[str, Any], base_hash: str) -> str:
     """The dedupe key of an adapter scored on a base.
 
-    It covers the adapter's tensors, its config (``lora_alpha``, ``target_modules``... change the merged
-    weights; ``base_model_name_or_path`` does not, as the grader ignores it) and the base, so the same
-    adapter on two bases never shares a cached score, and no adapter's key equals a full model's hash.
+    It covers the adapter's tensors, its config (``lora_alpha``, ``target_modules``... change the
+    merged weights; ``base_model_name_or_path`` does not, as the grader ignores it) and the base, so
+    the same adapter on two bases never shares a cached score, and no adapter's key equals a full
+    model's hash.
 
     Args:
         adapter_hash: :func:`autorl.grading.model_checks.weights_hash` of the adapter file.
@@ -96,9 +99,11 @@ def adapter_digest(adapter_hash: str, config: dict[str, Any], base_hash: str) ->
         A sha256 hex digest.
 
     Examples:
-        >>> adapter_digest("a" * 64, {"r": 8}, "b" * 64) != adapter_digest("a" * 64, {"r": 8}, "c" * 64)
+        >>> on_b, on_c = (adapter_digest("a" * 64, {"r": 8}, base * 64) for base in "bc")
+        >>> on_b != on_c
         True
-        >>> adapter_digest("a", {"r": 8, "base_model_name_or_path": "x"}, "b") == adapter_digest("a", {"r": 8}, "b")
+        >>> named = adapter_digest("a", {"r": 8, "base_model_name_or_path": "x"}, "b")
+        >>> named == adapter_digest("a", {"r": 8}, "b")
         True
     """
     kept = {k: v for k, v in config.items() if k != "base_model_name_or_path"}
@@ -110,11 +115,13 @@ def lora_scale(config: dict[str, Any], module: str) -> float:
     """The factor PEFT multiplies ``B @ A`` by for ``module`` (a base-model module name).
 
     Follows PEFT's ``LoraModel._create_and_replace``: ``rank_pattern``/``alpha_pattern`` keys match
-    a module name's dotted suffix as a regex; ``use_rslora`` divides by ``sqrt(r)`` instead of ``r``.
+    a module name's dotted suffix as a regex; ``use_rslora`` divides by ``sqrt(r)`` instead of
+    ``r``.
 
     >>> lora_scale({"r": 4, "lora_alpha": 8}, "model.layers.0.q_proj")
     2.0
-    >>> lora_scale({"r": 4, "lora_alpha": 8, "rank_pattern": {"q_proj": 16}, "use_rslora": True}, "m.q_proj")
+    >>> config = {"r": 4, "lora_alpha": 8, "rank_pattern": {"q_proj": 16}, "use_rslora": True}
+    >>> lora_scale(config, "m.q_proj")
     2.0
     """
     r = _pattern_value(config.get("rank_pattern") or {}, module, config.get("r", 8))
@@ -123,7 +130,9 @@ def lora_scale(config: dict[str, Any], module: str) -> float:
 
 
 def _pattern_value(patterns: dict[str, Any], module: str, default: Any) -> Any:
-    """PEFT's ``get_pattern_key`` lookup: the first pattern whose regex matches a dotted suffix of ``module``."""
+    """PEFT's ``get_pattern_key`` lookup: the first pattern whose regex matches a dotted suffix of
+    ``module``.
+    """
     for pattern, value in patterns.items():
         if re.match(rf"(.*\.)?({pattern})$", module):
             return value
@@ -173,10 +182,12 @@ class AdapterLayout:
 
 
 def adapter_layout(names: Iterable[str]) -> AdapterLayout:
-    """Sorts an adapter file's tensor names into LoRA pairs, base-weight replacements and ignored ones.
+    """Sorts an adapter file's tensor names into LoRA pairs, base-weight replacements and ignored
+    ones.
 
-    >>> layout = adapter_layout(["base_model.model.m.q.lora_A.weight", "base_model.model.m.q.lora_B.weight",
-    ...                          "base_model.model.lm_head.weight", "base_model.model.m.e.base_layer.weight", "x"])
+    >>> names = ["m.q.lora_A.weight", "m.q.lora_B.weight", "lm_head.weight"]
+    >>> names.append("m.e.base_layer.weight")
+    >>> layout = adapter_layout([f"base_model.model.{name}" for name in names] + ["x"])
     >>> list(layout.pairs), sorted(layout.replacements), layout.ignored
     (['m.q.weight'], ['lm_head.weight', 'm.e.weight'], ('x',))
     """
@@ -194,7 +205,8 @@ def adapter_layout(names: Iterable[str]) -> AdapterLayout:
             embedding = match["kind"].startswith("lora_embedding")
             halves.setdefault((match["module"], embedding), {})[match["kind"][-1]] = key
             continue
-        # A wrapped layer's own weight (save_embedding_layers, or any hand-written one) replaces the base's.
+        # A wrapped layer's own weight (save_embedding_layers, or any hand-written one) replaces the
+        # base's.
         target = name.replace(".base_layer.", ".").replace(".modules_to_save.default.", ".")
         if target in replacements:
             conflicts.append(target)

@@ -1,4 +1,5 @@
-"""Checks a submitted model before it is queued for grading (SPEC §5, "Input rules").
+"""Checks a submitted model before it is queued for grading (docs/design.md#the-grading-api, "Input
+rules").
 
 Pure functions on the file system: no Ray, no HTTP. The grading API calls them in this order:
 
@@ -6,8 +7,8 @@ Pure functions on the file system: no Ray, no HTTP. The grading API calls them i
    workspace's ``output/`` (400 otherwise).
 2. :func:`normalize_tokenizer_config` copies that directory into the grader's private folder and
    fixes known tokenizer quirks there.
-3. :func:`check_loadable_model` and :func:`weights_hash` run on the private copy, so the weights that
-   are hashed are the weights that get scored even if the agent rewrites ``output/`` meanwhile.
+3. :func:`check_loadable_model` and :func:`weights_hash` run on the private copy, so the weights
+   that are hashed are the weights that get scored even if the agent rewrites ``output/`` meanwhile.
 
 Reading and hashing tensors lives in :mod:`autorl.grading.weights` (re-exported here).
 
@@ -47,7 +48,8 @@ __all__ = [
     "weights_hash",
 ]
 
-# Largest config/tokenizer JSON read (real tokenizer.json files of large vocabularies are ~10-30 MB).
+# Largest config/tokenizer JSON read (real tokenizer.json files of large vocabularies are ~10-30
+# MB).
 MAX_JSON_BYTES = 256 << 20
 # Largest model folder copied for grading: an 8B model in float32 with room to spare.
 MAX_SUBMISSION_BYTES = 64 << 30
@@ -58,7 +60,8 @@ SAFE_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-# Files that, next to tokenizer_config.json, hold a tokenizer's vocabulary when tokenizer.json is absent.
+# Files that, next to tokenizer_config.json, hold a tokenizer's vocabulary when tokenizer.json is
+# absent.
 VOCAB_FILES = (
     "tokenizer.model",
     "spiece.model",
@@ -70,9 +73,19 @@ VOCAB_FILES = (
 )
 # Files transformers reads whole when it loads a tokenizer or a config: each at most MAX_JSON_BYTES.
 WHOLE_READ_FILES = (
-    "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-    "special_tokens_map.json", "added_tokens.json", "chat_template.jinja", "chat_template.json",
-    "merges.txt", ADAPTER_CONFIG, SAFE_INDEX, BIN_INDEX, *VOCAB_FILES,
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "merges.txt",
+    ADAPTER_CONFIG,
+    SAFE_INDEX,
+    BIN_INDEX,
+    *VOCAB_FILES,
 )
 
 
@@ -109,7 +122,7 @@ def resolve_submission_path(workspace: Path, model_path: object) -> Path:
         SubmissionRejected: 400 if ``model_path`` is not a non-empty string, contains a NUL byte,
             resolves outside ``output/``, does not exist, or is not a directory.
     """
-    example = "submit the folder you saved the model to, e.g. {\"model_path\": \"output/v1\"}"
+    example = 'submit the folder you saved the model to, e.g. {"model_path": "output/v1"}'
     if not isinstance(model_path, str):
         raise SubmissionRejected(
             400, f"model_path must be a string, got {type(model_path).__name__}: {example}"
@@ -149,7 +162,9 @@ def resolve_submission_path(workspace: Path, model_path: object) -> Path:
         )
     try:
         exists = resolved.exists()
-    except OSError as exc:  # ENAMETOOLONG (a name over 255 bytes) and the like: no such path can exist
+    except (
+        OSError
+    ) as exc:  # ENAMETOOLONG (a name over 255 bytes) and the like: no such path can exist
         raise SubmissionRejected(
             400,
             f"model_path {model_path!r} cannot exist here ({exc.strerror}): save the model under a "
@@ -240,7 +255,8 @@ def check_loadable_model(model_dir: Path) -> ModelFiles:
 
 
 def _check_adapter_config(config: dict[str, Any]) -> None:
-    """Refuses an adapter the grader cannot score as ``base + scale * B @ A`` (see :mod:`autorl.grading.lora`).
+    """Refuses an adapter the grader cannot score as ``base + scale * B @ A`` (see
+    :mod:`autorl.grading.lora`).
 
     Raises:
         SubmissionRejected: 422 naming the unsupported settings.
@@ -251,9 +267,9 @@ def _check_adapter_config(config: dict[str, Any]) -> None:
     if problems:
         raise SubmissionRejected(
             422,
-            f"{ADAPTER_CONFIG} uses what the grader does not support: {', '.join(problems)}: only plain "
-            "LoRA adapters are scored; merge the adapter into the model (peft_model.merge_and_unload()), "
-            f"then {SAVE_HINT}",
+            f"{ADAPTER_CONFIG} uses what the grader does not support: {', '.join(problems)}: only "
+            "plain LoRA adapters are scored; merge the adapter into the model "
+            f"(peft_model.merge_and_unload()), then {SAVE_HINT}",
         )
 
 
@@ -334,19 +350,22 @@ def _check_sizes(root: Path) -> dict[str, int]:
         sparse = allocated is not None and allocated * 512 * SPARSE_RATIO < info.st_size
         if info.st_size > SPARSE_MIN_BYTES and sparse:
             raise SubmissionRejected(
-                422, f"{entry.name} is a sparse file ({info.st_size} bytes, "
+                422,
+                f"{entry.name} is a sparse file ({info.st_size} bytes, "
                 f"{(allocated or 0) * 512} on disk): {SAVE_HINT} into an empty folder",
             )
         if entry.name in WHOLE_READ_FILES and info.st_size > MAX_JSON_BYTES:
             raise SubmissionRejected(
-                422, f"{entry.name} is {info.st_size} bytes, over the {MAX_JSON_BYTES >> 20} MiB a "
+                422,
+                f"{entry.name} is {info.st_size} bytes, over the {MAX_JSON_BYTES >> 20} MiB a "
                 f"tokenizer or config file may have: {SAVE_HINT} instead of writing it by hand",
             )
         sizes[entry.name] = info.st_size
     total = sum(sizes.values())
     if total > MAX_SUBMISSION_BYTES:
         raise SubmissionRejected(
-            422, f"the model folder's files add up to {total} bytes, over the "
+            422,
+            f"the model folder's files add up to {total} bytes, over the "
             f"{MAX_SUBMISSION_BYTES >> 30} GiB a submission may have: submit only the model "
             f"({SAVE_HINT} into an empty folder)",
         )
@@ -361,9 +380,10 @@ def _refuse_remote_code(data: dict[str, Any], name: str) -> None:
     """
     if "auto_map" in data:
         raise SubmissionRejected(
-            422, f"{name} has an \"auto_map\", which names Python code in the model folder: "
+            422,
+            f'{name} has an "auto_map", which names Python code in the model folder: '
             "the grader loads only transformers' own classes and never runs submitted code; "
-            f"delete \"auto_map\" (and any .py files) and {SAVE_HINT} with a built-in class",
+            f'delete "auto_map" (and any .py files) and {SAVE_HINT} with a built-in class',
         )
 
 
@@ -457,19 +477,21 @@ def _load_json_object(path: Path, name: str) -> dict[str, Any]:
     """Parses a JSON file that must hold an object.
 
     Raises:
-        SubmissionRejected: 422 if it cannot be read, is larger than :data:`MAX_JSON_BYTES` (a sparse
-            file of many GB would otherwise be read into the grader's memory), is not valid JSON,
-            or is not an object.
+        SubmissionRejected: 422 if it cannot be read, is larger than :data:`MAX_JSON_BYTES` (a
+            sparse file of many GB would otherwise be read into the grader's memory), is not valid
+            JSON, or is not an object.
     """
     try:
         size = path.stat().st_size
         if size > MAX_JSON_BYTES:
             raise SubmissionRejected(
-                422, f"{name} is {size} bytes, over the {MAX_JSON_BYTES >> 20} MiB a model's JSON file may have: "
-                f"{SAVE_HINT} instead of writing it by hand",
+                422,
+                f"{name} is {size} bytes, over the {MAX_JSON_BYTES >> 20} MiB a model's JSON file "
+                f"may have: {SAVE_HINT} instead of writing it by hand",
             )
         data = json.loads(path.read_text(encoding="utf-8"))
-    # ValueError: also JSONDecodeError, UnicodeDecodeError, and ints of over 4,300 digits; RecursionError: deep nesting
+    # ValueError: also JSONDecodeError, UnicodeDecodeError, and ints of over 4,300 digits;
+    # RecursionError: deep nesting
     except OSError as exc:  # its text names the grader's copy of the file: the reason only
         raise SubmissionRejected(
             422, f"{name} cannot be read ({exc.strerror or type(exc).__name__}): {SAVE_HINT}"
@@ -527,7 +549,7 @@ def _shards_from_index(root: Path, index: Path, index_name: str) -> list[Path]:
     ):
         raise SubmissionRejected(
             422,
-            f"{index_name} has no valid \"weight_map\" (tensor name -> shard file): {SAVE_HINT} "
+            f'{index_name} has no valid "weight_map" (tensor name -> shard file): {SAVE_HINT} '
             "into an empty folder",
         )
     shard_names = sorted(set(weight_map.values()))
@@ -546,7 +568,9 @@ def _shards_from_index(root: Path, index: Path, index_name: str) -> list[Path]:
         else:
             shards.append(shard)
     if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        shown = ", ".join(missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
         raise SubmissionRejected(
             422,
             f"weight shards listed in {index_name} are missing: {shown}: copy every shard, or "
@@ -582,5 +606,3 @@ def _check_tokenizer(root: Path) -> None:
             "tokenizer files missing: tokenizer_config.json is there but no vocabulary file "
             f"(tokenizer.json, {', '.join(VOCAB_FILES)}): {hint}",
         )
-
-

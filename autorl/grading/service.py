@@ -62,8 +62,8 @@ class RecordSink(Protocol):
         ...
 
 
-# String details an agent may see: written by the service (never by an evaluator, which could copy eval
-# data into them; the service overwrites these keys after merging an evaluator's details).
+# String details an agent may see: written by the service (never by an evaluator, which could copy
+# eval data into them; the service overwrites these keys after merging an evaluator's details).
 _PUBLIC_STRINGS = ("flag", "flag_reason")
 # Keys an agent may see: names such as ``per_type`` or ``pick``; an evaluator that keyed numbers
 # by an eval item (its question, its id) would hand the item's text to the agent.
@@ -76,21 +76,24 @@ def public_details(details: dict[str, Any]) -> dict[str, Any]:
     Evaluators keep samples (eval questions, gold answers, predictions) in their details for the
     records and the report; returning those to the agent would leak the private eval split.
 
-    >>> public_details({"correct": 3, "samples": [{"question": "q", "gold": "4"}], "flag": "duplicate"})
+    >>> samples = [{"question": "q", "gold": "4"}]
+    >>> public_details({"correct": 3, "samples": samples, "flag": "duplicate"})
     {'correct': 3, 'flag': 'duplicate'}
     >>> public_details({"per_type": {"pick": 50.0, "note": "x"}})
     {'per_type': {'pick': 50.0}}
 
     The integrity fields the service itself writes pass too, so an agent learns why it is flagged:
 
-    >>> public_details({"flag": "model_mismatch", "flag_reason": "hidden_size 8 (base: 16)", "weight_distance": 1.2})
-    {'flag': 'model_mismatch', 'flag_reason': 'hidden_size 8 (base: 16)', 'weight_distance': 1.2}
+    >>> flagged = {"flag": "model_mismatch", "flag_reason": "hidden_size 8 (base: 16)"}
+    >>> public_details({**flagged, "weight_distance": 1.2}) == {**flagged, "weight_distance": 1.2}
+    True
 
     Keys that are not short names (an eval question used as a key) are left out, at both levels:
 
     >>> public_details({"by_question": {"What is 2 + 2?": 1, "q_7": 0}, "Natalia sold clips?": 3})
     {'by_question': {'q_7': 0}}
     """
+
     def number(value: Any) -> bool:
         return isinstance(value, int | float)  # bools included: they are ints
 
@@ -125,7 +128,8 @@ class CellGradingContext:
         baseline: The base model's score.
         max_queued: Submissions that may wait to be scored at once.
         base_model_dir: The grader's copy of the base model; every submission is compared with it
-            (:mod:`autorl.grading.identity`). None: no identity checks (flags and distances stay None).
+            (:mod:`autorl.grading.identity`). None: no identity checks (flags and distances stay
+            None).
         allow_substitution: ``integrity.allow_substitution``: flagged submissions may be the best.
         feedback: ``grading.feedback``: the split ``scorer`` and ``baseline`` are of. ``test``: a
             submission's score is also its test score; ``dev``: its test score comes after the cell
@@ -161,7 +165,9 @@ class SubmissionService:
         snapshot_root: Path,
         snapshot_code: Callable[[str], str | None] = lambda reason: None,
     ) -> None:
-        """Start the worker thread; ``snapshot_root`` (outside the workspace) holds scoring copies."""
+        """Start the worker thread; ``snapshot_root`` (outside the workspace) holds scoring
+        copies.
+        """
         self.snapshot_root = snapshot_root
         self.ctx = ctx
         self.scorer = scorer
@@ -175,7 +181,9 @@ class SubmissionService:
         self._queued = 0
         self._scored_hashes: dict[str, SubmissionRecord] = {}
         self._base: BaseModel | None = None
-        self._worker = threading.Thread(target=self._work, name=f"grading-{ctx.cell_id}", daemon=True)
+        self._worker = threading.Thread(
+            target=self._work, name=f"grading-{ctx.cell_id}", daemon=True
+        )
         self._worker.start()
 
     # ---- called by the HTTP layer -------------------------------------------------------------
@@ -225,13 +233,17 @@ class SubmissionService:
         return self._events[submission_id].wait(timeout)
 
     def response(self, submission_id: int) -> dict[str, Any] | None:
-        """The agent-facing view of one submission (SPEC §5), or None if unknown."""
+        """The agent-facing view of one submission (docs/design.md#the-grading-api), or None if
+        unknown.
+        """
         with self._lock:
             record = self._records.get(submission_id)
             if record is None:
                 return None
             summary = summarize_submissions(
-                list(self._records.values()), self.ctx.baseline, allow_flagged=self.ctx.allow_substitution,
+                list(self._records.values()),
+                self.ctx.baseline,
+                allow_flagged=self.ctx.allow_substitution,
                 feedback=self.ctx.feedback,
             )
             total = len(self._records)
@@ -243,7 +255,10 @@ class SubmissionService:
             "baseline_score": self.ctx.baseline,
             "improvement": record.improvement,
             # Feedback scores only: with dev feedback a test score must never reach the agent.
-            "best": {"submission_id": summary["best_submission_id"], "score": summary["best_feedback_score"]},
+            "best": {
+                "submission_id": summary["best_submission_id"],
+                "score": summary["best_feedback_score"],
+            },
             "total_submissions": total,
         }
         stored = json.loads(record.details_json)
@@ -279,7 +294,9 @@ class SubmissionService:
         return not self.queued()
 
     def close(self, timeout: float | None = None) -> None:
-        """Stop the worker thread after the submissions already queued; wait up to ``timeout`` for it."""
+        """Stop the worker thread after the submissions already queued; wait up to ``timeout`` for
+        it.
+        """
         self._queue.put(None)
         if timeout is not None:
             self._worker.join(timeout)
@@ -307,7 +324,12 @@ class SubmissionService:
 
     def _score(self, pending: _Pending) -> SubmissionRecord:
         started = time.time()
-        record = replace(pending.record, status="scoring", started_at=started, queue_wait_s=started - pending.record.submitted_at)
+        record = replace(
+            pending.record,
+            status="scoring",
+            started_at=started,
+            queue_wait_s=started - pending.record.submitted_at,
+        )
         self._store(record)
         # Hash and score a private copy, so the weights hashed are the weights scored even if the
         # agent rewrites output/ meanwhile; the copy also gets the tokenizer quirk fixed.
@@ -319,7 +341,8 @@ class SubmissionService:
             files = check_loadable_model(snapshot)
             digest = weights_hash(files)
             if files.is_adapter:
-                # Scored on this cell's base, so its key covers the base (and the config that scales it).
+                # Scored on this cell's base, so its key covers the base (and the config that scales
+                # it).
                 config = json.loads((snapshot / ADAPTER_CONFIG).read_text(encoding="utf-8"))
                 digest = adapter_digest(digest, config, self.ctx.base_weights_hash)
             identity = self._identity(snapshot, files)
@@ -329,11 +352,17 @@ class SubmissionService:
             return self._invalid(record, str(error), self._public_error(error, snapshot))
         finally:
             # With dev feedback a scored snapshot waits for its test score (autorl.grading.heldout).
-            if not (self.ctx.feedback == "dev" and result is not None and result.status in ("scored", "duplicate")):
+            if not (
+                self.ctx.feedback == "dev"
+                and result is not None
+                and result.status in ("scored", "duplicate")
+            ):
                 shutil.rmtree(snapshot, ignore_errors=True)
 
     def _identity(self, snapshot: Path, files: ModelFiles) -> IdentityReport | None:
-        """The snapshot's identity checks against the cell's base; None when the cell has no base dir."""
+        """The snapshot's identity checks against the cell's base; None when the cell has no base
+        dir.
+        """
         if self.ctx.base_model_dir is None:
             return None
         if self._base is None:
@@ -341,7 +370,11 @@ class SubmissionService:
         return self._base.check(snapshot, files)
 
     def _score_snapshot(
-        self, record: SubmissionRecord, snapshot: Path, digest: str, identity: IdentityReport | None = None
+        self,
+        record: SubmissionRecord,
+        snapshot: Path,
+        digest: str,
+        identity: IdentityReport | None = None,
     ) -> SubmissionRecord:
         # A flagged model is still scored (the report shows what it would have scored); it counts
         # towards the best only with integrity.allow_substitution (summarize_submissions).
@@ -353,10 +386,16 @@ class SubmissionService:
             weight_distance=identity.weight_distance if identity is not None else None,
         )
         if digest == self.ctx.base_weights_hash:
-            return self._scored(record, self.ctx.baseline, "copy_of_base", {**integrity, "flag": "copy_of_base"})
+            return self._scored(
+                record, self.ctx.baseline, "copy_of_base", {**integrity, "flag": "copy_of_base"}
+            )
         earlier = self._scored_hashes.get(digest)
         if earlier is not None and earlier.score is not None:
-            flags = {**integrity, "flag": integrity.get("flag", "duplicate"), "duplicate_of": earlier.submission_id}
+            flags = {
+                **integrity,
+                "flag": integrity.get("flag", "duplicate"),
+                "duplicate_of": earlier.submission_id,
+            }
             return self._scored(record, earlier.score, "duplicate", flags)
         outcome, cached = self.scorer(snapshot, digest)
         if outcome.error is not None or outcome.score is None:
@@ -367,7 +406,9 @@ class SubmissionService:
             details.pop(key, None)  # only the service writes these (see public_details)
         if cached:
             details["flag"] = "duplicate"
-        details.update(integrity)  # model_mismatch outranks duplicate: it is what decides whether it counts
+        details.update(
+            integrity
+        )  # model_mismatch outranks duplicate: it is what decides whether it counts
         return self._scored(record, outcome.score, "duplicate" if cached else "scored", details)
 
     def _invalid(
@@ -376,8 +417,9 @@ class SubmissionService:
         """``record`` made invalid: ``error`` in full for the records, ``public`` (in its details)
         for the agent."""
         details = json.dumps({**json.loads(record.details_json), **public.as_details()})
-        return replace(record, status="invalid", error=error, details_json=details,
-                       finished_at=time.time())
+        return replace(
+            record, status="invalid", error=error, details_json=details, finished_at=time.time()
+        )
 
     def _public_error(self, error: Exception, snapshot: Path) -> PublicError:
         """What the agent is told of a check that failed on the snapshot (no host path, and no
@@ -397,7 +439,9 @@ class SubmissionService:
         named = mentioned_file(Path(str(filename)).name, names) if filename else None
         return fixed(UNREADABLE, named)
 
-    def _scored(self, record: SubmissionRecord, score: float, status: str, details: dict[str, Any]) -> SubmissionRecord:
+    def _scored(
+        self, record: SubmissionRecord, score: float, status: str, details: dict[str, Any]
+    ) -> SubmissionRecord:
         return replace(
             record,
             status=status,
@@ -418,5 +462,9 @@ class SubmissionService:
         with self._lock:
             # Only after the final record is stored, so drain() never ends with it unrecorded.
             self._queued -= 1
-            if record.weights_hash and record.score is not None and record.weights_hash not in self._scored_hashes:
+            if (
+                record.weights_hash
+                and record.score is not None
+                and record.weights_hash not in self._scored_hashes
+            ):
                 self._scored_hashes[record.weights_hash] = record

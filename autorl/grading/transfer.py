@@ -9,10 +9,10 @@ into a local folder (:meth:`ModelFetcher.local`) before it loads the model:
   mounts the root, and the grader reads them there after checking their hashes;
 - **another node**: the files are streamed through Ray's object store by small tasks pinned to the
   source node (:func:`read_chunk`; :class:`autorl.actors.model_source.RaySource` runs them), a few
-  chunks in flight at a time, so a multi-GB model never sits whole in one Python object. They land in a cache folder on
-  the grader's node keyed by the files' digest (:class:`DigestCache`): requests for the same digest
-  share one download (a file lock), and every file's sha256 is checked against the source's
-  :class:`Manifest` before the folder is used.
+  chunks in flight at a time, so a multi-GB model never sits whole in one Python object. They land
+  in a cache folder on the grader's node keyed by the files' digest (:class:`DigestCache`): requests
+  for the same digest share one download (a file lock), and every file's sha256 is checked against
+  the source's :class:`Manifest` before the folder is used.
 
 Submissions are deleted from the grader's cache once their last user is done; base models stay
 cached by digest (every submission of a cell is scored on its base). The cell keeps its own copy
@@ -82,7 +82,9 @@ class Manifest:
 def _model_files(folder: Path) -> list[Path]:
     """Top-level regular files (symlinks followed), in name order."""
     if not folder.is_dir():
-        raise TransferError(f"model folder {folder} does not exist on this node ({socket.gethostname()})")
+        raise TransferError(
+            f"model folder {folder} does not exist on this node ({socket.gethostname()})"
+        )
     return sorted((p for p in folder.iterdir() if p.is_file()), key=lambda p: p.name)
 
 
@@ -100,7 +102,9 @@ def manifest_of(folder: Path) -> Manifest:
     Raises:
         TransferError: ``folder`` does not exist here.
     """
-    return Manifest(tuple(FileEntry(p.name, p.stat().st_size, _sha256(p)) for p in _model_files(folder)))
+    return Manifest(
+        tuple(FileEntry(p.name, p.stat().st_size, _sha256(p)) for p in _model_files(folder))
+    )
 
 
 def verify(folder: Path, manifest: Manifest) -> None:
@@ -119,7 +123,9 @@ def _compare(folder: Path, have: Manifest, manifest: Manifest) -> None:
     actual = {f.name: f for f in have.files}
 
     def describe(entry: FileEntry | None) -> str:
-        return "no such file" if entry is None else f"{entry.size} bytes, sha256 {entry.sha256[:12]}"
+        return (
+            "no such file" if entry is None else f"{entry.size} bytes, sha256 {entry.sha256[:12]}"
+        )
 
     for name in sorted(expected.keys() | actual.keys()):
         if expected.get(name) != actual.get(name):
@@ -136,10 +142,11 @@ class ModelRef:
     Attributes:
         path: The folder on ``node_id`` (or under ``storage.root`` when ``node_id`` is None).
         node_id: The Ray node that holds ``path``; None: shared storage every node mounts.
-        weights_hash: The weights digest (the score cache's key; see :func:`autorl.grading.weights.weights_hash`).
+        weights_hash: The weights digest (the score cache's key; see
+            :func:`autorl.grading.weights.weights_hash`).
         keep: True for base models: the grader keeps its copy cached by digest for later requests.
-        manifest: The files' hashes; set for shared storage (computed by the cell side while publishing).
-            For a ref on another node the grader asks the source node for it.
+        manifest: The files' hashes; set for shared storage (computed by the cell side while
+            publishing). For a ref on another node the grader asks the source node for it.
     """
 
     path: str
@@ -159,14 +166,18 @@ def read_manifest(path: str) -> Manifest:
 
 
 def read_chunk(path: str, offset: int, size: int) -> bytes:
-    """Bytes ``[offset, offset + size)`` of the file ``path`` on the node this runs on (a pinned Ray task)."""
+    """Bytes ``[offset, offset + size)`` of the file ``path`` on the node this runs on (a pinned Ray
+    task).
+    """
     with open(path, "rb") as handle:
         handle.seek(offset)
         return handle.read(size)
 
 
 class ChunkSource(Protocol):
-    """Where a remote ref's files are read from (Ray tasks on its node; a local stand-in in unit tests)."""
+    """Where a remote ref's files are read from (Ray tasks on its node; a local stand-in in unit
+    tests).
+    """
 
     def manifest(self, ref: ModelRef) -> Manifest:
         """The manifest of ``ref.path`` on ``ref.node_id``."""
@@ -178,7 +189,8 @@ class ChunkSource(Protocol):
 
 
 class DigestCache:
-    """Model folders keyed by content digest, shared by the processes of one node (or of a shared root).
+    """Model folders keyed by content digest, shared by the processes of one node (or of a shared
+    root).
 
     Layout: ``<root>/<key>/`` the files; ``<root>/.meta/<key>.lock`` the key's lock, ``.keep`` its
     keep marker and ``.leases/`` one file per user; ``<root>/.partial/`` folders being filled.
@@ -197,11 +209,16 @@ class DigestCache:
         """Digests cached now."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if not p.name.startswith(".") and p.is_dir())
+        return sorted(
+            p.name for p in self.root.iterdir() if not p.name.startswith(".") and p.is_dir()
+        )
 
     @contextmanager
-    def use(self, key: str, fill: Callable[[Path], None], *, keep: bool) -> Iterator[tuple[Path, bool]]:
-        """The folder of ``key``, filled by ``fill(folder)`` unless present; yields ``(folder, filled_now)``.
+    def use(
+        self, key: str, fill: Callable[[Path], None], *, keep: bool
+    ) -> Iterator[tuple[Path, bool]]:
+        """The folder of ``key``, filled by ``fill(folder)`` unless present; yields
+        ``(folder, filled_now)``.
 
         Concurrent callers with the same key wait for the one that fills it. A failed ``fill``
         leaves nothing behind and raises to its caller.
@@ -250,7 +267,9 @@ class DigestCache:
 
     @staticmethod
     def _prune(leases: Path) -> None:
-        """Drop leases of processes on this host that no longer exist (a grader that crashed mid-use)."""
+        """Drop leases of processes on this host that no longer exist (a grader that crashed
+        mid-use).
+        """
         host = socket.gethostname()
         for lease in leases.iterdir():
             owner, _, rest = lease.name.rpartition("-")[0].rpartition("-")
@@ -313,7 +332,9 @@ class ModelFetcher:
             manifest = ref.manifest or self.source.manifest(ref)
         except Exception as error:  # noqa: BLE001 - Ray wraps the source node's error
             raise TransferError(f"cannot list {ref} on its node: {error}") from error
-        with self.cache.use(manifest.digest, lambda dest: self._download(ref, manifest, dest), keep=ref.keep) as (
+        with self.cache.use(
+            manifest.digest, lambda dest: self._download(ref, manifest, dest), keep=ref.keep
+        ) as (
             folder,
             filled,
         ):
@@ -329,8 +350,9 @@ class ModelFetcher:
         path = Path(ref.path)
         if not path.is_dir():
             raise TransferError(
-                f"{path} is not visible on the grader's node: storage.root must be a folder every node mounts "
-                "at the same path (or set storage.root=null to stream submissions through Ray)"
+                f"{path} is not visible on the grader's node: storage.root must be a folder every "
+                "node mounts at the same path (or set storage.root=null to stream submissions "
+                "through Ray)"
             )
         if ref.manifest is None:
             raise TransferError(f"{ref}: a ref on shared storage needs its manifest")
@@ -351,12 +373,16 @@ class ModelFetcher:
                     if isinstance(error, TransferError):
                         raise
                     raise TransferError(f"reading {ref} from its node failed: {error}") from error
-                logger.warning("download of %s failed (attempt %d): %s; retrying", ref, attempt, error)
+                logger.warning(
+                    "download of %s failed (attempt %d): %s; retrying", ref, attempt, error
+                )
                 for stale in dest.iterdir():
                     stale.unlink()
 
     def _stream(self, ref: ModelRef, manifest: Manifest, dest: Path) -> None:
-        """Write the chunks into ``dest``, hashing them on the way; a file that differs from the manifest raises."""
+        """Write the chunks into ``dest``, hashing them on the way; a file that differs from the
+        manifest raises.
+        """
         requests = [
             (entry.name, offset, min(CHUNK_BYTES, entry.size - offset))
             for entry in manifest.files
@@ -376,8 +402,12 @@ class ModelFetcher:
             with open(dest / name, "ab") as out:
                 out.write(data)
         # Hashed as received (one pass): the bytes written are the bytes hashed.
-        received = Manifest(tuple(FileEntry(f.name, (dest / f.name).stat().st_size, digests[f.name].hexdigest())
-                                  for f in manifest.files))
+        received = Manifest(
+            tuple(
+                FileEntry(f.name, (dest / f.name).stat().st_size, digests[f.name].hexdigest())
+                for f in manifest.files
+            )
+        )
         _compare(dest, received, manifest)
 
 
@@ -397,16 +427,22 @@ class ModelPublisher:
     """
 
     def __init__(self, node_id: str, storage_root: str | Path | None) -> None:
-        """``node_id``: this node's Ray id; ``storage_root``: ``storage.root`` (None: stream through Ray)."""
+        """``node_id``: this node's Ray id; ``storage_root``: ``storage.root`` (None: stream through
+        Ray).
+        """
         self.node_id = node_id
         self.root = Path(storage_root) if storage_root else None
 
     def base(self, model_dir: Path, weights_hash: str) -> ModelRef:
-        """The cell's base model (kept cached by digest on grader nodes, and under the storage root)."""
+        """The cell's base model (kept cached by digest on grader nodes, and under the storage
+        root).
+        """
         if self.root is None:
             return ModelRef(str(model_dir), self.node_id, weights_hash, keep=True)
         manifest = manifest_of(model_dir)
-        with DigestCache(self.root / "models").use(manifest.digest, _copy_files(model_dir, manifest), keep=True) as (
+        with DigestCache(self.root / "models").use(
+            manifest.digest, _copy_files(model_dir, manifest), keep=True
+        ) as (
             folder,
             _,
         ):
@@ -414,11 +450,16 @@ class ModelPublisher:
 
     @contextmanager
     def submission(self, model_dir: Path, weights_hash: str) -> Iterator[ModelRef]:
-        """A submission's ref, valid until the block ends (then its copy under the storage root goes)."""
+        """A submission's ref, valid until the block ends (then its copy under the storage root
+        goes).
+        """
         if self.root is None:
             yield ModelRef(str(model_dir), self.node_id, weights_hash)
             return
         manifest = manifest_of(model_dir)
         cache = DigestCache(self.root / "submissions")
-        with cache.use(manifest.digest, _copy_files(model_dir, manifest), keep=False) as (folder, _):
+        with cache.use(manifest.digest, _copy_files(model_dir, manifest), keep=False) as (
+            folder,
+            _,
+        ):
             yield ModelRef(str(folder), None, weights_hash, manifest=manifest)

@@ -1,4 +1,5 @@
-"""Reading a model's tensors from its weight files, and hashing them (used by the submission checks).
+"""Reading a model's tensors from its weight files, and hashing them (used by the submission
+checks).
 
 Tensors are read one file handle at a time and one tensor (or a slice of its rows) at a time, so
 memory stays bounded by the largest tensor read. torch and safetensors are imported inside the
@@ -37,8 +38,6 @@ class CorruptWeightsError(AutorlError):
     """A weight file cannot be read; the submission is recorded as ``invalid`` with this message."""
 
 
-
-
 @dataclass(frozen=True)
 class ModelFiles:
     """The weight files of a model directory that passed :func:`check_loadable_model`.
@@ -52,13 +51,12 @@ class ModelFiles:
     is_adapter: bool
 
 
-
-
 def tensor_locations(files: ModelFiles) -> dict[str, Path]:
     """Maps every tensor name of a model to the weight file that holds it.
 
     Raises:
-        CorruptWeightsError: A weight file cannot be read, or two files hold a tensor of the same name.
+        CorruptWeightsError: A weight file cannot be read, or two files hold a tensor of the same
+            name.
     """
     where: dict[str, Path] = {}
     for path in files.weight_files:
@@ -70,8 +68,6 @@ def tensor_locations(files: ModelFiles) -> dict[str, Path]:
                 )
             where[name] = path
     return where
-
-
 
 
 def weights_hash(files: ModelFiles) -> str:
@@ -103,8 +99,6 @@ def weights_hash(files: ModelFiles) -> str:
             _update_with_tensor(digest, name, tensor)
             del tensor
     return digest.hexdigest()
-
-
 
 
 def _tensor_names(path: Path) -> list[str]:
@@ -163,7 +157,9 @@ def _corrupt(path: Path, exc: BaseException) -> CorruptWeightsError:
 
 @contextlib.contextmanager
 def _reading(path: Path) -> Iterator[None]:
-    """Turns any failure of a tensor reader on ``path`` into :class:`CorruptWeightsError` (the file is unusable)."""
+    """Turns any failure of a tensor reader on ``path`` into :class:`CorruptWeightsError` (the file
+    is unusable).
+    """
     try:
         yield
     except (CorruptWeightsError, MemoryError):
@@ -175,8 +171,8 @@ def _reading(path: Path) -> Iterator[None]:
 class TensorReaders:
     """Reads tensors by name from several weight files, keeping each file open once.
 
-    :meth:`rows` reads part of a tensor (safetensors slices, memory-mapped ``.bin``), so a caller can
-    walk a large embedding matrix without holding it whole.
+    :meth:`rows` reads part of a tensor (safetensors slices, memory-mapped ``.bin``), so a caller
+    can walk a large embedding matrix without holding it whole.
     """
 
     def __init__(self) -> None:
@@ -201,8 +197,11 @@ class TensorReaders:
         """
         with _reading(path):
             handle = self._handle(path)
-            # A handle is a safetensors reader or a loaded state dict (see _open): either gives a tensor.
-            tensor: torch.Tensor = handle[name] if isinstance(handle, dict) else handle.get_tensor(name)
+            # A handle is a safetensors reader or a loaded state dict (see _open): either gives a
+            # tensor.
+            tensor: torch.Tensor = (
+                handle[name] if isinstance(handle, dict) else handle.get_tensor(name)
+            )
             return tensor
 
     def shape(self, path: Path, name: str) -> tuple[int, ...]:
