@@ -18,22 +18,29 @@ def chat_prompts(tokenizer: Any, conversations: list[list[ChatMessage]]) -> list
     opened, rendered in this process: what the render child of :class:`ChatTemplateEngine`
     reproduces (for trusted tokenizers and tests; the grader never renders a submission's template
     in its own process)."""
-    return [str(tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True)) for c in conversations]
+    return [
+        str(tokenizer.apply_chat_template(c, tokenize=False, add_generation_prompt=True))
+        for c in conversations
+    ]
 
 
 class ChatTemplateEngine:
-    """``generate_chat`` of an engine that has ``tokenizer`` and ``generate_text``: the conversations
-    rendered as :func:`chat_prompts` renders them (the template adds its own special tokens), then
-    completed. The template is the submission's code, so it renders in a child process with a time
-    limit and output caps (:class:`autorl.engine.chat_render.ChatRenderer`); engines call
-    :meth:`close_renderer` when they close."""
+    """``generate_chat`` of an engine that has ``tokenizer`` and ``generate_text``: the
+    conversations rendered as :func:`chat_prompts` renders them (the template adds its own special
+    tokens), then completed. The template is the submission's code, so it renders in a child process
+    with a time limit and output caps (:class:`autorl.engine.chat_render.ChatRenderer`); engines
+    call :meth:`close_renderer` when they close."""
 
     tokenizer: Any
     render_limits: RenderLimits | None = None
     _renderer: ChatRenderer | None = None
 
     def generate_chat(
-        self, conversations: list[list[ChatMessage]], *, max_new_tokens: int, stop: list[str] | None = None
+        self,
+        conversations: list[list[ChatMessage]],
+        *,
+        max_new_tokens: int,
+        stop: list[str] | None = None,
     ) -> list[str]:
         """Generate the assistant reply of each conversation with the model's chat template.
 
@@ -42,7 +49,9 @@ class ChatTemplateEngine:
                 submission is invalid).
         """
         prompts = self.render_chat(conversations)
-        return self.generate_text(prompts, max_new_tokens=max_new_tokens, stop=stop, add_special_tokens=False)
+        return self.generate_text(
+            prompts, max_new_tokens=max_new_tokens, stop=stop, add_special_tokens=False
+        )
 
     def render_chat(self, conversations: list[list[ChatMessage]]) -> list[str]:
         """The prompt texts of ``conversations``, rendered in the render child (started once)."""
@@ -62,7 +71,12 @@ class ChatTemplateEngine:
             renderer.close()
 
     def generate_text(
-        self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None, add_special_tokens: bool = True
+        self,
+        prompts: list[str],
+        *,
+        max_new_tokens: int,
+        stop: list[str] | None = None,
+        add_special_tokens: bool = True,
     ) -> list[str]:
         """Generate a greedy completion of each prompt (the engine's own)."""
         raise NotImplementedError

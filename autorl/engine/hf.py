@@ -1,4 +1,6 @@
-"""HF transformers engine: batched, left-padded, greedy generation on CPU or one GPU, kept warm across submissions."""
+"""HF transformers engine: batched, left-padded, greedy generation on CPU or one GPU, kept warm
+across submissions.
+"""
 
 from __future__ import annotations
 
@@ -20,40 +22,53 @@ ADAPTER_CONFIG = "adapter_config.json"
 
 
 class AdapterBaseMissing(AutorlError):
-    """A LoRA adapter reached the engine without the cell's base model: the grader's error, not the agent's."""
+    """A LoRA adapter reached the engine without the cell's base model: the grader's error, not the
+    agent's.
+    """
 
 
 class HFEngine(ChatTemplateEngine):
-    """Greedy generation with ``transformers``; implements :class:`autorl.engine.base.GenerationEngine`.
+    """Greedy generation with ``transformers``; implements
+    :class:`autorl.engine.base.GenerationEngine`.
 
-    Prompts are processed in chunks of ``batch_size`` with left padding, so one call serves a
-    whole evaluation set. Batched output equals one-by-one output (stack-notes.md §5). Warm: a
-    later submission of the same architecture is loaded into the same modules (:meth:`swap`);
-    a row stops generating once its text holds a stop string (:class:`agent_kit.hf_stop.StopOnStrings`); prompt
+    Prompts are processed in chunks of ``batch_size`` with left padding, so one call serves a whole
+    evaluation set. Batched greedy output equals one-by-one output. Warm: a later
+    submission of the same architecture is loaded into the same modules (:meth:`swap`); a row stops
+    generating once its text holds a stop string (:class:`agent_kit.hf_stop.StopOnStrings`); prompt
     prefixes already encoded are reused (:class:`PrefixCache`). Neither changes a text.
     """
 
     def __init__(
-        self, model_dir: Path, *, batch_size: int = 64, device: str | None = None, base_dir: Path | None = None,
-        prefix_cache: bool = True, prefix_cache_mb: int = 512, min_shared_tokens: int = 16,
+        self,
+        model_dir: Path,
+        *,
+        batch_size: int = 64,
+        device: str | None = None,
+        base_dir: Path | None = None,
+        prefix_cache: bool = True,
+        prefix_cache_mb: int = 512,
+        min_shared_tokens: int = 16,
         render_limits: RenderLimits | None = None,
     ) -> None:
         """Load the model and tokenizer from ``model_dir`` (raises what transformers raises).
 
-        A folder with an ``adapter_config.json`` is a LoRA adapter: it is applied to ``base_dir`` and
-        merged, whatever base its config names (:func:`load_adapter_on_base`); a full model ignores
-        ``base_dir``. (The submission checks refuse a folder holding both a full model and an adapter,
-        which transformers would load as the full model with the adapter on top.)
+        A folder with an ``adapter_config.json`` is a LoRA adapter: it is applied to ``base_dir``
+        and merged, whatever base its config names (:func:`load_adapter_on_base`); a full model
+        ignores ``base_dir``. (The submission checks refuse a folder holding both a full model and
+        an adapter, which transformers would load as the full model with the adapter on top.)
 
         Args:
-            prefix_cache: Reuse the key/values of prompt prefixes encoded before (conf/engine/hf.yaml).
+            prefix_cache: Reuse the key/values of prompt prefixes encoded before
+                (conf/engine/hf.yaml).
             prefix_cache_mb: Memory the kept key/values may take.
-            min_shared_tokens: A prefix all rows of a batch share is encoded once when at least this long.
+            min_shared_tokens: A prefix all rows of a batch share is encoded once when at least this
+                long.
             render_limits: Time and size limits of the chat template's render process (None:
                 the defaults).
 
         Raises:
-            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a folder.
+            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a
+                folder.
         """
         import torch
         from transformers import AutoModelForCausalLM
@@ -62,12 +77,15 @@ class HFEngine(ChatTemplateEngine):
         self.batch_size = batch_size
         self.tokenizer = _load_tokenizer(model_dir)
         self.dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
-        model: Any  # a PreTrainedModel; Any, as transformers' decorator on .to() hides its signature from mypy
+        # a PreTrainedModel; Any, as transformers' decorator on .to() hides its signature from mypy
+        model: Any
         adapter = (model_dir / ADAPTER_CONFIG).is_file()
         if adapter:
             _require_base(model_dir, base_dir)
             assert base_dir is not None
-            model = load_adapter_on_base(model_dir, base_dir, dtype=self.dtype, vocab_size=len(self.tokenizer))
+            model = load_adapter_on_base(
+                model_dir, base_dir, dtype=self.dtype, vocab_size=len(self.tokenizer)
+            )
         else:
             model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self.dtype)
         self.model = model.to(self.device)
@@ -78,24 +96,30 @@ class HFEngine(ChatTemplateEngine):
         config = self.model.config
         self.generation_config = greedy_generation_config(weights_dir, config, self.tokenizer)
         self.model.generation_config = self.generation_config
-        self._base: tuple[Path, dict[str, Any]] | None = None  # the cell's base weights, for adapters swapped in
+        # The cell's base weights, for adapters swapped in.
+        self._base: tuple[Path, dict[str, Any]] | None = None
         self.prefix: PrefixCache | None = None
         if prefix_cache and supports_prefix_cache(self.model.config):
-            self.prefix = PrefixCache(self.model, max_bytes=prefix_cache_mb << 20, min_shared_tokens=min_shared_tokens)
+            self.prefix = PrefixCache(
+                self.model, max_bytes=prefix_cache_mb << 20, min_shared_tokens=min_shared_tokens
+            )
 
     def swap(self, model_dir: Path, *, base_dir: Path | None = None) -> bool:
-        """Load the submission in ``model_dir`` into this engine's modules instead of building a new engine.
+        """Load the submission in ``model_dir`` into this engine's modules instead of building a new
+        engine.
 
         A full model's safetensors weights are copied in; an adapter is merged onto a fresh copy of
         ``base_dir``'s weights (read once, then held in memory). Kept prompt key/values are dropped.
 
         Returns:
-            ``False``, with the engine unchanged, when the submission (for an adapter: ``base_dir``) has
-            another config than the loaded model, weights that do not fit its modules, weights that are
+            ``False``, with the engine unchanged, when the submission (for an adapter: ``base_dir``)
+            has another config than the loaded model, weights that do not fit its modules, weights
+            that are
             not safetensors, or a tokenizer that needs more embeddings: build a new engine then.
 
         Raises:
-            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a folder.
+            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a
+                folder.
             Exception: What loading the submission raises (as the constructor would); the engine may
                 then hold partly loaded weights and must be discarded.
         """
@@ -106,7 +130,9 @@ class HFEngine(ChatTemplateEngine):
             _require_base(model_dir, base_dir)
             assert base_dir is not None
         weights_dir = base_dir if adapter and base_dir is not None else model_dir
-        if model_signature(AutoConfig.from_pretrained(weights_dir)) != model_signature(self.model.config):
+        if model_signature(AutoConfig.from_pretrained(weights_dir)) != model_signature(
+            self.model.config
+        ):
             return False
         tokenizer = _load_tokenizer(model_dir)
         rows = int(self.model.get_input_embeddings().weight.shape[0])
@@ -138,20 +164,36 @@ class HFEngine(ChatTemplateEngine):
         gc.collect()
 
     def generate_text(
-        self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None, add_special_tokens: bool = True
+        self,
+        prompts: list[str],
+        *,
+        max_new_tokens: int,
+        stop: list[str] | None = None,
+        add_special_tokens: bool = True,
     ) -> list[str]:
         """Generate a greedy completion of each prompt, in input order."""
         outputs: list[str] = []
         for start in range(0, len(prompts), self.batch_size):
-            rows = self._token_ids(prompts[start : start + self.batch_size], add_special_tokens, max_new_tokens)
+            rows = self._token_ids(
+                prompts[start : start + self.batch_size], add_special_tokens, max_new_tokens
+            )
             # Passed as well as set on the model: generate() fills what a call leaves unset from
             # the model's, and reads no generation keys of config.json when given one.
-            outputs += generate_rows(self.model, self.tokenizer, rows, self.prefix, max_new_tokens=max_new_tokens,
-                                     stop=stop, do_sample=False,
-                                     generation_config=self.generation_config)
+            outputs += generate_rows(
+                self.model,
+                self.tokenizer,
+                rows,
+                self.prefix,
+                max_new_tokens=max_new_tokens,
+                stop=stop,
+                do_sample=False,
+                generation_config=self.generation_config,
+            )
         return outputs
 
-    def _token_ids(self, prompts: list[str], add_special_tokens: bool, max_new_tokens: int) -> list[Any]:
+    def _token_ids(
+        self, prompts: list[str], add_special_tokens: bool, max_new_tokens: int
+    ) -> list[Any]:
         """Each prompt's token ids (1-D tensors), keeping its end within the model's window."""
         import torch
 
@@ -161,7 +203,10 @@ class HFEngine(ChatTemplateEngine):
             # Keep the prompt's end (the question) when it is too long for the context window.
             self.tokenizer.truncation_side = "left"
             kwargs |= {"truncation": True, "max_length": max(1, int(max_len) - max_new_tokens)}
-        return [torch.tensor(ids, dtype=torch.long) for ids in self.tokenizer(prompts, **kwargs)["input_ids"]]
+        return [
+            torch.tensor(ids, dtype=torch.long)
+            for ids in self.tokenizer(prompts, **kwargs)["input_ids"]
+        ]
 
     def _base_state(self, base_dir: Path) -> dict[str, Any] | None:
         """``base_dir``'s weights, read on first use and held (on the CPU) for later adapters."""
@@ -186,16 +231,19 @@ def _load_tokenizer(model_dir: Path) -> Any:
 
 
 def _require_base(model_dir: Path, base_dir: Path | None) -> None:
-    """Raise :class:`AdapterBaseMissing` unless ``base_dir`` is a folder (``model_dir`` is an adapter)."""
+    """Raise :class:`AdapterBaseMissing` unless ``base_dir`` is a folder (``model_dir`` is an
+    adapter).
+    """
     if base_dir is None or not base_dir.is_dir():
         raise AdapterBaseMissing(
-            f"{model_dir} is a LoRA adapter, but the grader was given no base model folder to apply it "
-            f"to (base_dir={base_dir}): pass the cell's base model as base_dir"
+            f"{model_dir} is a LoRA adapter, but the grader was given no base model folder to "
+            f"apply it to (base_dir={base_dir}): pass the cell's base model as base_dir"
         )
 
 
 def load_adapter_on_base(adapter_dir: Path, base_dir: Path, *, dtype: Any, vocab_size: int) -> Any:
-    """Loads ``base_dir`` and applies the LoRA adapter in ``adapter_dir`` to it, merged for generation.
+    """Loads ``base_dir`` and applies the LoRA adapter in ``adapter_dir`` to it, merged for
+    generation.
 
     Args:
         adapter_dir: The grader's copy of the adapter submission.
@@ -217,7 +265,8 @@ def load_adapter_on_base(adapter_dir: Path, base_dir: Path, *, dtype: Any, vocab
 
 
 def apply_adapter(base: Any, adapter_dir: Path, *, base_dir: Path) -> Any:
-    """Applies the LoRA adapter in ``adapter_dir`` to the loaded ``base`` and merges it (``base`` is modified).
+    """Applies the LoRA adapter in ``adapter_dir`` to the loaded ``base`` and merges it (``base`` is
+    modified).
 
     ``base_model_name_or_path`` is replaced by ``base_dir`` and ``init_lora_weights`` forced to the
     plain initialisation before PEFT sees the config: initialisations such as PiSSA rewrite base
@@ -232,5 +281,7 @@ def apply_adapter(base: Any, adapter_dir: Path, *, base_dir: Path) -> Any:
     config.base_model_name_or_path = str(base_dir)
     config.init_lora_weights = True
     config.inference_mode = True
-    peft_model = PeftModel.from_pretrained(base, str(adapter_dir), config=config, is_trainable=False)
+    peft_model = PeftModel.from_pretrained(
+        base, str(adapter_dir), config=config, is_trainable=False
+    )
     return peft_model.merge_and_unload()

@@ -15,8 +15,16 @@ from typing import Any
 import torch
 
 # Config keys that name or stamp a checkpoint without changing what the model computes.
-_NAMING_KEYS = {"_name_or_path", "name_or_path", "transformers_version", "dtype", "torch_dtype", "_commit_hash",
-                "_attn_implementation_autoset", "_attn_implementation"}
+_NAMING_KEYS = {
+    "_name_or_path",
+    "name_or_path",
+    "transformers_version",
+    "dtype",
+    "torch_dtype",
+    "_commit_hash",
+    "_attn_implementation_autoset",
+    "_attn_implementation",
+}
 
 
 def model_signature(config: Any) -> str:
@@ -26,7 +34,8 @@ def model_signature(config: Any) -> str:
 
 
 def read_safetensors(model_dir: Path) -> dict[str, torch.Tensor] | None:
-    """Every tensor of ``model_dir``'s safetensors weights (single file or sharded); ``None`` without them.
+    """Every tensor of ``model_dir``'s safetensors weights (single file or sharded); ``None``
+    without them.
 
     Raises:
         Whatever ``safetensors`` raises for a damaged file (the submission's load error).
@@ -47,7 +56,8 @@ def read_safetensors(model_dir: Path) -> dict[str, torch.Tensor] | None:
 
 
 def load_into(model: Any, state: dict[str, torch.Tensor]) -> bool:
-    """Copy ``state`` into ``model``'s parameters and buffers; ``False`` (nothing copied) when it does not fit.
+    """Copy ``state`` into ``model``'s parameters and buffers; ``False`` (nothing copied) when it
+    does not fit.
 
     It fits when every tensor of the model is in ``state`` with its shape, except tied ones whose
     partner is (``from_pretrained`` ties them the same way). Keys of ``state`` the model lacks are
@@ -60,10 +70,14 @@ def load_into(model: Any, state: dict[str, torch.Tensor]) -> bool:
             if tuple(state[key].shape) != tuple(tensor.shape):
                 return False
         elif tensor.data_ptr() not in loaded_ptrs:
-            return False  # from_pretrained would initialise it at random: leave that to a fresh build
+            # From_pretrained would initialise it at random: leave that to a fresh build.
+            return False
     copied: set[int] = set()
     with torch.no_grad():
-        for key, tensor in own.items():  # a tied pair is copied once, from its first name (the input embeddings)
+        for (
+            key,
+            tensor,
+        ) in own.items():  # a tied pair is copied once, from its first name (the input embeddings)
             if key in state and tensor.data_ptr() not in copied:
                 tensor.copy_(state[key])
                 copied.add(tensor.data_ptr())

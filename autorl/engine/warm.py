@@ -25,9 +25,11 @@ class WarmEngines:
     :meth:`get` until it is done generating (a Grader actor runs one score at a time anyway).
     """
 
-    def __init__(self, options: dict[str, dict[str, Any]] | None = None, *, device: str | None = None) -> None:
-        """Args: options: engine name -> its constructor options (conf/engine/<name>.yaml ``options``);
-        device: passed to every engine (None: the engine's choice)."""
+    def __init__(
+        self, options: dict[str, dict[str, Any]] | None = None, *, device: str | None = None
+    ) -> None:
+        """Args: options: engine name -> its constructor options (conf/engine/<name>.yaml
+        ``options``); device: passed to every engine (None: the engine's choice)."""
         self.options = {name: dict(opts) for name, opts in (options or {}).items()}
         self.device = device
         self.lock = threading.RLock()
@@ -59,7 +61,9 @@ class WarmEngines:
         kwargs: dict[str, Any] = dict(self.options.get(name, {}))
         if self.device is not None:
             kwargs["device"] = self.device
-        self._engine = ENGINES.get(name)(model_dir, batch_size=batch_size, base_dir=base_dir, **kwargs)
+        self._engine = ENGINES.get(name)(
+            model_dir, batch_size=batch_size, base_dir=base_dir, **kwargs
+        )
         self._key = key
         self.builds += 1
         return self._engine
