@@ -1,7 +1,7 @@
 """The integrity checks run on a cell after its agent ended: contamination scan and optional judge.
 
 Called by the workspace actor, which alone holds the cell's private split on its node. Neither
-check changes a score (SPEC §2): they give the cell's ``contamination`` figure, its
+check changes a score: they give the cell's ``contamination`` figure, its
 ``integrity_flags`` and the details (``integrity_json``) that results, report and W&B show.
 A check that fails is recorded with its error, never dropped and never fatal to the cell.
 """
@@ -44,7 +44,8 @@ def run_cell_checks(
         public_dir: The task's public training split (its n-grams never count).
         also_public: What every agent of the task is given besides (its description, agent code).
         trace_path: The cell's ``trace.jsonl``, read by the judge.
-        agent_log: The agent's log; the judge reads its tail when the trace is empty (scripted agents).
+        agent_log: The agent's log; the judge reads its tail when the trace is empty (scripted
+            agents).
         revisions: The cell's code revisions (read only when the judge is on).
         context: Trusted facts shown to the judge beside the agent's data (task, base model).
         cache_dir: Where the judge caches its verdicts.
@@ -59,7 +60,9 @@ def run_cell_checks(
         from autorl.integrity.contamination import check_cell
 
         try:
-            report = check_cell(scan_roots, private_dir, public_dir, cfg.contamination, also_public=also_public)
+            report = check_cell(
+                scan_roots, private_dir, public_dir, cfg.contamination, also_public=also_public
+            )
         except Exception as error:  # noqa: BLE001 - a broken check is recorded, not fatal to the cell
             logger.exception("contamination check of %s failed", cell_id)
             details["contamination"] = {"error": f"{type(error).__name__}: {error}"}
@@ -77,11 +80,22 @@ def run_cell_checks(
         from autorl.integrity.judge import judge_cell
 
         try:
-            verdict = judge_cell(cell_id, trace_path, revisions(), cfg.judge, cache_dir, agent_log=agent_log,
-                                 context=context)
+            verdict = judge_cell(
+                cell_id,
+                trace_path,
+                revisions(),
+                cfg.judge,
+                cache_dir,
+                agent_log=agent_log,
+                context=context,
+            )
         except Exception as error:  # noqa: BLE001 - the judge is advisory; its failure is shown, not fatal
             logger.exception("integrity judge of %s failed", cell_id)
-            details["judge"] = {"error": f"{type(error).__name__}: {error}", "findings": [], "flags": []}
+            details["judge"] = {
+                "error": f"{type(error).__name__}: {error}",
+                "findings": [],
+                "flags": [],
+            }
             flags.append("judge_failed")
         else:
             details["judge"] = verdict.as_dict()

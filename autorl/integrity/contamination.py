@@ -1,20 +1,20 @@
 """Eval-data contamination: the scan of what an agent wrote for the private eval split's n-grams.
 
 After a cell ends, the grader (which alone holds the private split) scans the agent's workspace,
-HOME, log and trace for the eval items' word n-grams, decon style: an eval item counts as *seen* when
-one of its distinctive n-grams occurs in a scanned file. Which n-grams are distinctive, and how text
-is normalised and tokenised on both sides, is :mod:`autorl.integrity.eval_index`; this module owns
-the scan (:func:`scan`), its report (:class:`ContaminationReport`) and the per-cell entry point
+HOME, log and trace for the eval items' word n-grams, decon style: an eval item counts as *seen*
+when one of its distinctive n-grams occurs in a scanned file. Which n-grams are distinctive, and how
+text is normalised and tokenised on both sides, is :mod:`autorl.integrity.eval_index`; this module
+owns the scan (:func:`scan`), its report (:class:`ContaminationReport`) and the per-cell entry point
 (:func:`check_cell`).
 
-The scanner runs as root on files an agent controls, so it trusts nothing there: it walks directories
-by file descriptor (``os.scandir`` on an fd, ``openat`` with ``O_NOFOLLOW``), never follows a symlink
-(skipped and counted, wherever it points), never opens a FIFO, socket or device (only ``S_ISREG`` is
-read, confirmed by ``fstat`` on the open fd), stays on each root's file system, and caps the bytes
-read per file and per cell, the directory entries visited and the depth. A cap that cut the scan
-sets ``truncated``. Binary files are not skipped: their printable ASCII runs are scanned; the tensor
-data of a safetensors file is not read (only its JSON header). Evidence names eval n-grams and
-relative file names, never other content of the agent's files.
+The scanner runs as root on files an agent controls, so it trusts nothing there: it walks
+directories by file descriptor (``os.scandir`` on an fd, ``openat`` with ``O_NOFOLLOW``), never
+follows a symlink (skipped and counted, wherever it points), never opens a FIFO, socket or device
+(only ``S_ISREG`` is read, confirmed by ``fstat`` on the open fd), stays on each root's file system,
+and caps the bytes read per file and per cell, the directory entries visited and the depth. A cap
+that cut the scan sets ``truncated``. Binary files are not skipped: their printable ASCII runs are
+scanned; the tensor data of a safetensors file is not read (only its JSON header). Evidence names
+eval n-grams and relative file names, never other content of the agent's files.
 """
 
 from __future__ import annotations
@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autorl.integrity.eval_index import SNIFF_BYTES, EvalIndex, eval_index, ngrams, text_of, token_windows
+from autorl.integrity.eval_index import (
+    SNIFF_BYTES,
+    EvalIndex,
+    eval_index,
+    ngrams,
+    text_of,
+    token_windows,
+)
 from autorl.schema import ContaminationConfig
 
 __all__ = [
@@ -60,14 +67,16 @@ class ContaminationReport:
         ngram: Words per n-gram.
         files_scanned: Regular files read (fully or up to the per-file cap).
         bytes_scanned: Bytes read from them.
-        skipped: Reason -> count of what was not read, or read only in part (``symlink``, ``special``:
-            FIFO/socket/device, ``duplicate``: same inode or content as a file already scanned,
-            ``over_cap``: cut at ``max_file_bytes``, ``tensor_data``: safetensors data after its header,
-            ``too_deep``, ``other_fs``, ``changed``: the file changed while read, ``unreadable``, ``missing``).
+        skipped: Reason -> count of what was not read, or read only in part (``symlink``,
+            ``special``: FIFO/socket/device, ``duplicate``: same inode or content as a file already
+            scanned, ``over_cap``: cut at ``max_file_bytes``, ``tensor_data``: safetensors data
+            after its header, ``too_deep``, ``other_fs``, ``changed``: the file changed while read,
+            ``unreadable``, ``missing``).
         binary_files: Files with a NUL byte in their first block, scanned for printable text runs.
         truncated: ``max_total_bytes`` or ``max_files`` stopped the scan before everything was read.
         evidence: Up to :data:`MAX_EVIDENCE` hits: ``{root, file, item, label, ngram}`` (``file``
-            relative to ``root``; ``item`` indexes the counted items, ``label`` is its place in the split).
+            relative to ``root``; ``item`` indexes the counted items, ``label`` is its place in the
+            split).
         elapsed_s: Wall time of the scan (the eval index is cached per process and not included).
     """
 
@@ -88,11 +97,19 @@ class ContaminationReport:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready (``integrity_json["contamination"]``)."""
         return {
-            "overlap": self.overlap, "items_hit": self.items_hit, "items_total": self.items_total,
-            "items_excluded": self.items_excluded, "flagged": self.flagged, "ngram": self.ngram,
-            "files_scanned": self.files_scanned, "bytes_scanned": self.bytes_scanned, "skipped": dict(self.skipped),
-            "binary_files": self.binary_files, "truncated": self.truncated,
-            "evidence": [dict(e) for e in self.evidence], "elapsed_s": round(self.elapsed_s, 3),
+            "overlap": self.overlap,
+            "items_hit": self.items_hit,
+            "items_total": self.items_total,
+            "items_excluded": self.items_excluded,
+            "flagged": self.flagged,
+            "ngram": self.ngram,
+            "files_scanned": self.files_scanned,
+            "bytes_scanned": self.bytes_scanned,
+            "skipped": dict(self.skipped),
+            "binary_files": self.binary_files,
+            "truncated": self.truncated,
+            "evidence": [dict(e) for e in self.evidence],
+            "elapsed_s": round(self.elapsed_s, 3),
         }
 
 
@@ -115,7 +132,9 @@ class _Scanner:
         self.root = ""
 
     def scan_root(self, root: Path) -> None:
-        """Scan one root: a folder (walked) or a file; a symlink root is skipped like any symlink."""
+        """Scan one root: a folder (walked) or a file; a symlink root is skipped like any
+        symlink.
+        """
         self.root = str(root)
         try:
             fd = os.open(root, _OPEN_FILE)
@@ -139,7 +158,9 @@ class _Scanner:
             self.skipped["too_deep"] += 1
             return
         entries: list[os.DirEntry[str]] = []
-        with os.scandir(dir_fd) as listing:  # an fd: entries are names, stat calls use fstatat on it
+        with os.scandir(
+            dir_fd
+        ) as listing:  # an fd: entries are names, stat calls use fstatat on it
             for entry in listing:
                 if self.entries >= self.cfg.max_files:
                     self.truncated = True
@@ -163,7 +184,9 @@ class _Scanner:
                 self.skipped[_open_failure(error)] += 1
 
     def _walk_child(self, dir_fd: int, name: str, path: str, depth: int, device: int) -> None:
-        fd = os.open(name, _OPEN_DIR, dir_fd=dir_fd)  # O_NOFOLLOW: a folder swapped for a link fails here
+        fd = os.open(
+            name, _OPEN_DIR, dir_fd=dir_fd
+        )  # O_NOFOLLOW: a folder swapped for a link fails here
         try:
             st = os.fstat(fd)
             if st.st_dev != device:
@@ -174,7 +197,9 @@ class _Scanner:
             os.close(fd)
 
     def _open_and_scan(self, dir_fd: int, name: str, path: str) -> None:
-        fd = os.open(name, _OPEN_FILE, dir_fd=dir_fd)  # O_NONBLOCK: a FIFO swapped in cannot block the open
+        fd = os.open(
+            name, _OPEN_FILE, dir_fd=dir_fd
+        )  # O_NONBLOCK: a FIFO swapped in cannot block the open
         try:
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode):
@@ -185,7 +210,9 @@ class _Scanner:
             os.close(fd)
 
     def _read(self, fd: int, limit: int) -> bytes:
-        """Up to ``limit`` bytes from ``fd``, whatever the file's size says (it may change meanwhile)."""
+        """Up to ``limit`` bytes from ``fd``, whatever the file's size says (it may change
+        meanwhile).
+        """
         parts: list[bytes] = []
         got = 0
         while got < limit:
@@ -198,7 +225,9 @@ class _Scanner:
         return b"".join(parts)
 
     def _scan_file(self, fd: int, st: os.stat_result, path: str) -> None:
-        """Read one open regular file within the caps (a safetensors file: its header only) and match it."""
+        """Read one open regular file within the caps (a safetensors file: its header only) and
+        match it.
+        """
         if (st.st_dev, st.st_ino) in self.inodes:
             self.skipped["duplicate"] += 1
             return
@@ -222,7 +251,8 @@ class _Scanner:
                 self.skipped["over_cap"] += 1
         after = os.fstat(fd)
         if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
-            self.skipped["changed"] += 1  # what was read is scanned; the caps bound the read either way
+            # What was read is scanned; the caps bound the read either way.
+            self.skipped["changed"] += 1
         digest = hashlib.blake2b(data, digest_size=16).digest()
         if data and digest in self.digests:
             self.skipped["duplicate"] += 1
@@ -230,7 +260,9 @@ class _Scanner:
         self.digests.add(digest)
         if header is None and b"\0" in data[:SNIFF_BYTES]:
             self.binary += 1
-        self._match(text_of(data) if header is None else data.decode("utf-8", errors="replace"), path)
+        self._match(
+            text_of(data) if header is None else data.decode("utf-8", errors="replace"), path
+        )
 
     def _match(self, text: str, path: str) -> None:
         """Record the eval items whose distinctive n-grams occur in ``text`` (from ``path``)."""
@@ -241,27 +273,41 @@ class _Scanner:
             starts = index.prefixes.keys() & ngrams(toks, index.shortest)
             for k in sorted(set().union(*(index.prefixes[p] for p in starts))):
                 table = index.grams[k]
-                # The prefix pass already found the shortest n-grams; longer ones need their own pass.
-                found = starts & table.keys() if k == index.shortest else table.keys() & ngrams(toks, k)
+                # The prefix pass already found the shortest n-grams; longer ones need their own
+                # pass.
+                found = (
+                    starts & table.keys() if k == index.shortest else table.keys() & ngrams(toks, k)
+                )
                 for gram in found:
                     item = table[gram]
                     if item in self.hits:
                         continue
                     self.hits.add(item)
                     if len(self.evidence) < MAX_EVIDENCE:
-                        self.evidence.append({"root": self.root, "file": _printable(path), "item": item,
-                                              "label": self.index.labels[item], "ngram": " ".join(gram)})
+                        self.evidence.append(
+                            {
+                                "root": self.root,
+                                "file": _printable(path),
+                                "item": item,
+                                "label": self.index.labels[item],
+                                "ngram": " ".join(gram),
+                            }
+                        )
 
 
 def _printable(path: str, limit: int = 300) -> str:
-    """An agent-chosen file name made safe for JSON and the report: valid UTF-8, no control characters, capped."""
+    """An agent-chosen file name made safe for JSON and the report: valid UTF-8, no control
+    characters, capped.
+    """
     text = path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     text = "".join(c if c.isprintable() else "?" for c in text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _open_failure(error: OSError) -> str:
-    """The skip reason for a failed open: ``O_NOFOLLOW`` on a link fails with ELOOP (or ENOTDIR for a folder)."""
+    """The skip reason for a failed open: ``O_NOFOLLOW`` on a link fails with ELOOP (or ENOTDIR for
+    a folder).
+    """
     if error.errno in (errno.ELOOP, errno.EMLINK):
         return "symlink"
     if error.errno == errno.ENOENT:
@@ -270,7 +316,9 @@ def _open_failure(error: OSError) -> str:
 
 
 def _safetensors_header(first: bytes, size: int) -> int | None:
-    """The JSON header length of a safetensors file (8-byte little-endian length, then ``{``), else None."""
+    """The JSON header length of a safetensors file (8-byte little-endian length, then ``{``), else
+    None.
+    """
     if len(first) < 9 or first[8:9] != b"{":
         return None
     length = int.from_bytes(first[:8], "little")
@@ -278,7 +326,9 @@ def _safetensors_header(first: bytes, size: int) -> int | None:
 
 
 def scan(roots: Iterable[Path], index: EvalIndex, cfg: ContaminationConfig) -> ContaminationReport:
-    """Look for ``index``'s n-grams in every regular file under ``roots`` (files or folders), within the caps."""
+    """Look for ``index``'s n-grams in every regular file under ``roots`` (files or folders), within
+    the caps.
+    """
     started = time.monotonic()
     scanner = _Scanner(index, cfg)
     for root in roots:
@@ -289,29 +339,47 @@ def scan(roots: Iterable[Path], index: EvalIndex, cfg: ContaminationConfig) -> C
     hit = len(scanner.hits)
     overlap = hit / total if total else 0.0
     return ContaminationReport(
-        overlap=overlap, items_hit=hit, items_total=total, items_excluded=index.excluded,
-        flagged=bool(total) and overlap >= cfg.threshold and hit >= cfg.min_items, ngram=index.ngram,
-        files_scanned=scanner.files, bytes_scanned=scanner.bytes, skipped=dict(sorted(scanner.skipped.items())),
-        binary_files=scanner.binary, truncated=scanner.truncated, evidence=scanner.evidence,
+        overlap=overlap,
+        items_hit=hit,
+        items_total=total,
+        items_excluded=index.excluded,
+        flagged=bool(total) and overlap >= cfg.threshold and hit >= cfg.min_items,
+        ngram=index.ngram,
+        files_scanned=scanner.files,
+        bytes_scanned=scanner.bytes,
+        skipped=dict(sorted(scanner.skipped.items())),
+        binary_files=scanner.binary,
+        truncated=scanner.truncated,
+        evidence=scanner.evidence,
         elapsed_s=time.monotonic() - started,
     )
 
 
-_INDEX_LOCK = threading.Lock()  # one build of an index at a time: concurrent cells share the cached one
+_INDEX_LOCK = (
+    threading.Lock()
+)  # one build of an index at a time: concurrent cells share the cached one
 
 
-def check_cell(roots: list[Path], private_dir: Path, public_dir: Path, cfg: ContaminationConfig, *,
-               also_public: Sequence[Path] = ()) -> ContaminationReport:
+def check_cell(
+    roots: list[Path],
+    private_dir: Path,
+    public_dir: Path,
+    cfg: ContaminationConfig,
+    *,
+    also_public: Sequence[Path] = (),
+) -> ContaminationReport:
     """The contamination check of one finished cell (``cfg.enabled`` is the caller's to check).
 
     Args:
-        roots: What the agent wrote: its workspace (``code/``, ``output/``, ...), HOME, log and trace.
+        roots: What the agent wrote: its workspace (``code/``, ``output/``, ...), HOME, log and
+            trace.
         private_dir: The task's private eval split (``build_task_data(...).private_dir``).
         public_dir: The task's public training split; n-grams found there never count.
         cfg: ``integrity.contamination``.
         also_public: Other files or folders every agent of the task is given, whose n-grams never
-            count either: the task's ``description.md`` and agent code (``tasks/<id>/agent/``), whose
-            examples may match an eval item (webshop's sample instruction, ALFWorld's few-shot games).
+            count either: the task's ``description.md`` and agent code (``tasks/<id>/agent/``),
+            whose examples may match an eval item (webshop's sample instruction, ALFWorld's few-shot
+            games).
 
     Raises:
         ValueError: A config value out of range, or no private split at ``private_dir``.

@@ -1,4 +1,5 @@
-r"""The eval side of the contamination check: what counts as an eval item's text, and its distinctive n-grams.
+r"""The eval side of the contamination check: what counts as an eval item's text, and its
+distinctive n-grams.
 
 This module owns the text handling both sides of the check share (decoding escapes, lowercasing,
 cutting into word tokens, reading a file's text) and the index of an eval split's *distinctive*
@@ -66,10 +67,14 @@ _MAX_WORD_CARRY = 256  # characters of an unfinished word carried from one slice
 # Python (any number of backslashes, so JSON inside JSON decodes too), HTML entities, URL encoding.
 # A backslash run is matched from its first backslash only, and possessively: otherwise a run of a
 # million backslashes is tried from each of its positions (quadratic time, a hang of the grader).
-_ESCAPE = re.compile(r"(?<!\\)\\++(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|[nrtbfv])"
-                     r"|&(#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[a-zA-Z]{2,8});|%([2-7][0-9a-fA-F])")
+_ESCAPE = re.compile(
+    r"(?<!\\)\\++(?:u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2})|[nrtbfv])"
+    r"|&(#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[a-zA-Z]{2,8});|%([2-7][0-9a-fA-F])"
+)
 _WORD = re.compile(r"[^\W_]+")
-_BREAK = re.compile(r"\s(?=\S*\Z)")  # the last whitespace of a slice: where a word can be cut safely
+_BREAK = re.compile(
+    r"\s(?=\S*\Z)"
+)  # the last whitespace of a slice: where a word can be cut safely
 _BINARY_TEXT = re.compile(rb"[\x20-\x7e\t\n\r]{%d,}" % _MIN_BINARY_RUN)
 
 Gram = tuple[str, ...]
@@ -93,7 +98,9 @@ def normalize(text: str) -> str:
 
 
 def tokens(text: str) -> list[str]:
-    """Word tokens of normalised text: runs of letters and digits (``_`` and punctuation separate)."""
+    """Word tokens of normalised text: runs of letters and digits (``_`` and punctuation
+    separate).
+    """
     return _WORD.findall(text)
 
 
@@ -138,13 +145,15 @@ def token_windows(text: str, overlap: int) -> Iterator[list[str]]:
     """Tokens of ``text`` in slices of about :data:`_CHUNK_CHARS` characters.
 
     Each slice is cut after its last whitespace (a word or escape is never split unless it is longer
-    than :data:`_MAX_WORD_CARRY`) and starts with the last ``overlap`` tokens of the slice before, so
-    every n-gram of up to ``overlap + 1`` tokens lies whole in some slice. Both the index build and
-    the scanner (:mod:`autorl.integrity.contamination`) tokenise through this, so memory stays bounded.
+    than :data:`_MAX_WORD_CARRY`) and starts with the last ``overlap`` tokens of the slice before,
+    so every n-gram of up to ``overlap + 1`` tokens lies whole in some slice. Both the index build
+    and the scanner (:mod:`autorl.integrity.contamination`) tokenise through this, so memory stays
+    bounded.
 
     Args:
         text: Raw text (it is normalised slice by slice).
-        overlap: Tokens repeated from one slice at the start of the next (the longest n-gram minus 1).
+        overlap: Tokens repeated from one slice at the start of the next (the longest n-gram minus
+            1).
 
     Yields:
         The normalised word tokens of each slice, ``overlap`` carried tokens first.
@@ -175,7 +184,9 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def _item_leaves(path: Path) -> Iterator[tuple[str, list[str]]]:
-    """``(label, strings)`` of the eval items in one private file: a JSONL file's lines, else the file."""
+    """``(label, strings)`` of the eval items in one private file: a JSONL file's lines, else the
+    file.
+    """
     data = path.read_bytes()
     if path.suffix == ".jsonl":
         for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
@@ -202,12 +213,14 @@ class EvalIndex:
     Attributes:
         ngram: Words per n-gram; a string shorter than that (but of at least
             :data:`SHORT_LEAF_MIN_TOKENS` words) is one shorter n-gram.
-        labels: Each counted item's place in the private split (``eval.jsonl:12``, ``games/x/trial_1``).
+        labels: Each counted item's place in the private split (``eval.jsonl:12``,
+            ``games/x/trial_1``).
         grams: Per n-gram length, each distinctive n-gram and the one item it belongs to.
-        excluded: Items with no distinctive n-gram (not counted): each occurs in the public split or in
-            another eval item, or the item has no string of :data:`SHORT_LEAF_MIN_TOKENS` words.
+        excluded: Items with no distinctive n-gram (not counted): each occurs in the public split or
+            in another eval item, or the item has no string of :data:`SHORT_LEAF_MIN_TOKENS` words.
         prefixes: The first :attr:`shortest` tokens of every n-gram, with the lengths of the n-grams
-            they start: text none of them occurs in is done after one pass instead of one per length.
+            they start: text none of them occurs in is done after one pass instead of one per
+            length.
     """
 
     ngram: int
@@ -233,8 +246,8 @@ class EvalIndex:
 
 
 def _private_items(private_dir: Path, shared: frozenset[str]) -> list[tuple[str, list[str]]]:
-    """The eval items of a private split: each JSONL line; each top-level file; each sub-folder's files
-    together (an ALFWorld game folder is one item). Symlinks are not followed."""
+    """The eval items of a private split: each JSONL line; each top-level file; each sub-folder's
+    files together (an ALFWorld game folder is one item). Symlinks are not followed."""
     grouped: dict[str, list[str]] = {}
     items: list[tuple[str, list[str]]] = []
     for folder, dirs, files in os.walk(private_dir):
@@ -254,8 +267,9 @@ def _private_items(private_dir: Path, shared: frozenset[str]) -> list[tuple[str,
 
 
 def _item_grams(leaves: list[str], n: int) -> set[Gram]:
-    """One eval item's n-grams: those of each string, or the whole string when it is shorter than ``n``
-    words but has at least :data:`SHORT_LEAF_MIN_TOKENS` (eval data is the grader's: read whole)."""
+    """One eval item's n-grams: those of each string, or the whole string when it is shorter than
+    ``n`` words but has at least :data:`SHORT_LEAF_MIN_TOKENS` (eval data is the grader's: read
+    whole)."""
     grams: set[Gram] = set()
     for leaf in leaves:
         toks = tokens(normalize(leaf))
@@ -293,20 +307,26 @@ def _public_texts(public: Sequence[Path]) -> Iterator[str]:
 
 
 @lru_cache(maxsize=16)
-def eval_index(private_dir: Path, public: tuple[Path, ...], ngram: int,
-               shared: frozenset[str] = SHARED_WITH_TRAINING) -> EvalIndex:
-    """The distinctive n-grams of the eval items in ``private_dir`` (cached per arguments in a process).
+def eval_index(
+    private_dir: Path,
+    public: tuple[Path, ...],
+    ngram: int,
+    shared: frozenset[str] = SHARED_WITH_TRAINING,
+) -> EvalIndex:
+    """The distinctive n-grams of the eval items in ``private_dir`` (cached per arguments in a
+    process).
 
-    An n-gram is *distinctive* when it belongs to one eval item only and occurs nowhere in ``public``
-    (the training split, and whatever else the benchmark hands the agent). One shared by several eval
-    items is a template the public split happens to lack (or two near-duplicate items): a hit on it
-    says nothing about which item was seen, so it never counts.
+    An n-gram is *distinctive* when it belongs to one eval item only and occurs nowhere in
+    ``public`` (the training split, and whatever else the benchmark hands the agent). One shared by
+    several eval items is a template the public split happens to lack (or two near-duplicate items):
+    a hit on it says nothing about which item was seen, so it never counts.
 
     Args:
         private_dir: The task's built private split (``build_task_data(...).private_dir``).
         public: The public split's folder, and other files or folders every agent is given.
         ngram: Words per n-gram.
-        shared: File names in the private split that are no eval items (:data:`SHARED_WITH_TRAINING`).
+        shared: File names in the private split that are no eval items
+            (:data:`SHARED_WITH_TRAINING`).
 
     Raises:
         ValueError: ``ngram`` below 1, or ``private_dir`` is not a folder.
@@ -314,7 +334,10 @@ def eval_index(private_dir: Path, public: tuple[Path, ...], ngram: int,
     if ngram < 1:
         raise ValueError(f"integrity.contamination.ngram must be at least 1 word, got {ngram}")
     if not Path(private_dir).is_dir():
-        raise ValueError(f"no private split at {private_dir}: build the task data first (autorl.tasks.build_task_data)")
+        raise ValueError(
+            f"no private split at {private_dir}: build the task data first "
+            "(autorl.tasks.build_task_data)"
+        )
     items = _private_items(Path(private_dir), shared)
     per_item = [_item_grams(leaves, ngram) for _, leaves in items]
     owners = Counter(gram for grams in per_item for gram in grams)

@@ -54,7 +54,8 @@ class JudgeCache:
         """Store ``answer`` atomically.
 
         Raises:
-            ValueError: ``answer`` is empty (an empty judge reply is a failure, never an answer to keep).
+            ValueError: ``answer`` is empty (an empty judge reply is a failure, never an answer to
+                keep).
         """
         if not answer.strip():
             raise ValueError(f"judge {self.judge}: refusing to cache an empty answer")
@@ -62,6 +63,10 @@ class JudgeCache:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_text(json.dumps({"judge": self.judge, "request": request, "answer": answer}, ensure_ascii=False),
-                       encoding="utf-8")
+        tmp.write_text(
+            json.dumps(
+                {"judge": self.judge, "request": request, "answer": answer}, ensure_ascii=False
+            ),
+            encoding="utf-8",
+        )
         os.replace(tmp, path)

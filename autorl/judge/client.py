@@ -35,18 +35,23 @@ _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 
 class JudgeError(AutorlError):
-    """The judge endpoint failed (after retries) or answered something unusable (empty, unparseable).
+    """The judge endpoint failed (after retries) or answered something unusable (empty,
+    unparseable).
 
     An infrastructure failure, never a verdict: the item it was asked about has no score.
     """
 
 
 class JudgeReplyError(JudgeError):
-    """The judge answered, but its reply is unusable: empty, or rejected by the caller's ``parse`` check."""
+    """The judge answered, but its reply is unusable: empty, or rejected by the caller's ``parse``
+    check.
+    """
 
 
 ReplyParser = Callable[[str], object]
-"""Checks a judge reply: returns anything (ignored) for a usable reply, raises ``ValueError`` otherwise."""
+"""Checks a judge reply: returns anything (ignored) for a usable reply, raises ``ValueError``
+otherwise.
+"""
 
 
 @dataclass(frozen=True)
@@ -86,11 +91,16 @@ def load_judge_spec(name: str) -> JudgeSpec:
     chat = driver.chat_root()
     if not chat or not driver.model:
         raise ConfigError(
-            f"driver {name!r} cannot judge: a judge needs a model and an OpenAI chat completions route "
-            "(driver.model and driver.protocols.chat)"
+            f"driver {name!r} cannot judge: a judge needs a model and an OpenAI chat completions "
+            "route (driver.model and driver.protocols.chat)"
         )
-    return JudgeSpec(name=name, model=driver.model, base_url=chat, api_key_env=driver.api_key_env,
-                     price_per_mtok=driver.price_per_mtok)
+    return JudgeSpec(
+        name=name,
+        model=driver.model,
+        base_url=chat,
+        api_key_env=driver.api_key_env,
+        price_per_mtok=driver.price_per_mtok,
+    )
 
 
 @dataclass
@@ -108,15 +118,30 @@ class JudgeUsage:
         cost = None
         if price is not None:
             cost = (self.prompt_tokens * price.input + self.completion_tokens * price.output) / 1e6
-        return {"requests": self.requests, "cache_hits": self.cache_hits, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens, "cost_usd": cost}
+        return {
+            "requests": self.requests,
+            "cache_hits": self.cache_hits,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cost_usd": cost,
+        }
 
 
 class JudgeClient:
-    """Sends chat requests to one judge; answers are cached and at most ``concurrency`` are in flight."""
+    """Sends chat requests to one judge; answers are cached and at most ``concurrency`` are in
+    flight.
+    """
 
-    def __init__(self, spec: JudgeSpec, *, params: dict[str, Any], concurrency: int, cache_dir: Path | None,
-                 timeout_s: float = 120.0, max_retries: int = 4) -> None:
+    def __init__(
+        self,
+        spec: JudgeSpec,
+        *,
+        params: dict[str, Any],
+        concurrency: int,
+        cache_dir: Path | None,
+        timeout_s: float = 120.0,
+        max_retries: int = 4,
+    ) -> None:
         """Prepare the HTTP client.
 
         Args:
@@ -126,7 +151,8 @@ class JudgeClient:
             concurrency: Most requests in flight at once.
             cache_dir: Root of the answer cache; ``None`` disables caching.
             timeout_s: Per-request timeout.
-            max_retries: Retries of a request that failed with a transport error, 408/409/429 or 5xx.
+            max_retries: Retries of a request that failed with a transport error, 408/409/429 or
+                5xx.
 
         Raises:
             PrerequisiteError: The judge needs an API key that is not set.
@@ -140,7 +166,8 @@ class JudgeClient:
             key = os.environ.get(spec.api_key_env)
             if not key:
                 raise PrerequisiteError(
-                    f"judge {spec.name!r} needs an API key: set {spec.api_key_env} in the grader's environment"
+                    f"judge {spec.name!r} needs an API key: set {spec.api_key_env} in the grader's "
+                    "environment"
                 )
             headers["Authorization"] = f"Bearer {key}"
         self.spec = spec
@@ -149,8 +176,12 @@ class JudgeClient:
         self.max_retries = max_retries
         self.cache = JudgeCache(cache_dir, spec.identity) if cache_dir is not None else None
         self.usage = JudgeUsage()
-        self._http = httpx.Client(base_url=spec.base_url, headers=headers, timeout=timeout_s,
-                                  limits=httpx.Limits(max_connections=concurrency))
+        self._http = httpx.Client(
+            base_url=spec.base_url,
+            headers=headers,
+            timeout=timeout_s,
+            limits=httpx.Limits(max_connections=concurrency),
+        )
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -173,11 +204,12 @@ class JudgeClient:
         Args:
             messages: The chat.
             parse: Checks the reply (raises ``ValueError`` when it is unusable); an unusable reply
-                raises :class:`JudgeReplyError` and is not cached. A cached answer that is empty or that
-                ``parse`` rejects (written before these checks) is asked again and overwritten.
+                raises :class:`JudgeReplyError` and is not cached. A cached answer that is empty or
+                that ``parse`` rejects (written before these checks) is asked again and overwritten.
 
         Raises:
-            JudgeError: The judge failed; :class:`JudgeReplyError` when its reply is empty or rejected by ``parse``.
+            JudgeError: The judge failed; :class:`JudgeReplyError` when its reply is empty or
+                rejected by ``parse``.
         """
         request = self._request(messages)
         if self.cache is not None and (cached := self.cache.get(request)) is not None:
@@ -185,22 +217,30 @@ class JudgeClient:
                 with self.usage.lock:
                     self.usage.cache_hits += 1
                 return cached
-            logger.warning("judge %s: ignoring an unusable cached answer %r; asking again", self.spec.identity,
-                           cached[:80])
+            logger.warning(
+                "judge %s: ignoring an unusable cached answer %r; asking again",
+                self.spec.identity,
+                cached[:80],
+            )
         answer = self._post(request)
         if (problem := self._problem(answer, parse)) is not None:
             raise JudgeReplyError(
-                f"judge {self.spec.identity} gave an unusable reply ({problem}): {answer[:300]!r}; it was not "
-                "cached. Check the judge's prompt and judge_params (e.g. a token cap too small for its format)")
+                f"judge {self.spec.identity} gave an unusable reply ({problem}): {answer[:300]!r}; "
+                "it was not cached. Check the judge's prompt and judge_params (e.g. a token cap "
+                "too small for its format)"
+            )
         if self.cache is not None:
             self.cache.put(request, answer)
         return answer
 
-    def complete_many(self, chats: list[list[ChatMessage]], parse: ReplyParser | None = None) -> list[str]:
+    def complete_many(
+        self, chats: list[list[ChatMessage]], parse: ReplyParser | None = None
+    ) -> list[str]:
         """Answers to many chats, in order, with at most ``concurrency`` requests in flight.
 
         Raises:
-            JudgeError: As :meth:`complete`, for the first chat that failed (usable answers are cached).
+            JudgeError: As :meth:`complete`, for the first chat that failed (usable answers are
+                cached).
         """
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="judge") as pool:
             return list(pool.map(lambda chat: self.complete(chat, parse), chats))
@@ -228,15 +268,20 @@ class JudgeClient:
             except httpx.TransportError as error:
                 if last:
                     raise JudgeError(
-                        f"judge {self.spec.identity} at {self.spec.base_url} unreachable: {error}") from error
+                        f"judge {self.spec.identity} at {self.spec.base_url} unreachable: {error}"
+                    ) from error
                 logger.warning("judge request failed (%s); retrying in %.0f s", error, delay)
             else:
                 if response.status_code == 200:
                     return self._answer(response.json())
                 if response.status_code not in _RETRY_STATUS or last:
-                    raise JudgeError(f"judge {self.spec.identity} answered HTTP {response.status_code}: "
-                                     f"{response.text[:500]}")
-                logger.warning("judge answered HTTP %s; retrying in %.0f s", response.status_code, delay)
+                    raise JudgeError(
+                        f"judge {self.spec.identity} answered HTTP {response.status_code}: "
+                        f"{response.text[:500]}"
+                    )
+                logger.warning(
+                    "judge answered HTTP %s; retrying in %.0f s", response.status_code, delay
+                )
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
@@ -245,8 +290,8 @@ class JudgeClient:
         """The reply text of a 200 response; usage is counted even when the reply is empty.
 
         Raises:
-            JudgeError: No ``choices[0].message``; :class:`JudgeReplyError` for empty content (with the
-                finish reason and a fix).
+            JudgeError: No ``choices[0].message``; :class:`JudgeReplyError` for empty content (with
+                the finish reason and a fix).
         """
         try:
             choice = body["choices"][0]
@@ -254,7 +299,8 @@ class JudgeClient:
             content = message.get("content")
         except (KeyError, IndexError, TypeError, AttributeError) as error:
             raise JudgeError(
-                f"judge {self.spec.identity} sent no choices[0].message.content: {str(body)[:300]}") from error
+                f"judge {self.spec.identity} sent no choices[0].message.content: {str(body)[:300]}"
+            ) from error
         usage = body.get("usage") or {}
         with self.usage.lock:
             self.usage.requests += 1
@@ -263,9 +309,15 @@ class JudgeClient:
         text = str(content or "")
         if not text.strip():
             finish = choice.get("finish_reason")
-            hint = ("it ran out of tokens, typically a thinking model spending its whole budget on reasoning: raise "
-                    "max_completion_tokens / max_tokens in judge_params or lower its reasoning effort"
-                    if finish == "length" else "check the judge model and judge_params")
-            raise JudgeReplyError(f"judge {self.spec.identity} sent an empty reply (finish_reason={finish!r}); "
-                                  f"{hint}. Empty replies are never cached or scored")
+            hint = (
+                "it ran out of tokens, typically a thinking model spending its whole budget on "
+                "reasoning: raise max_completion_tokens / max_tokens in judge_params or lower its "
+                "reasoning effort"
+                if finish == "length"
+                else "check the judge model and judge_params"
+            )
+            raise JudgeReplyError(
+                f"judge {self.spec.identity} sent an empty reply (finish_reason={finish!r}); "
+                f"{hint}. Empty replies are never cached or scored"
+            )
         return text
