@@ -1,10 +1,10 @@
 """The environment contract shared by every interactive task.
 
 An episode is named by an :class:`EpisodeSpec`: which task data it belongs to (an
-:class:`EnvSource`, enough to rebuild that data on any node through the task cache) and its
-episode id inside that data (``"train/12"``, ``"eval/3"``, ...). An :class:`Env` instance plays one
-episode at a time: :meth:`Env.reset` starts it, :meth:`Env.step` takes one text action, each answering
-a :class:`StepResult` (defined in :mod:`agent_kit.protocol`, which the agent side shares).
+:class:`EnvSource`, enough to rebuild that data on any node through the task cache) and its episode
+id inside that data (``"train/12"``, ``"eval/3"``, ...). An :class:`Env` instance plays one episode
+at a time: :meth:`Env.reset` starts it, :meth:`Env.step` takes one text action, each answering a
+:class:`StepResult` (defined in :mod:`agent_kit.protocol`, which the agent side shares).
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from agent_kit.protocol import StepResult as StepResult  # the agent side reads it too: defined there
+from agent_kit.protocol import (
+    StepResult as StepResult,
+)  # the agent side reads it too: defined there
 from autorl.errors import AutorlError, ConfigError
 from autorl.registry import Registry
 
@@ -52,7 +54,8 @@ class EnvSource:
         """
         import json
 
-        return f"{self.task_id}:{self.source}:{self.seed}:{json.dumps(self.build_options, sort_keys=True)}"
+        options = json.dumps(self.build_options, sort_keys=True)
+        return f"{self.task_id}:{self.source}:{self.seed}:{options}"
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,9 @@ class EpisodeSpec:
 
 @dataclass(frozen=True)
 class EnvData:
-    """The built task data an environment reads (public: training episodes; private: eval episodes)."""
+    """The built task data an environment reads (public: training episodes; private: eval
+    episodes).
+    """
 
     public_dir: Path
     private_dir: Path
@@ -88,13 +93,19 @@ class Env(Protocol):
 
 
 def environments() -> Registry[Callable[[], Env]]:
-    """Environment kind → factory: each interactive task's ``env`` entry point, under its task id."""
+    """Environment kind → factory: each interactive task's ``env`` entry point, under its task
+    id.
+    """
     from autorl.tasks import discover_tasks
 
-    return Registry("environment kind", {
-        task_id: f"{spec.package}.{spec.entry_points['env']}"
-        for task_id, spec in discover_tasks().items() if "env" in spec.entry_points
-    })
+    return Registry(
+        "environment kind",
+        {
+            task_id: f"{spec.package}.{spec.entry_points['env']}"
+            for task_id, spec in discover_tasks().items()
+            if "env" in spec.entry_points
+        },
+    )
 
 
 def make_env(kind: str) -> Env:
@@ -120,6 +131,10 @@ def split_of(episode_id: str) -> str:
         EnvError: The id does not start with ``train/`` or ``eval/``.
     """
     for prefix in (TRAIN_PREFIX, EVAL_PREFIX):
-        if isinstance(episode_id, str) and episode_id.startswith(prefix) and len(episode_id) > len(prefix):
+        if (
+            isinstance(episode_id, str)
+            and episode_id.startswith(prefix)
+            and len(episode_id) > len(prefix)
+        ):
             return prefix[:-1]
     raise EnvError(f"episode id {episode_id!r} must look like 'train/<name>' or 'eval/<name>'")

@@ -15,7 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from autorl.envs.base import Env, EnvData, EnvError, EnvSource, EpisodeSpec, StepResult, make_env, split_of
+from autorl.envs.base import (
+    Env,
+    EnvData,
+    EnvError,
+    EnvSource,
+    EpisodeSpec,
+    StepResult,
+    make_env,
+    split_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +44,13 @@ def cache_resolver(cache_root: Path) -> DataResolver:
         if key not in built:
             from autorl.tasks import build_task_data, get_task
 
-            data = build_task_data(get_task(source.task_id), source.source, Path(cache_root) / "tasks",
-                                   seed=source.seed, options=dict(source.build_options))
+            data = build_task_data(
+                get_task(source.task_id),
+                source.source,
+                Path(cache_root) / "tasks",
+                seed=source.seed,
+                options=dict(source.build_options),
+            )
             built[key] = EnvData(data.public_dir, data.private_dir)
         return built[key]
 
@@ -63,8 +77,10 @@ class EnvHost:
         """
         new = {h for h, _ in items if h not in self.live}
         if len(self.live) + len(new) > self.capacity:
-            raise EnvError(f"{self.kind} host holds {len(self.live)} of {self.capacity} episodes; "
-                           f"cannot start {len(new)} more")
+            raise EnvError(
+                f"{self.kind} host holds {len(self.live)} of {self.capacity} episodes; "
+                f"cannot start {len(new)} more"
+            )
         results = []
         for handle, spec in items:
             split_of(spec.episode_id)
@@ -88,7 +104,10 @@ class EnvHost:
         for handle, action in moves:
             env = self.live.get(handle)
             if env is None:
-                raise EnvError(f"episode handle {handle!r} is not live on this {self.kind} host; reset it first")
+                raise EnvError(
+                    f"episode handle {handle!r} is not live on this {self.kind} host; reset it "
+                    "first"
+                )
             if not isinstance(action, str):
                 raise EnvError(f"an action must be a string, got {type(action).__name__}")
             results.append(env.step(action))
@@ -119,8 +138,13 @@ class EnvHost:
 
     def stats(self) -> dict[str, Any]:
         """Live and idle instance counts."""
-        return {"kind": self.kind, "live": len(self.live), "idle": len(self.idle), "capacity": self.capacity,
-                "episodes_started": self.episodes_started}
+        return {
+            "kind": self.kind,
+            "live": len(self.live),
+            "idle": len(self.idle),
+            "capacity": self.capacity,
+            "episodes_started": self.episodes_started,
+        }
 
 
 class EnvClient(Protocol):
@@ -131,7 +155,9 @@ class EnvClient(Protocol):
         ...
 
     def step(self, moves: list[tuple[str, str]]) -> list[StepResult]:
-        """One action per ``(handle, action)``; all of them are stepped (in parallel where possible)."""
+        """One action per ``(handle, action)``; all of them are stepped (in parallel where
+        possible).
+        """
         ...
 
     def close(self, handles: list[str]) -> None:
@@ -150,7 +176,9 @@ class LocalEnvClient:
     def reset(self, specs: list[EpisodeSpec]) -> list[tuple[str, StepResult]]:
         """Start one episode per spec."""
         handles = [f"local-{next(self._ids)}" for _ in specs]
-        return list(zip(handles, self.host.reset(list(zip(handles, specs, strict=True))), strict=True))
+        return list(
+            zip(handles, self.host.reset(list(zip(handles, specs, strict=True))), strict=True)
+        )
 
     def step(self, moves: list[tuple[str, str]]) -> list[StepResult]:
         """Step each named episode."""
@@ -188,7 +216,9 @@ class EpisodeClient:
         self.client.close(handles)
 
 
-def local_episode_client(kind: str, task_id: str, private_dir: Path, env_options: dict[str, Any]) -> EpisodeClient:
+def local_episode_client(
+    kind: str, task_id: str, private_dir: Path, env_options: dict[str, Any]
+) -> EpisodeClient:
     """An in-process client over already built data (``private_dir`` and its sibling ``public``)."""
     data = EnvData(Path(private_dir).parent / "public", Path(private_dir))
     source = EnvSource(task_id, "local", 0, {}, dict(env_options))

@@ -1,4 +1,4 @@
-"""Agents' online rollouts: training episodes of a cell's interactive task (SPEC §5, §6.3).
+"""Agents' online rollouts: training episodes of a cell's interactive task (docs/design.md#tasks).
 
 The grading API's env endpoints are a thin HTTP shell over :class:`TrainingEnvs`: it lists the
 training episodes of the task's public data, starts one by id (``train/…`` only: evaluation
@@ -33,7 +33,9 @@ class TooManySessions(Exception):
 
 
 def training_episode_ids(public_dir: Path) -> list[str]:
-    """Every ``train/…`` episode id listed in the ``*.jsonl`` files of the public data, in file order."""
+    """Every ``train/…`` episode id listed in the ``*.jsonl`` files of the public data, in file
+    order.
+    """
     ids: list[str] = []
     for path in sorted(Path(public_dir).glob("*.jsonl")):
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -47,8 +49,14 @@ def training_episode_ids(public_dir: Path) -> list[str]:
 class TrainingEnvs:
     """One cell's training sessions."""
 
-    def __init__(self, kind: str, source: EnvSource, public_dir: Path, client: Callable[[], EnvClient],
-                 max_sessions: int = 32) -> None:
+    def __init__(
+        self,
+        kind: str,
+        source: EnvSource,
+        public_dir: Path,
+        client: Callable[[], EnvClient],
+        max_sessions: int = 32,
+    ) -> None:
         """Read the training episode ids; ``client`` makes the env client on first use."""
         self.kind = kind
         self.source = source
@@ -77,16 +85,25 @@ class TrainingEnvs:
             TooManySessions: ``max_sessions`` are live.
         """
         if not isinstance(episode_id, str) or not episode_id:
-            raise UnknownEpisode('send {"episode_id": "train/..."}; GET /env/episodes lists the training episodes')
+            raise UnknownEpisode(
+                'send {"episode_id": "train/..."}; GET /env/episodes lists the training episodes'
+            )
         if episode_id.startswith(EVAL_PREFIX):
-            raise EpisodeRefused(f"episode {episode_id!r} belongs to the evaluation split: agents may only play "
-                                 "training episodes (GET /env/episodes lists them)")
+            raise EpisodeRefused(
+                f"episode {episode_id!r} belongs to the evaluation split: agents may only play "
+                "training episodes (GET /env/episodes lists them)"
+            )
         if episode_id not in self._known:
-            raise UnknownEpisode(f"no training episode {episode_id!r}; GET /env/episodes lists the "
-                                 f"{len(self.episodes)} training episodes")
+            raise UnknownEpisode(
+                f"no training episode {episode_id!r}; GET /env/episodes lists the "
+                f"{len(self.episodes)} training episodes"
+            )
         with self._lock:
             if len(self._sessions) >= self.max_sessions:
-                raise TooManySessions(f"{len(self._sessions)} env sessions are open; close some (POST /env/close) first")
+                raise TooManySessions(
+                    f"{len(self._sessions)} env sessions are open; close some (POST /env/close) "
+                    "first"
+                )
         ((handle, result),) = self.client().reset([EpisodeSpec(self.source, episode_id)])
         with self._lock:
             session_id = f"s{next(self._ids)}"
@@ -125,16 +142,28 @@ class TrainingEnvs:
         with self._lock:
             entry = self._sessions.get(str(session_id))
         if entry is None:
-            raise UnknownEpisode(f"no live env session {session_id!r}; start one with POST /env/reset")
+            raise UnknownEpisode(
+                f"no live env session {session_id!r}; start one with POST /env/reset"
+            )
         return entry[0]
 
     def describe(self) -> dict[str, Any]:
         """What GET /env/episodes answers."""
-        return {"kind": self.kind, "episodes": list(self.episodes), "live_sessions": len(self._sessions)}
+        return {
+            "kind": self.kind,
+            "episodes": list(self.episodes),
+            "live_sessions": len(self._sessions),
+        }
 
 
-def training_envs(spec: Any, target: Any, public_dir: Path, cache_dir: Path, *,
-                  find_pool: Callable[[str], EnvClient | None] | None = None) -> TrainingEnvs | None:
+def training_envs(
+    spec: Any,
+    target: Any,
+    public_dir: Path,
+    cache_dir: Path,
+    *,
+    find_pool: Callable[[str], EnvClient | None] | None = None,
+) -> TrainingEnvs | None:
     """A cell's training sessions for an interactive task (``None`` for a static one).
 
     Args:
@@ -151,8 +180,13 @@ def training_envs(spec: Any, target: Any, public_dir: Path, cache_dir: Path, *,
         return None
     from autorl.tasks import build_options, eval_options
 
-    source = EnvSource(target.task_id, target.source, target.seed, build_options(spec, target.source, target.build_options),
-                       eval_options(spec, target.source, target.eval_options))
+    source = EnvSource(
+        target.task_id,
+        target.source,
+        target.seed,
+        build_options(spec, target.source, target.build_options),
+        eval_options(spec, target.source, target.eval_options),
+    )
     kind = spec.env
 
     def make() -> EnvClient:

@@ -1,4 +1,4 @@
-"""Sweeps submitted as one Ray Job (``cluster.jobs_address``; SPEC §2 ``cluster=<name>``).
+"""Sweeps submitted as one Ray Job (``cluster.jobs_address``; docs/design.md#commands).
 
 ``python -m autorl.sweep cluster=<name> ...`` with a cluster file that names a dashboard address
 does not run the sweep here: it submits the same sweep command as one Ray Job whose driver joins

@@ -1,4 +1,5 @@
-"""The submitting side of a sweep run as a Ray Job: submit or attach, follow, stop, bring the folder back.
+"""The submitting side of a sweep run as a Ray Job: submit or attach, follow, stop, bring the folder
+back.
 
 Everything goes through the cluster's dashboard (``cluster.jobs_address``) over HTTP: the Jobs API
 (``JobSubmissionClient``) and, for the sweep folder, the log API that serves files of the job
@@ -38,23 +39,31 @@ from autorl.jobs.spec import (
     submission_id,
 )
 
-# ray.job_submission.JobSubmissionClient, made by autorl.cluster.jobs_client (only the sweep runtime imports ray).
+# ray.job_submission.JobSubmissionClient, made by autorl.cluster.jobs_client (only the sweep runtime
+# imports ray).
 JobSubmissionClient = Any
 
 if TYPE_CHECKING:
     from autorl.config import SweepPlan
 
-# One line per cell state change, as autorl.progress.CellBoard prints it when stdout is not a terminal.
-_CELL_LINE = re.compile(r"^\[autorl\] (?P<cell>\S+): (?P<status>\w+) best=(?P<best>\S+) subs=(?P<subs>\d+)$")
+# One line per cell state change, as autorl.progress.CellBoard prints it when stdout is not a
+# terminal.
+_CELL_LINE = re.compile(
+    r"^\[autorl\] (?P<cell>\S+): (?P<status>\w+) best=(?P<best>\S+) subs=(?P<subs>\d+)$"
+)
 _TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 STOPPED_EXIT = 130
 
 
 class LogBoard:
-    """Shows a job's log as it arrives: cell lines feed a live table (on a terminal), the rest prints as is."""
+    """Shows a job's log as it arrives: cell lines feed a live table (on a terminal), the rest
+    prints as is.
+    """
 
     def __init__(self, console: Console, title: str) -> None:
-        """Create the board; ``seen`` counts the characters shown (a re-tail starts from the log's start)."""
+        """Create the board; ``seen`` counts the characters shown (a re-tail starts from the log's
+        start).
+        """
         self.console = console
         self.title = title
         self.seen = 0
@@ -79,7 +88,9 @@ class LogBoard:
         self._lines(new)
 
     def feed_chunk(self, chunk: str, offset: int) -> int:
-        """Take a chunk that starts at ``offset`` chars into the log; returns the offset after it."""
+        """Take a chunk that starts at ``offset`` chars into the log; returns the offset after
+        it.
+        """
         end = offset + len(chunk)
         if end > self.seen:
             self._lines(chunk[max(0, self.seen - offset) :])
@@ -105,7 +116,9 @@ class LogBoard:
 
 
 def _running_job(client: JobSubmissionClient, sweep_id: str) -> str | None:
-    """The id of a job of this sweep that has not ended (a second one would write the same sweep)."""
+    """The id of a job of this sweep that has not ended (a second one would write the same
+    sweep).
+    """
     for job in client.list_jobs():
         status = str(getattr(job.status, "value", job.status))
         if (job.metadata or {}).get(METADATA_SWEEP) == sweep_id and status not in _TERMINAL:
@@ -119,12 +132,14 @@ def submit(client: JobSubmissionClient, plan: SweepPlan, argv: Sequence[str]) ->
 
     cluster = plan.base_config.cluster
     job_id = submission_id(plan.sweep_id)
-    return str(client.submit_job(
-        entrypoint=entrypoint(argv, cluster, plan.sweep_id, job_id),
-        submission_id=job_id,
-        runtime_env=runtime_env(cluster, active_dirs()),
-        metadata={METADATA_SWEEP: plan.sweep_id, METADATA_ARCHIVE: archive_name(job_id)},
-    ))
+    return str(
+        client.submit_job(
+            entrypoint=entrypoint(argv, cluster, plan.sweep_id, job_id),
+            submission_id=job_id,
+            runtime_env=runtime_env(cluster, active_dirs()),
+            metadata={METADATA_SWEEP: plan.sweep_id, METADATA_ARCHIVE: archive_name(job_id)},
+        )
+    )
 
 
 async def _tail(client: JobSubmissionClient, job_id: str, board: LogBoard) -> None:
@@ -153,45 +168,65 @@ def follow(client: JobSubmissionClient, job_id: str, board: LogBoard, console: C
                 time.sleep(1)
             status = _status(client, job_id)
             if status in _TERMINAL:
-                board.feed(client.get_job_logs(job_id))  # the end of the log, if the stream missed it
+                board.feed(
+                    client.get_job_logs(job_id)
+                )  # the end of the log, if the stream missed it
                 return status
         except KeyboardInterrupt:
             if stopping:
                 return "DETACHED"
             stopping = True
-            console.print(f"[yellow]stopping job {job_id}[/]: its sweep cancels the running cells "
-                          "(run the same command again to resume; Ctrl-C again to stop waiting)")
+            console.print(
+                f"[yellow]stopping job {job_id}[/]: its sweep cancels the running cells "
+                "(run the same command again to resume; Ctrl-C again to stop waiting)"
+            )
             client.stop_job(job_id)
 
 
-def download(client: JobSubmissionClient, address: str, job_id: str, archive: tuple[str, int, str], dest: Path) -> None:
-    """Fetch the sweep folder's archive from the job driver's node and put it at ``dest`` (replacing it).
+def download(
+    client: JobSubmissionClient,
+    address: str,
+    job_id: str,
+    archive: tuple[str, int, str],
+    dest: Path,
+) -> None:
+    """Fetch the sweep folder's archive from the job driver's node and put it at ``dest`` (replacing
+    it).
 
     Raises:
         PrerequisiteError: the log API refuses the file, or what came is not what the job packed.
     """
     import requests
 
-    # Ray's own helper for its HTTP APIs (ray.util.state.get_log uses it): the bearer token as Ray finds it.
+    # Ray's own helper for its HTTP APIs (ray.util.state.get_log uses it): the bearer token as Ray
+    # finds it.
 
     name, size, digest = archive
     node_id = client.get_job_info(job_id).driver_node_id
     response = requests.get(
         f"{address.rstrip('/')}/api/v0/logs/file",
         params={"node_id": node_id, "filename": name, "lines": -1},
-        headers=http_auth_headers(), timeout=600,
+        headers=http_auth_headers(),
+        timeout=600,
     )
     data = response.content
-    if response.status_code != 200 or len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+    if (
+        response.status_code != 200
+        or len(data) != size
+        or hashlib.sha256(data).hexdigest() != digest
+    ):
         raise PrerequisiteError(
-            f"the sweep folder of job {job_id} did not come back intact from {address} (HTTP {response.status_code}, "
-            f"{len(data)} of {size} bytes): {response.text[:200] if response.status_code != 200 else 'checksum differs'}"
+            f"the sweep folder of job {job_id} did not come back intact from {address} (HTTP "
+            f"{response.status_code}, {len(data)} of {size} bytes): "
+            f"{response.text[:200] if response.status_code != 200 else 'checksum differs'}"
         )
     incoming = dest.parent / f".{dest.name}.incoming"
     shutil.rmtree(incoming, ignore_errors=True)
     incoming.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(incoming, filter="data")  # refuses absolute paths, links out of the folder, devices
+        tar.extractall(
+            incoming, filter="data"
+        )  # refuses absolute paths, links out of the folder, devices
     (unpacked,) = incoming.iterdir()
     # Replace, not merge: a stale records.sqlite-wal next to a new records.sqlite would corrupt it.
     old = dest.parent / f".{dest.name}.old"
@@ -204,7 +239,9 @@ def download(client: JobSubmissionClient, address: str, job_id: str, archive: tu
 
 
 def exit_code(status: str, info: Any) -> int:
-    """The sweep's exit code from the job's end: 0 succeeded, the driver's code when it failed, 130 stopped."""
+    """The sweep's exit code from the job's end: 0 succeeded, the driver's code when it failed, 130
+    stopped.
+    """
     if status == "SUCCEEDED":
         return 0
     if status == "STOPPED":
@@ -214,16 +251,19 @@ def exit_code(status: str, info: Any) -> int:
 
 
 def run_as_job(plan: SweepPlan, argv: Sequence[str], options: JobOptions) -> int:
-    """``python -m autorl.sweep cluster=<name> ...`` with a Jobs address: submit (or attach), follow, download.
+    """``python -m autorl.sweep cluster=<name> ...`` with a Jobs address: submit (or attach),
+    follow, download.
 
     Returns:
-        The exit code of the sweep (SPEC §2), 130 when the job was stopped, 0 after ``detach=true``.
+        The exit code of the sweep (docs/design.md#commands), 130 when the job was stopped, 0 after
+        ``detach=true``.
     """
     console = Console(width=None if sys.stdout.isatty() else 160)
     cluster = plan.base_config.cluster
     address = str(cluster.jobs_address)
     client = jobs_client(cluster)
-    # Ray's INFO lines (each .gitignore skipped while packaging, the log socket closing) would bury the sweep's.
+    # Ray's INFO lines (each .gitignore skipped while packaging, the log socket closing) would bury
+    # the sweep's.
     logging.getLogger("ray").setLevel(logging.WARNING)
     attach = f"python -m autorl.sweep cluster={cluster.name} attach={{}}"
     if options.attach:
@@ -231,13 +271,17 @@ def run_as_job(plan: SweepPlan, argv: Sequence[str], options: JobOptions) -> int
         try:
             info = client.get_job_info(job_id)
         except RuntimeError as error:
-            raise PrerequisiteError(f"no job {job_id!r} at {address}: {str(error).splitlines()[0]}") from error
+            raise PrerequisiteError(
+                f"no job {job_id!r} at {address}: {str(error).splitlines()[0]}"
+            ) from error
         sweep_id = (info.metadata or {}).get(METADATA_SWEEP) or plan.sweep_id
     else:
         sweep_id = plan.sweep_id
         running = _running_job(client, sweep_id)
         if running:
-            console.print(f"sweep {sweep_id} already runs as job {running} on {address}; following it")
+            console.print(
+                f"sweep {sweep_id} already runs as job {running} on {address}; following it"
+            )
             job_id = running
         else:
             job_id = submit(client, plan, argv)
@@ -255,11 +299,17 @@ def run_as_job(plan: SweepPlan, argv: Sequence[str], options: JobOptions) -> int
     else:
         status = follow(client, job_id, board, console)
     if status == "DETACHED":
-        console.print(f"[yellow]stopped waiting[/]; the job still stops. Fetch its folder with: {escape(attach.format(job_id))}")
+        console.print(
+            "[yellow]stopped waiting[/]; the job still stops. Fetch its folder with: "
+            f"{escape(attach.format(job_id))}"
+        )
         return STOPPED_EXIT
     info = client.get_job_info(job_id)
     if board.archive is None:
-        console.print(f"[red]job {job_id} {status.lower()} without packing its sweep folder[/]: {escape(str(info.message))}")
+        console.print(
+            f"[red]job {job_id} {status.lower()} without packing its sweep folder[/]: "
+            f"{escape(str(info.message))}"
+        )
         return exit_code(status, info) or 1
     download(client, address, job_id, board.archive, local_dir)
     console.print(f"job {job_id} {status.lower()}; its sweep folder is now {local_dir}")

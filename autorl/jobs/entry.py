@@ -1,4 +1,5 @@
-"""The entry point of a sweep submitted as a Ray Job (runs on the cluster, in the job's working_dir).
+"""The entry point of a sweep submitted as a Ray Job (runs on the cluster, in the job's
+working_dir).
 
 ``python -m autorl.jobs.entry --sweep-dir DIR --archive NAME -- <sweep overrides>`` runs
 ``python -m autorl.sweep`` with the overrides, then packs the sweep folder into ``NAME`` in the
@@ -7,8 +8,8 @@ job driver's log folder, where the submitting side downloads it through the dash
 stopped job (``stop_job`` sends SIGTERM, which the sweep handles like Ctrl-C: running cells are
 cancelled and resumable).
 
-Its last line is ``autorl-job: archive <name> <bytes> <sha256>`` (or ``autorl-job: no archive ...``),
-which the client checks the download against.
+Its last line is ``autorl-job: archive <name> <bytes> <sha256>`` (or
+``autorl-job: no archive ...``), which the client checks the download against.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from pathlib import Path
 from autorl.jobs.spec import PLUGINS_ENV
 
 ARCHIVE_LINE = "autorl-job: archive"
-STAY_ON_CLUSTER = ("workspace", "home", "sockets")  # per cell, under <job_out_dir>/<sweep_id>/cells/<id>/
+STAY_ON_CLUSTER = (
+    "workspace",
+    "home",
+    "sockets",
+)  # per cell, under <job_out_dir>/<sweep_id>/cells/<id>/
 
 
 def job_log_dir() -> Path:
@@ -42,14 +47,20 @@ def job_log_dir() -> Path:
     try:
         stdout = Path(os.readlink("/proc/self/fd/1"))
     except OSError as error:
-        raise RuntimeError(f"cannot read where stdout goes ({error}); autorl.jobs.entry runs only as a Ray Job") from error
+        raise RuntimeError(
+            f"cannot read where stdout goes ({error}); autorl.jobs.entry runs only as a Ray Job"
+        ) from error
     if not stdout.name.startswith("job-driver-"):
-        raise RuntimeError(f"stdout is {stdout}, not a Ray job driver's log; autorl.jobs.entry runs only as a Ray Job")
+        raise RuntimeError(
+            f"stdout is {stdout}, not a Ray job driver's log; autorl.jobs.entry runs only as a Ray "
+            "Job"
+        )
     return stdout.parent
 
 
 def uploaded_plugins(names: list[str], search: list[str]) -> list[Path]:
-    """The plugin folders the job's runtime env unpacked (``py_modules``): ``<entry>/<name>`` of a path entry.
+    """The plugin folders the job's runtime env unpacked (``py_modules``): ``<entry>/<name>`` of a
+    path entry.
 
     Raises:
         RuntimeError: a plugin folder is on no path entry (the runtime env did not carry it).
@@ -58,24 +69,32 @@ def uploaded_plugins(names: list[str], search: list[str]) -> list[Path]:
     for name in names:
         hits = [Path(entry) / name for entry in search if entry and (Path(entry) / name).is_dir()]
         if not hits:
-            raise RuntimeError(f"the plugin folder {name!r} the job was submitted with is not on this node's PYTHONPATH")
+            raise RuntimeError(
+                f"the plugin folder {name!r} the job was submitted with is not on this node's "
+                "PYTHONPATH"
+            )
         found.append(hits[0])
     return found
 
 
 def _keep(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    """Only files and folders, and none of a cell's agent-side folders (``cells/<id>/workspace`` ...)."""
+    """Only files and folders, and none of a cell's agent-side folders (``cells/<id>/workspace``
+    ...).
+    """
     parts = member.name.split("/")
     if len(parts) >= 4 and parts[1] == "cells" and parts[3] in STAY_ON_CLUSTER:
         return None
-    return member if member.isfile() or member.isdir() else None  # links and sockets mean nothing elsewhere
+    return (
+        member if member.isfile() or member.isdir() else None
+    )  # links and sockets mean nothing elsewhere
 
 
 def pack(sweep_dir: Path, archive: Path) -> tuple[int, str]:
     """Write ``sweep_dir`` as a gzipped tar (under ``<sweep_id>/``) to ``archive``, atomically.
 
     Results, the record store, the report and each cell's records, logs, code revisions and run
-    report; the agents' workspaces and homes (trained weights, caches: gigabytes) stay on the cluster.
+    report; the agents' workspaces and homes (trained weights, caches: gigabytes) stay on the
+    cluster.
 
     Returns:
         The archive's size in bytes and its SHA-256.
@@ -91,18 +110,29 @@ def pack(sweep_dir: Path, archive: Path) -> tuple[int, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the sweep (a child process), pack its folder; returns the sweep's exit code (130 when stopped)."""
-    parser = argparse.ArgumentParser(prog="python -m autorl.jobs.entry", description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep-dir", required=True, help="the in-job sweep's folder: <job_out_dir>/<sweep_id>")
-    parser.add_argument("--archive", required=True, help="file name of the archive in the job's log folder")
+    """Run the sweep (a child process), pack its folder; returns the sweep's exit code (130 when
+    stopped).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m autorl.jobs.entry", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--sweep-dir", required=True, help="the in-job sweep's folder: <job_out_dir>/<sweep_id>"
+    )
+    parser.add_argument(
+        "--archive", required=True, help="file name of the archive in the job's log folder"
+    )
     parser.add_argument("overrides", nargs="*", help="the sweep's overrides (after --)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     # Ray's supervisor sends SIGTERM to the whole process tree: the sweep (a child, so that it is a
-    # `python -m autorl.sweep` like any other) cancels its cells; this process waits for it, then packs.
+    # `python -m autorl.sweep` like any other) cancels its cells; this process waits for it, then
+    # packs.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     overrides = list(args.overrides)
     if names := [n for n in os.environ.get(PLUGINS_ENV, "").split(":") if n]:
-        folders = uploaded_plugins(names, [*os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path])
+        folders = uploaded_plugins(
+            names, [*os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path]
+        )
         overrides.append(f"plugins=[{','.join(repr(str(f)) for f in folders)}]")
     sweep = subprocess.Popen([sys.executable, "-m", "autorl.sweep", *overrides])
     try:
@@ -110,8 +140,12 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 code = sweep.wait()
                 break
-            except KeyboardInterrupt:  # SIGINT (RAY_JOB_STOP_SIGNAL=SIGINT): the sweep got it too; wait on
-                print("autorl-job: interrupted; waiting for the sweep to cancel its cells", flush=True)
+            except (
+                KeyboardInterrupt
+            ):  # SIGINT (RAY_JOB_STOP_SIGNAL=SIGINT): the sweep got it too; wait on
+                print(
+                    "autorl-job: interrupted; waiting for the sweep to cancel its cells", flush=True
+                )
     finally:
         sweep_dir = Path(args.sweep_dir).expanduser().resolve()
         if sweep_dir.is_dir():

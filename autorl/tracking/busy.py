@@ -77,16 +77,22 @@ class BusyClock:
         """
         with self._lock:
             now = self._clock()
-            nonempty = self._nonempty_s + (now - self._nonempty_since if self._nonempty_since is not None else 0.0)
+            nonempty = self._nonempty_s + (
+                now - self._nonempty_since if self._nonempty_since is not None else 0.0
+            )
             graders = []
             for i, busy in enumerate(self._busy_s):
                 since = self._busy_since[i]
                 busy += now - since if since is not None else 0.0
-                graders.append({
-                    "grader": i,
-                    "busy_s": round(busy, 3),
-                    "busy_fraction": round(min(1.0, busy / nonempty), 4) if nonempty > 0 else None,
-                    "requests": self._requests[i],
-                    "replaced": self._replaced[i],
-                })
+                graders.append(
+                    {
+                        "grader": i,
+                        "busy_s": round(busy, 3),
+                        "busy_fraction": round(min(1.0, busy / nonempty), 4)
+                        if nonempty > 0
+                        else None,
+                        "requests": self._requests[i],
+                        "replaced": self._replaced[i],
+                    }
+                )
             return {"queue_nonempty_s": round(nonempty, 3), "graders": graders}

@@ -1,4 +1,4 @@
-"""Every Ray dashboard metric of autorl, defined in this one place (SPEC §3 "Dashboard").
+"""Every Ray dashboard metric of autorl, defined in this one place (docs/design.md#architecture).
 
 Metrics go through ``ray.util.metrics`` and reach the Ray dashboard / Prometheus with Ray's
 ``ray_`` prefix (counters also get ``_total``). Tag keys are only ``agent``, ``driver`` and
@@ -6,18 +6,18 @@ Metrics go through ``ray.util.metrics`` and reach the Ray dashboard / Prometheus
 graders' busy fraction is tagged with the grader's slot in the pool (``grader``: ``0`` up to
 ``grader.replicas - 1``).
 
-========================================  =========  ==================  ============================================
-name                                      kind       tags                what
-========================================  =========  ==================  ============================================
-``autorl_cells_<state>``                  gauge      agent driver task   cells in that state (pending, running, ...)
-``autorl_submissions``                    counter    agent driver task   submissions that reached a final status
-``autorl_submissions_<status>``           counter    agent driver task   ... of that status (scored, invalid, ...)
-``autorl_grading_latency_s``              histogram  task                seconds one scoring request took
-``autorl_grader_queue_depth``             gauge      —                   requests being scored or waiting
-``autorl_grader_busy_fraction``           gauge      grader              busy time / time the queue was non-empty
-``autorl_gpu_memory_used_bytes``          gauge      —                   GPU memory in use on the grader's node
-``autorl_gpu_utilization_percent``        gauge      —                   GPU utilisation on the grader's node
-========================================  =========  ==================  ============================================
+Each metric, its kind and tag keys, and what it counts:
+
+- ``autorl_cells_<state>`` (gauge; agent, driver, task): cells in that state (pending, running,
+  ...);
+- ``autorl_submissions`` (counter; agent, driver, task): submissions that reached a final status;
+- ``autorl_submissions_<status>`` (counter; agent, driver, task): ... of that status (scored,
+  invalid, ...);
+- ``autorl_grading_latency_s`` (histogram; task): seconds one scoring request took;
+- ``autorl_grader_queue_depth`` (gauge): requests being scored or waiting;
+- ``autorl_grader_busy_fraction`` (gauge; grader): busy time / time the queue was non-empty;
+- ``autorl_gpu_memory_used_bytes`` (gauge): GPU memory in use on the grader's node;
+- ``autorl_gpu_utilization_percent`` (gauge): GPU utilisation on the grader's node.
 
 One state per metric name (rather than a ``state`` tag) keeps the tag keys to agent/driver/task.
 Emitting never raises: a metrics failure is logged and the caller's work goes on. Ray is
@@ -62,9 +62,15 @@ def metric_names() -> list[str]:
     """
     return (
         [f"autorl_cells_{s}" for s in CELL_STATUSES]
-        + ["autorl_submissions"] + [f"autorl_submissions_{s}" for s in FINAL_SUBMISSION_STATUSES]
-        + ["autorl_grading_latency_s", "autorl_grader_queue_depth", "autorl_grader_busy_fraction",
-           "autorl_gpu_memory_used_bytes", "autorl_gpu_utilization_percent"]
+        + ["autorl_submissions"]
+        + [f"autorl_submissions_{s}" for s in FINAL_SUBMISSION_STATUSES]
+        + [
+            "autorl_grading_latency_s",
+            "autorl_grader_queue_depth",
+            "autorl_grader_busy_fraction",
+            "autorl_gpu_memory_used_bytes",
+            "autorl_gpu_utilization_percent",
+        ]
     )
 
 
@@ -72,18 +78,33 @@ def _define(name: str) -> Any:
     from ray.util.metrics import Counter, Gauge, Histogram
 
     if name.startswith("autorl_cells_"):
-        return Gauge(name, f"cells in state {name.removeprefix('autorl_cells_')}", tag_keys=CELL_TAGS)
+        return Gauge(
+            name, f"cells in state {name.removeprefix('autorl_cells_')}", tag_keys=CELL_TAGS
+        )
     if name == "autorl_submissions":
         return Counter(name, "submissions that reached a final status", tag_keys=CELL_TAGS)
     if name.startswith("autorl_submissions_"):
-        return Counter(name, f"submissions with status {name.removeprefix('autorl_submissions_')}", tag_keys=CELL_TAGS)
+        return Counter(
+            name,
+            f"submissions with status {name.removeprefix('autorl_submissions_')}",
+            tag_keys=CELL_TAGS,
+        )
     if name == "autorl_grading_latency_s":
-        return Histogram(name, "seconds one scoring request took on a grader", LATENCY_BOUNDARIES_S, tag_keys=GRADER_TAGS)
+        return Histogram(
+            name,
+            "seconds one scoring request took on a grader",
+            LATENCY_BOUNDARIES_S,
+            tag_keys=GRADER_TAGS,
+        )
     if name == "autorl_grader_queue_depth":
         return Gauge(name, "scoring requests being scored or waiting for a grader")
     if name == "autorl_grader_busy_fraction":
-        return Gauge(name, "each grader's busy time over the time the grader queue was non-empty (since the sweep "
-                     "started)", tag_keys=BUSY_TAGS)
+        return Gauge(
+            name,
+            "each grader's busy time over the time the grader queue was non-empty (since the sweep "
+            "started)",
+            tag_keys=BUSY_TAGS,
+        )
     if name == "autorl_gpu_memory_used_bytes":
         return Gauge(name, "GPU memory in use (all visible GPUs of the grader pool's node)")
     if name == "autorl_gpu_utilization_percent":
@@ -148,6 +169,7 @@ def set_cell_counts(cells: Iterable[Any]) -> None:
         cells: Every cell of the sweep (objects or dicts with agent, driver, task, status); states
             with no cell in a group are set to 0 so a finished state does not linger.
     """
+
     def run() -> None:
         counts: dict[tuple[str, ...], dict[str, int]] = {}
         for cell in cells:
@@ -177,7 +199,10 @@ def count_submission(cell: Any, status: str) -> None:
 
 def observe_grading(task: str, seconds: float) -> None:
     """Record one scoring request's latency."""
-    _safe("autorl_grading_latency_s", lambda: _get("autorl_grading_latency_s").observe(seconds, tags={"task": task}))
+    _safe(
+        "autorl_grading_latency_s",
+        lambda: _get("autorl_grading_latency_s").observe(seconds, tags={"task": task}),
+    )
 
 
 def set_queue_depth(depth: int) -> None:
@@ -188,6 +213,7 @@ def set_queue_depth(depth: int) -> None:
 def set_grader_busy(fractions: list[float | None]) -> None:
     """Set ``autorl_grader_busy_fraction`` of each grader slot (see :mod:`autorl.tracking.busy`);
     a grader whose queue was never non-empty has no value yet."""
+
     def run() -> None:
         for index, fraction in enumerate(fractions):
             if fraction is not None:

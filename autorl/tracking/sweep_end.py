@@ -16,7 +16,10 @@ logger = logging.getLogger(__name__)
 
 
 def finish_sweep(
-    finish_wandb: Callable[[float], bool], sweep_id: str, sweep_dir: Path, tracking_cfg: TrackingConfig,
+    finish_wandb: Callable[[float], bool],
+    sweep_id: str,
+    sweep_dir: Path,
+    tracking_cfg: TrackingConfig,
     note: Callable[[str], None],
 ) -> Path | None:
     """Close the sweep's W&B runs, then build ``<sweep_dir>/report/``.
@@ -38,7 +41,10 @@ def finish_sweep(
             # The recorder bounds its own wait; the margin covers the actor call itself.
             timeout = wandb_cfg.finish_timeout_s + 30
             if finish_wandb(timeout):
-                note(f"W&B runs of this sweep are under {sweep_dir / 'wandb'} ({wandb_cfg.mode} mode)")
+                note(
+                    f"W&B runs of this sweep are under {sweep_dir / 'wandb'} ({wandb_cfg.mode} "
+                    "mode)"
+                )
         except Exception as error:  # noqa: BLE001 - W&B must never fail a sweep
             logger.warning("W&B finish failed: %s", error)
             note(f"W&B: could not finish the runs ({error}); the sweep's results are unaffected")
@@ -47,8 +53,11 @@ def finish_sweep(
     try:
         from autorl.report.build import build_report
 
-        index = build_report(sweep_dir, summarizer_driver=report_cfg.summarizer_driver,
-                             summarizer_timeout_s=report_cfg.summarizer_timeout_s)
+        index = build_report(
+            sweep_dir,
+            summarizer_driver=report_cfg.summarizer_driver,
+            summarizer_timeout_s=report_cfg.summarizer_timeout_s,
+        )
     except Exception as error:  # noqa: BLE001 - a report failure must never fail the sweep
         logger.exception("report of sweep %s failed", sweep_id)
         note(f"report failed: {error} (rebuild it with: python -m autorl.report {sweep_dir})")

@@ -1,4 +1,5 @@
-"""W&B for a sweep (SPEC §8): one run per cell, grouped by sweep, and a comparison table per sweep.
+"""W&B for a sweep (docs/design.md#records-and-the-report): one run per cell, grouped by sweep, and
+a comparison table per sweep.
 
 The Recorder owns one :class:`WandbTracker` and tells it what it records. All W&B calls happen on
 one background thread fed by a queue, so a slow, unreachable or misconfigured W&B never blocks
@@ -8,10 +9,10 @@ the Recorder (and with it the sweep): every W&B error is logged and dropped. Off
 
 Per cell run: ``name`` = cell id, ``group`` = sweep id, ``job_type`` = ``cell``, ``config`` = the
 frozen cell config (``cells.config_json``); one history row per submission that reached a final
-status (``submission_id``, ``score``, ``improvement``, ``best_score`` by SPEC §2, ``valid``, ``flagged``,
-``weight_distance``), and the cell's
-outcome in the summary. Per sweep: a run with ``job_type`` = ``comparison`` that logs the table
-``comparison`` (one row per cell, :data:`TABLE_COLUMNS`).
+status (``submission_id``, ``score``, ``improvement``, ``best_score`` by the cell's score rule,
+``valid``, ``flagged``, ``weight_distance``), and the cell's outcome in the summary. Per sweep: a
+run with ``job_type`` = ``comparison`` that logs the table ``comparison`` (one row per cell,
+:data:`TABLE_COLUMNS`).
 
 Keys are fixed names (the columns above, the config's schema keys); every text value W&B gets
 passes :func:`wandb_value`: control characters written out, length capped. Nothing is logged as
@@ -35,16 +36,37 @@ from autorl.schema import WandbConfig, WandbMode
 logger = logging.getLogger(__name__)
 
 TABLE_COLUMNS = (
-    "cell_id", "agent", "driver", "task", "model", "seed", "mode", "status", "baseline", "best_score", "improvement",
-    "submissions", "valid_submissions", "duration_s", "tokens_in", "tokens_out", "cost_usd", "exit_class",
-    "flagged_submissions", "weight_distance", "contamination", "integrity_flags",
+    "cell_id",
+    "agent",
+    "driver",
+    "task",
+    "model",
+    "seed",
+    "mode",
+    "status",
+    "baseline",
+    "best_score",
+    "improvement",
+    "submissions",
+    "valid_submissions",
+    "duration_s",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "exit_class",
+    "flagged_submissions",
+    "weight_distance",
+    "contamination",
+    "integrity_flags",
 )
 SCORED = ("scored", "duplicate", "copy_of_base")
 MAX_TEXT_CHARS = 1000  # per text value: an agent's error message or path must not flood a W&B row
 MAX_TAG_CHARS = 64  # W&B refuses longer tags
 _MAX_INIT_FAILURES = 2  # after this many failed wandb.init calls the tracker stops trying
 _INIT_MODES: dict[WandbMode, Literal["online", "offline", "disabled"]] = {
-    WandbMode.online: "online", WandbMode.offline: "offline", WandbMode.disabled: "disabled",
+    WandbMode.online: "online",
+    WandbMode.offline: "offline",
+    WandbMode.disabled: "disabled",
 }
 
 
@@ -81,7 +103,9 @@ def table_rows(cells: list[CellRecord]) -> list[list[Any]]:
     (:func:`wandb_value`)."""
     rows = []
     for cell in cells:
-        values = {"mode": _mode_of(cell)} | {c: getattr(cell, c) for c in TABLE_COLUMNS if c != "mode"}
+        values = {"mode": _mode_of(cell)} | {
+            c: getattr(cell, c) for c in TABLE_COLUMNS if c != "mode"
+        }
         rows.append([wandb_value(values[c]) for c in TABLE_COLUMNS])
     return rows
 
@@ -157,8 +181,8 @@ class WandbTracker:
             self._queue.put((self._log_submission, (cell, sub)))
 
     def new_attempt(self, cell_id: str) -> None:
-        """Forget what was logged for an earlier attempt of the cell (a new attempt starts over; only the
-        final one counts, SPEC §2)."""
+        """Forget what was logged for an earlier attempt of the cell (a new attempt starts over;
+        only the final one counts)."""
         if self.enabled:
             self._queue.put((self._forget, (cell_id,)))
 
@@ -180,7 +204,10 @@ class WandbTracker:
         self._queue.put((self._write_table, (sweep_id, cells)))
         self._queue.put((lambda: done.set(), ()))
         if not done.wait(self.cfg.finish_timeout_s):
-            logger.warning("W&B did not finish within %ss; the sweep goes on without it", self.cfg.finish_timeout_s)
+            logger.warning(
+                "W&B did not finish within %ss; the sweep goes on without it",
+                self.cfg.finish_timeout_s,
+            )
             return False
         return True
 
@@ -204,22 +231,33 @@ class WandbTracker:
 
         try:
             return wandb.init(
-                project=self.cfg.project, entity=self.cfg.entity, mode=_INIT_MODES[self.cfg.mode], dir=str(self.sweep_dir),
+                project=self.cfg.project,
+                entity=self.cfg.entity,
+                mode=_INIT_MODES[self.cfg.mode],
+                dir=str(self.sweep_dir),
                 reinit="create_new",
-                settings=wandb.Settings(init_timeout=self.cfg.init_timeout_s, console="off", silent=True),
+                settings=wandb.Settings(
+                    init_timeout=self.cfg.init_timeout_s, console="off", silent=True
+                ),
                 **kwargs,
             )
         except Exception as error:  # noqa: BLE001 - e.g. no API key online, network down, bad entity
             self._init_failures += 1
-            logger.warning("wandb.init failed (%d/%d): %s", self._init_failures, _MAX_INIT_FAILURES, error)
+            logger.warning(
+                "wandb.init failed (%d/%d): %s", self._init_failures, _MAX_INIT_FAILURES, error
+            )
             return None
 
     def _cell_run(self, cell: CellRecord) -> Any:
         run = self._runs.get(cell.cell_id)
         if run is None:
-            run = self._init(name=wandb_value(cell.cell_id), group=wandb_value(cell.sweep_id),
-                             job_type="cell", config=cell_run_config(cell),
-                             tags=cell_run_tags(cell))
+            run = self._init(
+                name=wandb_value(cell.cell_id),
+                group=wandb_value(cell.sweep_id),
+                job_type="cell",
+                config=cell_run_config(cell),
+                tags=cell_run_tags(cell),
+            )
             if run is not None:
                 run.define_metric("submission_id")
                 run.define_metric("*", step_metric="submission_id")
@@ -241,13 +279,18 @@ class WandbTracker:
             return
         self._logged.add((cell.cell_id, sub.submission_id))
         valid = sub.status in SCORED and sub.score is not None
-        row: dict[str, Any] = {"submission_id": sub.submission_id, "valid": int(valid), "flagged": int(bool(sub.flags))}
+        row: dict[str, Any] = {
+            "submission_id": sub.submission_id,
+            "valid": int(valid),
+            "flagged": int(bool(sub.flags)),
+        }
         if sub.weight_distance is not None:
             row["weight_distance"] = sub.weight_distance
         if valid:
             score = float(sub.score)  # type: ignore[arg-type]
             row["score"] = score
-            # SPEC §2: a flagged submission never raises the best unless the cell allows substitution.
+            # A flagged submission never raises the best unless the cell allows
+            # substitution.
             if not sub.flags or allows_substitution(cell):
                 self._best[cell.cell_id] = max(score, self._best.get(cell.cell_id, score))
             if cell.cell_id in self._best:
@@ -260,7 +303,13 @@ class WandbTracker:
         run = self._cell_run(cell)
         if run is None:
             return
-        run.summary.update({c: v for c, v in zip(TABLE_COLUMNS, table_rows([cell])[0], strict=True) if v is not None})
+        run.summary.update(
+            {
+                c: v
+                for c, v in zip(TABLE_COLUMNS, table_rows([cell])[0], strict=True)
+                if v is not None
+            }
+        )
         run.finish()
         self._runs.pop(cell.cell_id, None)
 
@@ -269,8 +318,11 @@ class WandbTracker:
 
         for cell_id in list(self._runs):
             self._runs.pop(cell_id).finish()
-        run = self._init(name=wandb_value(f"{sweep_id}-comparison"), group=wandb_value(sweep_id),
-                         job_type="comparison")
+        run = self._init(
+            name=wandb_value(f"{sweep_id}-comparison"),
+            group=wandb_value(sweep_id),
+            job_type="comparison",
+        )
         if run is None:
             return
         run.log({"comparison": wandb.Table(columns=list(TABLE_COLUMNS), data=table_rows(cells))})
