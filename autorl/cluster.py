@@ -26,19 +26,23 @@ def configure_client_auth(cluster_cfg: ClusterConfig) -> None:
     """Make this process send the cluster's auth token when it joins an existing cluster.
 
     Ray 2.60 enables token authentication for clusters started with ``ray start``, and a client
-    sends its token only when ``RAY_AUTH_MODE=token`` is set before ``import ray`` (ray-notes.md
-    §1); so does a Jobs client (``cluster.jobs_address``, :mod:`autorl.jobs.client`). An explicit
-    environment setting wins over the config. Starting a local Ray needs nothing.
+    sends its token only when ``RAY_AUTH_MODE=token`` is set before ``import ray``
+    (docs/design.md#ray); so does a Jobs client (``cluster.jobs_address``,
+    :mod:`autorl.jobs.client`). An explicit environment setting wins over the config. Starting a
+    local Ray needs nothing.
     """
     if not (cluster_cfg.address or cluster_cfg.jobs_address):
         return
     os.environ.setdefault("RAY_AUTH_MODE", str(cluster_cfg.auth_mode))
     if cluster_cfg.auth_token_path:
-        os.environ.setdefault("RAY_AUTH_TOKEN_PATH", str(Path(cluster_cfg.auth_token_path).expanduser()))
+        os.environ.setdefault(
+            "RAY_AUTH_TOKEN_PATH", str(Path(cluster_cfg.auth_token_path).expanduser())
+        )
 
 
 def jobs_client(cluster_cfg: ClusterConfig) -> Any:
-    """A ``ray.job_submission.JobSubmissionClient`` for ``cluster.jobs_address``, with the cluster's auth.
+    """A ``ray.job_submission.JobSubmissionClient`` for ``cluster.jobs_address``, with the cluster's
+    auth.
 
     Raises:
         PrerequisiteError: the dashboard cannot be reached or refuses the token.
@@ -51,24 +55,30 @@ def jobs_client(cluster_cfg: ClusterConfig) -> Any:
         return JobSubmissionClient(cluster_cfg.jobs_address)
     except (ConnectionError, RuntimeError, RayError) as error:
         raise PrerequisiteError(
-            f"cannot reach the Ray Jobs API at {cluster_cfg.jobs_address} (cluster {cluster_cfg.name}): "
-            f"{str(error).splitlines()[0]}. Start the head with its dashboard there (conf/cluster/jobs-local.yaml shows "
-            "how), and check cluster.auth_mode / cluster.auth_token_path (Ray 2.60 requires a token by default)."
+            f"cannot reach the Ray Jobs API at {cluster_cfg.jobs_address} (cluster "
+            f"{cluster_cfg.name}): {str(error).splitlines()[0]}. Start the head with its dashboard "
+            "there (conf/cluster/jobs-local.yaml shows how), and check cluster.auth_mode / "
+            "cluster.auth_token_path (Ray 2.60 requires a token by default)."
         ) from error
 
 
 def http_auth_headers() -> dict[str, str]:
-    """The headers Ray's own HTTP clients send (the bearer token as Ray finds it; ``{}`` without token auth).
+    """The headers Ray's own HTTP clients send (the bearer token as Ray finds it; ``{}`` without
+    token auth).
 
     Ray's helper that ``ray.util.state.get_log`` uses; call :func:`configure_client_auth` first.
     """
-    from ray._private.authentication.http_token_authentication import get_auth_headers_if_auth_enabled
+    from ray._private.authentication.http_token_authentication import (
+        get_auth_headers_if_auth_enabled,
+    )
 
     return dict(get_auth_headers_if_auth_enabled({}))
 
 
 def _free_port(preferred: int, host: str = "127.0.0.1") -> int:
-    """``preferred`` if nothing listens there, else the next free port (another Ray may hold 8265)."""
+    """``preferred`` if nothing listens there, else the next free port (another Ray may hold
+    8265).
+    """
     for port in range(preferred, preferred + 100):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
@@ -76,7 +86,10 @@ def _free_port(preferred: int, host: str = "127.0.0.1") -> int:
             except OSError:
                 continue
             return port
-    raise RuntimeError(f"no free port in {preferred}..{preferred + 99} for the Ray dashboard; set cluster.dashboard_port")
+    raise RuntimeError(
+        f"no free port in {preferred}..{preferred + 99} for the Ray dashboard; set "
+        "cluster.dashboard_port"
+    )
 
 
 def connect(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
@@ -94,7 +107,9 @@ def connect(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
     try:
         return _init(cluster_cfg, namespace)
     finally:
-        if callable(on_sigterm):  # a handler of this process's own (not SIG_DFL/SIG_IGN): Ray's stays otherwise
+        if callable(
+            on_sigterm
+        ):  # a handler of this process's own (not SIG_DFL/SIG_IGN): Ray's stays otherwise
             signal.signal(signal.SIGTERM, on_sigterm)
 
 
@@ -104,12 +119,17 @@ def _init(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
 
     from autorl.plugins import runtime_env_vars
 
-    common: dict[str, Any] = {"namespace": namespace, "log_to_driver": False, "configure_logging": False}
+    common: dict[str, Any] = {
+        "namespace": namespace,
+        "log_to_driver": False,
+        "configure_logging": False,
+    }
     # Plugin folders (autorl.plugins): every worker of this driver, on this node or another, gets
-    # AUTORL_PLUGIN_PATH (autorl.task_code reads it when a worker imports it, so plugin tasks resolve
-    # after unpickling) and the folders on its PYTHONPATH (the plugins' agent adapters and modules).
-    # In a sweep submitted as a Ray Job (autorl.jobs) the plugin folders travel as the job's py_modules
-    # and the job's entry point activates the unpacked copies, so these name folders on the cluster.
+    # AUTORL_PLUGIN_PATH (autorl.task_code reads it when a worker imports it, so plugin tasks
+    # resolve after unpickling) and the folders on its PYTHONPATH (the plugins' agent adapters and
+    # modules). In a sweep submitted as a Ray Job (autorl.jobs) the plugin folders travel as the
+    # job's py_modules and the job's entry point activates the unpacked copies, so these name
+    # folders on the cluster.
     if env_vars := runtime_env_vars():
         common["runtime_env"] = {"env_vars": env_vars}
     if cluster_cfg.address:
@@ -117,11 +137,16 @@ def _init(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
 
         try:
             ray.init(address=cluster_cfg.address, **common)
-        except (ConnectionError, RuntimeError, AuthenticationError) as error:  # a wrong token is AuthenticationError
+        except (
+            ConnectionError,
+            RuntimeError,
+            AuthenticationError,
+        ) as error:  # a wrong token is AuthenticationError
             raise PrerequisiteError(
-                f"cannot join the Ray cluster at {cluster_cfg.address}: {str(error).splitlines()[0]}. "
-                "Check the address (host:port of the head's GCS, or 'auto'), and that cluster.auth_mode and "
-                "cluster.auth_token_path match how the cluster was started (ray-notes: token auth is on by default)."
+                f"cannot join the Ray cluster at {cluster_cfg.address}: "
+                f"{str(error).splitlines()[0]}. Check the address (host:port of the head's GCS, or "
+                "'auto'), and that cluster.auth_mode and cluster.auth_token_path match how the "
+                "cluster was started (Ray 2.60 turns token auth on by default)."
             ) from error
         return None
     local: dict[str, Any] = {"include_dashboard": cluster_cfg.include_dashboard}
@@ -135,14 +160,17 @@ def _init(cluster_cfg: ClusterConfig, namespace: str) -> str | None:
         local |= {"dashboard_port": port, "dashboard_host": "127.0.0.1"}
     if cluster_cfg.temp_dir:
         local["_temp_dir"] = cluster_cfg.temp_dir
-    # The local cluster's processes (graders, env actors) inherit this: their idle OpenMP threads sleep
-    # instead of spinning on cores the cells share (the agents get the same, autorl.actors.workspace).
+    # The local cluster's processes (graders, env actors) inherit this: their idle OpenMP threads
+    # sleep instead of spinning on cores the cells share (the agents get the same,
+    # autorl.actors.workspace).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ray.init(address="local", **common, **local)
     return f"http://127.0.0.1:{port}" if port else None
 
 
-def check_nodes_sealable(cfg: RunConfig, cells: Sequence[CellSpec] = (), timeout_s: float = 120.0) -> None:
+def check_nodes_sealable(
+    cfg: RunConfig, cells: Sequence[CellSpec] = (), timeout_s: float = 120.0
+) -> None:
     """Run the sandbox preflight on every alive node with CPUs (any of them may run a cell or a
     grader): the cells' sandbox, and the judge sandbox of ``cells``' tasks that run code.
 
@@ -150,7 +178,8 @@ def check_nodes_sealable(cfg: RunConfig, cells: Sequence[CellSpec] = (), timeout
     other nodes are checked here, before any cell is placed.
 
     Raises:
-        PrerequisiteError: naming each node and what it lacks (and the opt-out ``sandbox.mode=none``).
+        PrerequisiteError: naming each node and what it lacks (and the opt-out
+            ``sandbox.mode=none``).
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -170,7 +199,9 @@ def check_nodes_sealable(cfg: RunConfig, cells: Sequence[CellSpec] = (), timeout
     }
     problems = [
         f"node {address}: {problem}"
-        for address, problems in zip(refs, ray.get(list(refs.values()), timeout=timeout_s), strict=True)
+        for address, problems in zip(
+            refs, ray.get(list(refs.values()), timeout=timeout_s), strict=True
+        )
         for problem in problems
     ]
     if problems:

@@ -23,13 +23,22 @@ def cells_table(title: str, cells: list[CellRecord]) -> Table:
     table = Table(title=title, title_justify="left")
     table.add_column("cell", overflow="fold")
     for column in ("status", "baseline", "best", "Δ", "subs", "exit", "s"):
-        table.add_column(column, justify="left" if column in ("status", "exit") else "right", no_wrap=True)
+        table.add_column(
+            column, justify="left" if column in ("status", "exit") else "right", no_wrap=True
+        )
     style = {"completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
     for cell in cells:
         table.add_row(
-            cell.cell_id, f"[{style.get(cell.status, '')}]{cell.status}[/]" if cell.status in style else cell.status,
-            _fmt(cell.baseline), _fmt(cell.best_score), _fmt(cell.improvement),
-            f"{cell.valid_submissions}/{cell.submissions}", cell.exit_class or "-", _fmt(cell.duration_s, 0),
+            cell.cell_id,
+            f"[{style.get(cell.status, '')}]{cell.status}[/]"
+            if cell.status in style
+            else cell.status,
+            _fmt(cell.baseline),
+            _fmt(cell.best_score),
+            _fmt(cell.improvement),
+            f"{cell.valid_submissions}/{cell.submissions}",
+            cell.exit_class or "-",
+            _fmt(cell.duration_s, 0),
         )
     counts = Counter(cell.status for cell in cells)
     table.caption = "  ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
@@ -52,11 +61,20 @@ class CellBoard:
 
     def __enter__(self) -> CellBoard:
         if self.enabled and self.console.is_terminal:
-            self.live = Live(cells_table(f"sweep {self.sweep_id}", []), console=self.console, refresh_per_second=2)
+            self.live = Live(
+                cells_table(f"sweep {self.sweep_id}", []),
+                console=self.console,
+                refresh_per_second=2,
+            )
             self.live.__enter__()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self.live is not None:
             self.live.__exit__(kind, error, tb)
             self.live = None

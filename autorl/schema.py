@@ -391,7 +391,7 @@ class GradingApiConfig:
 
 
 class FeedbackSplit(StrEnum):
-    """Which split the scores an agent sees come from (SPEC §2)."""
+    """Which split the scores an agent sees come from (docs/design.md#the-grading-api)."""
 
     # the test split (the reference's way): the cell's score is selected on the split it reports
     test = "test"
@@ -401,7 +401,7 @@ class FeedbackSplit(StrEnum):
 
 @dataclass
 class GradingConfig:
-    """How submissions are scored (SPEC §2)."""
+    """How submissions are scored (docs/design.md#the-grading-api)."""
 
     feedback: FeedbackSplit = setting(
         "test: agents see test scores (the reference's way); dev: agents see scores on a held-out "
@@ -484,7 +484,9 @@ class IntegrityJudgeConfig:
 
 @dataclass
 class IntegrityConfig:
-    """Checks that decide whether a submission or a cell may count (SPEC §2)."""
+    """Checks that decide whether a submission or a cell may count
+    (docs/design.md#the-grading-api).
+    """
 
     allow_substitution: bool = setting(
         "true: submissions flagged model_mismatch count towards the cell's best"

@@ -1,4 +1,6 @@
-"""How a field of the config schema is declared (:mod:`autorl.schema`, :mod:`autorl.agent_schema`)."""
+"""How a field of the config schema is declared (:mod:`autorl.schema`,
+:mod:`autorl.agent_schema`).
+"""
 
 from __future__ import annotations
 

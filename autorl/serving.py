@@ -18,7 +18,9 @@ from urllib.parse import quote
 
 
 def bind_tcp(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (port 0: a free port the kernel picks), not yet listening."""
+    """A TCP socket bound to ``host:port`` (port 0: a free port the kernel picks), not yet
+    listening.
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -78,7 +80,9 @@ class ServerThread:
         b'ok'
     """
 
-    def __init__(self, app: Any, sock: socket.socket, *, name: str = "server", lifespan: str = "auto") -> None:
+    def __init__(
+        self, app: Any, sock: socket.socket, *, name: str = "server", lifespan: str = "auto"
+    ) -> None:
         import uvicorn
 
         self.name = name
@@ -86,11 +90,15 @@ class ServerThread:
         self._address = sock.getsockname()
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan=lifespan)  # type: ignore[arg-type]
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name=name, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name=name, daemon=True
+        )
 
     @property
     def url(self) -> str:
-        """Base URL of the server: ``http://host:port``, or ``http+unix://<quoted path>`` on a unix socket."""
+        """Base URL of the server: ``http://host:port``, or ``http+unix://<quoted path>`` on a unix
+        socket.
+        """
         if self.sock.family == socket.AF_UNIX:
             return f"http+unix://{quote(str(self._address), safe='')}"
         host, port = self._address[0], self._address[1]
@@ -122,6 +130,11 @@ class ServerThread:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         """:meth:`stop`."""
         self.stop()

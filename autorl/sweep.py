@@ -4,10 +4,11 @@ Axes: ``agent``, ``driver``, ``task``, ``model``, ``seed``; each takes a name, a
 ``all``, and the cells are their cartesian product. Every other ``key=value`` is a Hydra override
 passed to every cell. Running the same command again resumes the sweep.
 
-Before any cell starts, a real run checks that each driver's key variable is set, each agent
-CLI is installed and this node can seal cells (bubblewrap, cgroups, the agent toolchain:
-``sandbox.mode=none`` is the explicit opt-out), and exits 2 naming what is missing; a dry run prints its cells anyway and lists
-what a real run would lack as notes. An agent that needs a driver with ``driver=none`` is refused.
+Before any cell starts, a real run checks that each driver's key variable is set, each agent CLI is
+installed and this node can seal cells (bubblewrap, cgroups, the agent toolchain:
+``sandbox.mode=none`` is the explicit opt-out), and exits 2 naming what is missing; a dry run prints
+its cells anyway and lists what a real run would lack as notes. An agent that needs a driver with
+``driver=none`` is refused.
 
 A cluster file with a Jobs address (``cluster.jobs_address``, e.g. ``cluster=jobs-local``) submits
 the sweep as one Ray Job instead (:mod:`autorl.jobs`): the log and cell table follow here, Ctrl-C
@@ -44,7 +45,10 @@ FINAL_OK = ("completed",)
 
 def print_plan(plan: SweepPlan, console: Console) -> None:
     """Print the cell table of a plan (the dry run)."""
-    table = Table(title=f"sweep {plan.sweep_id}: {len(plan.cells)} cell(s) → {plan.sweep_dir}", title_justify="left")
+    table = Table(
+        title=f"sweep {plan.sweep_id}: {len(plan.cells)} cell(s) → {plan.sweep_dir}",
+        title_justify="left",
+    )
     table.add_column("cell_id", overflow="fold")
     for column in ("agent", "driver", "task", "model", "seed", "resources", "budget s"):
         table.add_column(column, no_wrap=True)
@@ -52,15 +56,23 @@ def print_plan(plan: SweepPlan, console: Console) -> None:
         cpus, gpus = cell.config.cell.cpus, cell.config.cell.gpus
         resources = f"CPU {cpus:g}" + (f", GPU {gpus:g}" if gpus else "")
         table.add_row(
-            cell.cell_id, cell.agent, cell.driver, cell.task, cell.model, str(cell.seed), resources, f"{cell.budget_s:.0f}"
+            cell.cell_id,
+            cell.agent,
+            cell.driver,
+            cell.task,
+            cell.model,
+            str(cell.seed),
+            resources,
+            f"{cell.budget_s:.0f}",
         )
     console.print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the sweep command; returns the process exit code (SPEC §2)."""
+    """Run the sweep command; returns the process exit code (docs/design.md#commands)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default; errors go to stderr.
+    # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default; errors go
+    # to stderr.
     console = Console(width=None if sys.stdout.isatty() else 160)
     errors = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     if any(a in ("-h", "--help") for a in argv):
@@ -69,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         job_options, argv = take_job_options(argv)
         plan = plan_sweep(argv)
-        if plan.base_config.integrity.judge.enabled:  # an unknown or unusable judge driver stops the sweep now
+        if (
+            plan.base_config.integrity.judge.enabled
+        ):  # an unknown or unusable judge driver stops the sweep now
             from autorl.integrity.judge import judge_spec
 
             judge_spec(plan.base_config.integrity.judge)
@@ -79,22 +93,30 @@ def main(argv: list[str] | None = None) -> int:
     # Driver keys and agent CLIs: a real run stops here before any cell starts; a dry run
     # still prints its cells and names what a real run would lack.
     cluster = plan.base_config.cluster
-    local = not (cluster.address or cluster.jobs_address)  # a remote cluster's nodes hold their own CLIs
+    local = not (
+        cluster.address or cluster.jobs_address
+    )  # a remote cluster's nodes hold their own CLIs
     missing = missing_requirements(plan.cells, check_binaries=local)
-    if local:  # this node runs the cells; a cluster's nodes each check before their cell's agent starts
+    if (
+        local
+    ):  # this node runs the cells; a cluster's nodes each check before their cell's agent starts
         missing += sandbox_problems(plan.base_config)
         # ... and grades them: a judge that runs code never shows that code the private split
         missing += judge_sandbox_problems(plan.cells)
     if plan.base_config.dry_run:
         print_plan(plan, console)
         for problem in missing:
-            console.print(f"[yellow]note (a real run would stop here):[/] {escape(problem)}", soft_wrap=True)
+            console.print(
+                f"[yellow]note (a real run would stop here):[/] {escape(problem)}", soft_wrap=True
+            )
         return 0
     if missing:
         for problem in missing:
             errors.print(f"[red]error:[/] {escape(problem)}", soft_wrap=True, highlight=False)
         return 2
-    if cluster.jobs_address:  # the sweep runs as one Ray Job on that cluster; this process follows it
+    if (
+        cluster.jobs_address
+    ):  # the sweep runs as one Ray Job on that cluster; this process follows it
         from autorl.jobs.client import run_as_job
 
         try:
@@ -103,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             errors.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True, highlight=False)
             return 2
     if job_options != type(job_options)():
-        errors.print(f"[red]error:[/] detach= and attach= need a cluster with a Jobs address (cluster.jobs_address); "
-                     f"cluster {cluster.name!r} has none", soft_wrap=True, highlight=False)
+        errors.print(
+            "[red]error:[/] detach= and attach= need a cluster with a Jobs address "
+            f"(cluster.jobs_address); cluster {cluster.name!r} has none",
+            soft_wrap=True,
+            highlight=False,
+        )
         return 2
     configure_client_auth(cluster)  # before the scheduler imports ray
     from autorl.progress import cells_table
@@ -121,10 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     except AutorlError as error:
         errors.print(f"[red]error:[/] {escape(str(error))}", soft_wrap=True, highlight=False)
         return 2
-    console.print(cells_table(f"sweep {plan.sweep_id} results ({plan.sweep_dir / 'results.csv'})", cells))
+    console.print(
+        cells_table(f"sweep {plan.sweep_id} results ({plan.sweep_dir / 'results.csv'})", cells)
+    )
     stages = load_stage_rows(plan.sweep_dir)
     if any(len(row.seeds) > 1 for row in stages):
-        console.print(stages_table("test scores per submission over seeds: mean ± standard error", stages))
+        console.print(
+            stages_table("test scores per submission over seeds: mean ± standard error", stages)
+        )
     bad = {cell: status for cell, status in statuses.items() if status not in FINAL_OK}
     if bad:
         console.print(f"[red]{len(bad)} cell(s) did not complete:[/] {bad}")

@@ -1,12 +1,13 @@
 """``python -m autorl.uv_pip ARGS``: ``uv pip ARGS`` with the machine's pip configuration.
 
 uv installs the agent toolchain (:mod:`autorl.seal.toolchain`) and the pip-based agent CLIs
-(:mod:`autorl.agents.cli`): it resolves, downloads and unpacks in parallel (the toolchain: 51 s, pip 2 m 24 s).
-But uv reads neither pip's configuration files nor ``PIP_*`` variables, and a machine's pip configuration can
-be what keeps the CPU build of torch in: this kind of machine finds ``torch 2.13.0+cpu`` through ``find-links``
-and caps torch with a global constraint file. So the settings that decide what pip would install from where
-are handed to uv as its own options (:func:`uv_options`), read from ``pip config list``, which already merges
-pip's files and ``PIP_*`` variables. (``make setup`` keeps pip for ``.venv``: see the Makefile.)
+(:mod:`autorl.agents.cli`): it resolves, downloads and unpacks in parallel (the toolchain: 51 s, pip
+2 m 24 s). But uv reads neither pip's configuration files nor ``PIP_*`` variables, and a machine's
+pip configuration can be what keeps the CPU build of torch in: this kind of machine finds
+``torch 2.13.0+cpu`` through ``find-links`` and caps torch with a global constraint file. So the
+settings that decide what pip would install from where are handed to uv as its own options
+(:func:`uv_options`), read from ``pip config list``, which already merges pip's files and ``PIP_*``
+variables. (``make setup`` keeps pip for ``.venv``: see the Makefile.)
 """
 
 from __future__ import annotations
@@ -16,18 +17,24 @@ import os
 import subprocess
 import sys
 
-# pip's option -> uv's (uv pip install takes each of these; pip's multi-valued options are whitespace-separated).
-LIST_OPTIONS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links", "constraint": "--constraint",
-                "trusted-host": "--allow-insecure-host"}
-# A command's own section ([install]) overrides [global], and PIP_* variables (":env:") override both, as in pip.
+# pip's option -> uv's (uv pip install takes each of these; pip's multi-valued options are
+# whitespace-separated).
+LIST_OPTIONS = {
+    "extra-index-url": "--extra-index-url",
+    "find-links": "--find-links",
+    "constraint": "--constraint",
+    "trusted-host": "--allow-insecure-host",
+}
+# A command's own section ([install]) overrides [global], and PIP_* variables (":env:") override
+# both, as in pip.
 SECTIONS = (":env:", "install", "global")
 
 
 def pip_settings(listing: str) -> dict[str, str]:
     """The settings in ``pip config list`` output, each from the section pip would take it from.
 
-    >>> pip_settings("global.find-links='/opt/wheels'\\n:env:.find-links='/w'\\nglobal.cert='/c.crt'")
-    {'find-links': '/w', 'cert': '/c.crt'}
+    >>> pip_settings("global.find-links='/opt/wheels'\\n:env:.find-links='/w'\\nglobal.cert='/c'")
+    {'find-links': '/w', 'cert': '/c'}
     """
     by_section: dict[str, dict[str, str]] = {}
     for line in listing.splitlines():
@@ -44,12 +51,16 @@ def pip_settings(listing: str) -> dict[str, str]:
 def uv_options(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """uv's options and environment for pip's ``settings``.
 
-    With more than one source, uv is told to pick the best version across all of them, as pip does (uv's
-    default takes a package from the first index that has it: a newer ``ray`` on a later index went unseen).
+    With more than one source, uv is told to pick the best version across all of them, as pip does
+    (uv's default takes a package from the first index that has it: a newer ``ray`` on a later index
+    went unseen).
 
-    >>> uv_options({"find-links": "/opt/wheels", "extra-index-url": "file:///a file:///b", "cert": "/c.crt"})
-    (['--extra-index-url', 'file:///a', '--extra-index-url', 'file:///b', '--find-links', '/opt/wheels', \
-'--index-strategy', 'unsafe-best-match'], {'SSL_CERT_FILE': '/c.crt'})
+    >>> options, env = uv_options({"find-links": "/w", "extra-index-url": "file:///a file:///b"})
+    >>> options
+    ['--extra-index-url', 'file:///a', '--extra-index-url', 'file:///b', '--find-links', '/w', \
+'--index-strategy', 'unsafe-best-match']
+    >>> uv_options({"cert": "/c.crt"})[1]
+    {'SSL_CERT_FILE': '/c.crt'}
     """
     options: list[str] = []
     if settings.get("index-url"):
@@ -72,26 +83,42 @@ def uv_options(settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
 def machine_pip_settings() -> dict[str, str]:
     """This machine's pip settings (empty where pip is missing or has none)."""
     try:
-        done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                              timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return {}
     return pip_settings(done.stdout) if done.returncode == 0 else {}
 
 
 def uv_pip_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
-    """``uv pip <args>`` (uv run as this interpreter's module) with the machine's pip settings, and the
-    environment to run it in. The settings go after the subcommand, ``args[0]``, where it installs packages.
+    """``uv pip <args>`` (uv run as this interpreter's module) with the machine's pip settings, and
+    the environment to run it in. The settings go after the subcommand, ``args[0]``, where it
+    installs packages.
 
-    ``install`` and ``sync`` also compile bytecode, as pip does and uv does not by default: a sealed agent
-    imports the toolchain read-only as another uid, and this kind of machine sets ``PYTHONDONTWRITEBYTECODE=1``,
-    so nothing writes ``.pyc`` files at import; without them every process compiled torch and transformers
-    from source (the first CI run with uv ran far past its 43 minutes).
+    ``install`` and ``sync`` also compile bytecode, as pip does and uv does not by default: a sealed
+    agent imports the toolchain read-only as another uid, and this kind of machine sets
+    ``PYTHONDONTWRITEBYTECODE=1``, so nothing writes ``.pyc`` files at import; without them every
+    process compiled torch and transformers from source (the first CI run with uv ran far past its
+    43 minutes).
     """
     if args[:1] not in (["install"], ["sync"]):
         return [sys.executable, "-m", "uv", "pip", *args], dict(os.environ)
     options, env = uv_options(machine_pip_settings())
-    return [sys.executable, "-m", "uv", "pip", args[0], *options, "--compile-bytecode", *args[1:]], {**os.environ, **env}
+    return [
+        sys.executable,
+        "-m",
+        "uv",
+        "pip",
+        args[0],
+        *options,
+        "--compile-bytecode",
+        *args[1:],
+    ], {**os.environ, **env}
 
 
 def main(argv: list[str] | None = None) -> int:
