@@ -51,8 +51,10 @@ class Problem:
     """What the judge needs of one problem (all of it trusted: it never comes from the candidate).
 
     Attributes:
-        prompt: The problem's original prompt: imports, helpers and the entry point's signature and docstring.
-        test: Code defining ``check(candidate)``, which calls the function and asserts on its results.
+        prompt: The problem's original prompt: imports, helpers and the entry point's signature and
+            docstring.
+        test: Code defining ``check(candidate)``, which calls the function and asserts on its
+            results.
         entry_point: The name of the function under test.
     """
 
@@ -68,9 +70,11 @@ class Verdict:
     Attributes:
         passed: The judge ran ``check`` to its end (see the module docstring).
         timed_out: The problem ran out of its wall-clock time.
-        reason: Why it failed (``"passed"`` when it did not), e.g. the assertion or the candidate's exit.
+        reason: Why it failed (``"passed"`` when it did not), e.g. the assertion or the candidate's
+            exit.
         output: The candidate's stdout and stderr (capped like any sandboxed run's).
-        judge_output: The judge's stdout and stderr: tracebacks that quote the tests; never show it to an agent.
+        judge_output: The judge's stdout and stderr: tracebacks that quote the tests; never show it
+            to an agent.
         elapsed_s: Wall-clock seconds for the whole problem.
     """
 
@@ -88,9 +92,10 @@ class FunctionJudge:
     Use it as a context manager (or call :meth:`close`) to remove its private directory.
 
     Example:
-        >>> problem = Problem("def f(x):\\n    'Twice x.'\\n", "def check(c):\\n    assert c(2) == 4\\n", "f")
-        >>> with FunctionJudge(Sandbox()) as judge:
-        ...     [judge.judge(problem, problem.prompt + body).passed  # the solution: the prompt with the code
+        >>> test = "def check(c):\\n    assert c(2) == 4\\n"
+        >>> problem = Problem("def f(x):\\n    'Twice x.'\\n", test, "f")
+        >>> with FunctionJudge(Sandbox()) as judge:  # a solution is the prompt with the code
+        ...     [judge.judge(problem, problem.prompt + body).passed
         ...      for body in ("    return 2 * x\\n", "    import os\\n    os._exit(0)\\n")]
         [True, False]
     """
@@ -99,18 +104,20 @@ class FunctionJudge:
         """Create the private directory the judge processes run in.
 
         Args:
-            sandbox: Limits (``timeout_s`` is the whole problem's), mode, interpreter and hidden directories.
+            sandbox: Limits (``timeout_s`` is the whole problem's), mode, interpreter and hidden
+                directories.
             max_message_bytes: Largest answer (one encoded return value) the judge reads.
         """
         self.sandbox = sandbox
         self.max_message_bytes = max_message_bytes
-        # The judges' runs live here, hidden from every candidate (an empty tmpfs over it); 0711 lets the
-        # rlimit mode's uid nobody reach its own run directory inside without listing the others.
+        # The judges' runs live here, hidden from every candidate (an empty tmpfs over it); 0711
+        # lets the rlimit mode's uid nobody reach its own run directory inside without listing the
+        # others.
         self.root = Path(tempfile.mkdtemp(prefix="autorl-judge-", dir=sandbox.tmp_root))
         self.root.chmod(0o711)
         self._cleanup = weakref.finalize(self, shutil.rmtree, self.root, True)
-        # Nested in another sandbox a run cannot have a /proc of its own and would see the enclosing one
-        # (the grader's processes among them): the candidate gets none at all there.
+        # Nested in another sandbox a run cannot have a /proc of its own and would see the enclosing
+        # one (the grader's processes among them): the candidate gets none at all there.
         no_own_proc = sandbox.mode == "namespaces" and not fresh_proc_allowed()
         self._candidate_hidden = (self.root, *([Path("/proc")] if no_own_proc else []))
 
@@ -121,7 +128,12 @@ class FunctionJudge:
     def __enter__(self) -> FunctionJudge:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def check(self) -> None:
@@ -131,19 +143,26 @@ class FunctionJudge:
             SandboxError: naming the mode, the reason and both processes' output.
         """
         self.sandbox.check()
-        problem = Problem('def double(x):\n    """Twice x."""\n', "def check(candidate):\n    assert candidate(2) == 4\n",
-                          "double")
+        problem = Problem(
+            'def double(x):\n    """Twice x."""\n',
+            "def check(candidate):\n    assert candidate(2) == 4\n",
+            "double",
+        )
         verdict = self.judge(problem, problem.prompt + "    return 2 * x\n")
         if not verdict.passed:
             raise SandboxError(
-                f"the function judge ({self.sandbox.mode} mode, python {self.sandbox.python}) fails a trivial correct "
-                f"solution: {verdict.reason}; judge output {verdict.judge_output[-800:]!r}; candidate output "
-                f"{verdict.output[-500:]!r}"
+                f"the function judge ({self.sandbox.mode} mode, python {self.sandbox.python}) "
+                f"fails a trivial correct solution: {verdict.reason}; judge output "
+                f"{verdict.judge_output[-800:]!r}; candidate output {verdict.output[-500:]!r}"
             )
 
     def judge_many(self, cases: list[tuple[Problem, str]], *, workers: int) -> list[Verdict]:
-        """:meth:`judge` each ``(problem, solution)``, ``workers`` at a time; verdicts in input order."""
-        with ThreadPoolExecutor(max(1, workers)) as pool:  # threads suffice: the work is in subprocesses
+        """:meth:`judge` each ``(problem, solution)``, ``workers`` at a time; verdicts in input
+        order.
+        """
+        with ThreadPoolExecutor(
+            max(1, workers)
+        ) as pool:  # threads suffice: the work is in subprocesses
             return list(pool.map(lambda case: self.judge(*case), cases))
 
     def judge(self, problem: Problem, solution: str) -> Verdict:
@@ -151,7 +170,8 @@ class FunctionJudge:
 
         Args:
             problem: The trusted problem.
-            solution: The candidate's program: the prompt with the candidate's code (it must define the entry point).
+            solution: The candidate's program: the prompt with the candidate's code (it must define
+                the entry point).
         """
         started = time.monotonic()
         deadline = started + self.sandbox.limits.timeout_s
@@ -167,23 +187,35 @@ class FunctionJudge:
                     open_fds.discard(fd)
                     os.close(fd)
 
-        payload = {"prompt": problem.prompt, "test": problem.test, "entry_point": problem.entry_point,
-                   "token": token, "max_message_bytes": self.max_message_bytes}
+        payload = {
+            "prompt": problem.prompt,
+            "test": problem.test,
+            "entry_point": problem.entry_point,
+            "token": token,
+            "max_message_bytes": self.max_message_bytes,
+        }
         judge_run: SandboxRun | None = None
         candidate_run: SandboxRun | None = None
         try:
             judge_run = self.sandbox.start_python(
                 f"{RUNTIME_SOURCE}\njudge({payload!r}, {request_w}, {answer_r}, {status_w})\n",
-                pass_fds=(request_w, answer_r, status_w), tmp_root=self.root)
+                pass_fds=(request_w, answer_r, status_w),
+                tmp_root=self.root,
+            )
             close(request_w, answer_r, status_w)  # the judge's ends: its exit must close them
             status = _StatusReader(status_r, deadline)
             if status.next_line() == "ready":
                 candidate_run = self.sandbox.start_python(
-                    f"{RUNTIME_SOURCE}\nserve({solution!r}, {problem.entry_point!r}, {request_r}, {answer_w})\n",
-                    pass_fds=(request_r, answer_w), hidden=self._candidate_hidden)
+                    f"{RUNTIME_SOURCE}\nserve({solution!r}, {problem.entry_point!r}, {request_r}, "
+                    f"{answer_w})\n",
+                    pass_fds=(request_r, answer_w),
+                    hidden=self._candidate_hidden,
+                )
             close(request_r, answer_w)  # the candidate's ends: its exit must close them
             lines = status.all_lines()
-            returncode = None if status.timed_out else judge_run.wait(max(0.0, deadline - time.monotonic()))
+            returncode = (
+                None if status.timed_out else judge_run.wait(max(0.0, deadline - time.monotonic()))
+            )
             timed_out = returncode is None
             judged = judge_run.finish(timed_out=timed_out)
         finally:
@@ -202,12 +234,20 @@ class FunctionJudge:
             reason = f"the judge did not start (exit status {returncode})"
         else:
             reason = f"the judge exited with status {returncode} without a verdict"
-        return Verdict(passed, timed_out, reason, ran.output if ran is not None else "", judged.output,
-                       time.monotonic() - started)
+        return Verdict(
+            passed,
+            timed_out,
+            reason,
+            ran.output if ran is not None else "",
+            judged.output,
+            time.monotonic() - started,
+        )
 
 
 class _StatusReader:
-    """Lines from the judge's status pipe, read until its end or the deadline (then ``timed_out``)."""
+    """Lines from the judge's status pipe, read until its end or the deadline (then
+    ``timed_out``).
+    """
 
     def __init__(self, fd: int, deadline: float) -> None:
         self.fd, self.deadline = fd, deadline
@@ -216,11 +256,15 @@ class _StatusReader:
         self.eof = self.timed_out = False
 
     def _read(self) -> bool:
-        """Read what is there, waiting until the deadline; ``False`` at the end of the pipe or the deadline."""
+        """Read what is there, waiting until the deadline; ``False`` at the end of the pipe or the
+        deadline.
+        """
         if self.eof or self.timed_out:
             return False
         left = self.deadline - time.monotonic()
-        poller = select.poll()  # not select(): a busy grader's descriptors may be numbered above 1024
+        poller = (
+            select.poll()
+        )  # not select(): a busy grader's descriptors may be numbered above 1024
         poller.register(self.fd, select.POLLIN)
         if left <= 0 or not poller.poll(left * 1000):
             self.timed_out = True

@@ -18,13 +18,16 @@ from transformers import StoppingCriteria
 
 
 class StopOnStrings(StoppingCriteria):
-    """Marks a row finished once the text generated after ``prompt_len`` tokens contains a stop string.
+    """Marks a row finished once the text generated after ``prompt_len`` tokens contains a stop
+    string.
 
     ``generate`` stops when every row is finished (by EOS or by this); finished rows are padded.
     """
 
     def __init__(self, tokenizer: Any, stop: list[str], prompt_len: int) -> None:
-        """Args: tokenizer: decodes generated tokens; stop: the stop strings; prompt_len: columns of the prompt."""
+        """Args: tokenizer: decodes generated tokens; stop: the stop strings; prompt_len: columns of
+        the prompt.
+        """
         self.tokenizer = tokenizer
         self.stop = [s for s in stop if s]
         self.prompt_len = prompt_len
@@ -37,7 +40,9 @@ class StopOnStrings(StoppingCriteria):
             self.done = torch.zeros(rows, dtype=torch.bool, device=input_ids.device)
         pending = [i for i in range(rows) if not bool(self.done[i])]
         if pending:
-            texts = self.tokenizer.batch_decode(input_ids[pending, self.prompt_len :], skip_special_tokens=True)
+            texts = self.tokenizer.batch_decode(
+                input_ids[pending, self.prompt_len :], skip_special_tokens=True
+            )
             for row, text in zip(pending, texts, strict=True):
                 if any(s in text for s in self.stop):
                     self.done[row] = True

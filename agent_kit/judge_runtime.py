@@ -3,11 +3,12 @@
 This file's source is the start of both programs (it imports only the standard library and is run
 with ``python -I -S``); each program then calls one of its two entry points:
 
-- :func:`serve` in the **candidate** process: executes the candidate's solution (prompt + code) as
-  a module, then answers calls of its entry point read from one pipe, writing each answer to another.
+- :func:`serve` in the **candidate** process: executes the candidate's solution (prompt + code) as a
+  module, then answers calls of its entry point read from one pipe, writing each answer to another.
 - :func:`judge` in the **judge** process, where no candidate code ever runs: executes the problem's
-  original prompt and its test code, then runs ``check(candidate)`` where ``candidate`` forwards each
-  call to the candidate process. It reports to the grader on a third pipe and by its exit status.
+  original prompt and its test code, then runs ``check(candidate)`` where ``candidate`` forwards
+  each call to the candidate process. It reports to the grader on a third pipe and by its exit
+  status.
 
 Values cross the process boundary as plain data only: a type-tagged encoding (:func:`encode`) of
 ``None``, ``bool``, ``int``, ``float`` (nan and inf included), ``complex``, ``str``, ``bytes``,
@@ -35,7 +36,8 @@ import builtins
 import os
 import sys
 
-TYPE_CHECKING = False  # typing is not imported at run time (its import costs every process milliseconds)
+# Typing is not imported at run time (its import costs every process milliseconds).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, BinaryIO, NoReturn
@@ -54,7 +56,8 @@ class CandidateError(Exception):
 
 
 class JudgeAbort(BaseException):
-    """The candidate broke the protocol (exited, sent something malformed or not plain): the problem fails.
+    """The candidate broke the protocol (exited, sent something malformed or not plain): the problem
+    fails.
 
     A ``BaseException``, so that a test's ``except Exception`` does not swallow it; :func:`judge`
     also remembers it, so that not even a bare ``except:`` does.
@@ -64,9 +67,9 @@ class JudgeAbort(BaseException):
 # ---- the plain-data codec ------------------------------------------------------------------------
 #
 # A value is ``n`` (None), ``T`` or ``F`` (bools), a scalar ``<tag><byte length>:<body>`` (``i`` int
-# in hex, ``f`` float.hex, ``c`` two float.hex joined by a comma, ``s`` UTF-8 str, ``y`` bytes), or a
-# container ``<tag><item count>:<items>`` (``l`` list, ``t`` tuple, ``e`` set, ``z`` frozenset, ``d``
-# dict: its keys and values alternate). Lengths make escaping needless; nothing is evaluated.
+# in hex, ``f`` float.hex, ``c`` two float.hex joined by a comma, ``s`` UTF-8 str, ``y`` bytes), or
+# a container ``<tag><item count>:<items>`` (``l`` list, ``t`` tuple, ``e`` set, ``z`` frozenset,
+# ``d`` dict: its keys and values alternate). Lengths make escaping needless; nothing is evaluated.
 
 
 def _complex_body(value: complex) -> bytes:
@@ -74,24 +77,40 @@ def _complex_body(value: complex) -> bytes:
     return f"{number.real.hex()},{number.imag.hex()}".encode("ascii")
 
 
-# Each reads the value its base type stores, with the base type's own methods: a subclass's overrides never run.
+# Each reads the value its base type stores, with the base type's own methods: a subclass's
+# overrides never run.
 _SCALARS: dict[type, tuple[bytes, Callable[[Any], bytes]]] = {
-    int: (b"i", lambda v: format(int.__int__(v), "x").encode("ascii")),  # hex: no digit limit, unlike str(int)
-    float: (b"f", lambda v: float.hex(float.__float__(v)).encode("ascii")),  # exact; nan, inf, -0.0 survive
+    int: (
+        b"i",
+        lambda v: format(int.__int__(v), "x").encode("ascii"),
+    ),  # hex: no digit limit, unlike str(int)
+    float: (
+        b"f",
+        lambda v: float.hex(float.__float__(v)).encode("ascii"),
+    ),  # exact; nan, inf, -0.0 survive
     complex: (b"c", _complex_body),
     str: (b"s", lambda v: str.__str__(v).encode("utf-8", "surrogatepass")),
     bytes: (b"y", lambda v: bytes.__bytes__(v)),
 }
 _ITEMS: dict[type, tuple[bytes, Callable[[Any], Any]]] = {
-    list: (b"l", list.__iter__), tuple: (b"t", tuple.__iter__), set: (b"e", set.__iter__),
+    list: (b"l", list.__iter__),
+    tuple: (b"t", tuple.__iter__),
+    set: (b"e", set.__iter__),
     frozenset: (b"z", frozenset.__iter__),
 }
-_BUILD: dict[bytes, Callable[[list[Any]], Any]] = {b"l": list, b"t": tuple, b"e": set, b"z": frozenset}
+_BUILD: dict[bytes, Callable[[list[Any]], Any]] = {
+    b"l": list,
+    b"t": tuple,
+    b"e": set,
+    b"z": frozenset,
+}
 _PLAIN = (bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset)
 
 
 def _base(value: Any) -> type | None:
-    """The plain type ``value`` is (or derives from); ``type()`` cannot be faked like ``__class__`` can."""
+    """The plain type ``value`` is (or derives from); ``type()`` cannot be faked like ``__class__``
+    can.
+    """
     for kind in type(value).__mro__:
         if kind in _PLAIN:
             return kind
@@ -102,7 +121,8 @@ def encode(value: Any) -> bytes:
     """``value`` as plain data (see the format above).
 
     Raises:
-        Unsendable: ``value`` holds something that is not plain data, or nests deeper than ``MAX_DEPTH``.
+        Unsendable: ``value`` holds something that is not plain data, or nests deeper than
+            ``MAX_DEPTH``.
 
     >>> encode([1, (2.5, None), {"a": {True}}])
     b'l3:i1:1t2:f20:0x1.4000000000000p+1nd1:s1:ae1:T'
@@ -137,15 +157,18 @@ def _encode(value: Any, depth: int, out: list[bytes]) -> None:
         for item in items:
             _encode(item, depth + 1, out)
     else:
-        raise Unsendable(f"an object of type {type(value).__name__!r} (only None, bool, int, float, complex, str, "
-                         "bytes, list, tuple, dict, set and frozenset can be sent)")
+        raise Unsendable(
+            f"an object of type {type(value).__name__!r} (only None, bool, int, float, complex, "
+            "str, bytes, list, tuple, dict, set and frozenset can be sent)"
+        )
 
 
 def decode(data: bytes) -> Any:
     """The value :func:`encode` gave ``data`` for, built from plain types only.
 
     Raises:
-        ValueError: ``data`` is malformed, cut off, has bytes left over or nests deeper than ``MAX_DEPTH``.
+        ValueError: ``data`` is malformed, cut off, has bytes left over or nests deeper than
+            ``MAX_DEPTH``.
         TypeError: a set item or a dict key is unhashable (a list, say).
 
     >>> decode(encode({1: [float("inf"), b"x", frozenset({-3})], "s": (1j, False)}))
@@ -161,13 +184,13 @@ def _decode(data: bytes, at: int, depth: int) -> tuple[Any, int]:
     """The value starting at byte ``at``, and where it ends."""
     if depth > MAX_DEPTH:
         raise ValueError(f"a value nested deeper than {MAX_DEPTH} levels")
-    tag = data[at:at + 1]
+    tag = data[at : at + 1]
     if tag in (b"n", b"T", b"F"):
         return {b"n": None, b"T": True, b"F": False}[tag], at + 1
     colon = data.find(b":", at + 1, at + _MAX_HEADER)
-    if not tag or colon < 0 or not data[at + 1:colon].isdigit():
+    if not tag or colon < 0 or not data[at + 1 : colon].isdigit():
         raise ValueError(f"malformed value at byte {at}")
-    size, at = int(data[at + 1:colon]), colon + 1
+    size, at = int(data[at + 1 : colon]), colon + 1
     if tag in _BUILD or tag == b"d":
         count = 2 * size if tag == b"d" else size
         if count > len(data) - at:  # each item takes at least one byte
@@ -176,8 +199,10 @@ def _decode(data: bytes, at: int, depth: int) -> tuple[Any, int]:
         for _ in range(count):
             item, at = _decode(data, at, depth + 1)
             items.append(item)
-        return (dict(zip(items[::2], items[1::2], strict=True)) if tag == b"d" else _BUILD[tag](items)), at
-    body, end = data[at:at + size], at + size
+        return (
+            dict(zip(items[::2], items[1::2], strict=True)) if tag == b"d" else _BUILD[tag](items)
+        ), at
+    body, end = data[at : at + size], at + size
     if end > len(data):
         raise ValueError("a value is cut off")
     if tag == b"i":
@@ -204,7 +229,8 @@ def receive(stream: BinaryIO, limit: int) -> bytes | None:
     """Read one frame's message; ``None`` at the end of the stream.
 
     Raises:
-        ValueError: a malformed header, a message over ``limit`` bytes, or one cut off by the end of the stream.
+        ValueError: a malformed header, a message over ``limit`` bytes, or one cut off by the end of
+            the stream.
     """
     header = stream.readline(_MAX_HEADER)
     if not header:
@@ -221,7 +247,9 @@ def receive(stream: BinaryIO, limit: int) -> bytes | None:
 
 
 def _describe(error: BaseException) -> str:
-    """``str(error)``, cut to ``MAX_MESSAGE_CHARS``; a ``__str__`` that fails gives a placeholder."""
+    """``str(error)``, cut to ``MAX_MESSAGE_CHARS``; a ``__str__`` that fails gives a
+    placeholder.
+    """
     try:
         text = str(error)
     except Exception:  # noqa: BLE001 - the candidate's exception may define any __str__
@@ -231,8 +259,10 @@ def _describe(error: BaseException) -> str:
 
 # ---- the candidate process -----------------------------------------------------------------------
 
+
 def serve(solution: str, entry_point: str, request_fd: int, answer_fd: int) -> None:
-    """Run the candidate's ``solution``, then answer each call request until the judge closes the pipe.
+    """Run the candidate's ``solution``, then answer each call request until the judge closes the
+    pipe.
 
     A request is ``(call id, args tuple, kwargs dict)``; an answer ``(call id, "value", value)``,
     ``(call id, "raised", (class name, message))`` or ``(call id, "abort", reason)`` (no such
@@ -240,7 +270,9 @@ def serve(solution: str, entry_point: str, request_fd: int, answer_fd: int) -> N
     solution's prints go to this process's stdout, never to the pipes.
     """
     requests, answers = os.fdopen(request_fd, "rb"), os.fdopen(answer_fd, "wb")
-    module = type(sys)("solution")  # not __main__: like human-eval, a main block in the code does not run
+    module = type(sys)(
+        "solution"
+    )  # not __main__: like human-eval, a main block in the code does not run
     sys.modules["solution"] = module
     function: Callable[..., Any] | None = None
     problem = ""
@@ -251,7 +283,9 @@ def serve(solution: str, entry_point: str, request_fd: int, answer_fd: int) -> N
             function, problem = None, f"the solution defines no function {entry_point!r}"
     except BaseException as error:  # noqa: BLE001 - SystemExit too: loading must not end the process unseen
         _print_traceback()
-        problem = f"the solution failed to load: {type(error).__name__}: {_describe(error)}"[:MAX_MESSAGE_CHARS]
+        problem = f"the solution failed to load: {type(error).__name__}: {_describe(error)}"[
+            :MAX_MESSAGE_CHARS
+        ]
     while (message := receive(requests, 1 << 40)) is not None:  # the judge's requests: trusted
         call_id, args, kwargs = decode(message)
         answer: tuple[str, str, Any] = (call_id, "abort", problem)
@@ -259,20 +293,31 @@ def serve(solution: str, entry_point: str, request_fd: int, answer_fd: int) -> N
             try:
                 value = function(*args, **kwargs)
             except Exception as error:  # noqa: BLE001 - the judge re-raises it on its side
-                answer = (call_id, "raised", (type(error).__name__, _describe(error)[:MAX_MESSAGE_CHARS]))
+                answer = (
+                    call_id,
+                    "raised",
+                    (type(error).__name__, _describe(error)[:MAX_MESSAGE_CHARS]),
+                )
             except BaseException as error:  # noqa: BLE001 - SystemExit, KeyboardInterrupt, GeneratorExit
-                answer = (call_id, "abort", f"the function raised {type(error).__name__} instead of returning")
+                answer = (
+                    call_id,
+                    "abort",
+                    f"the function raised {type(error).__name__} instead of returning",
+                )
             else:
                 answer = (call_id, "value", value)
         try:
             encoded = encode(answer)
         except Exception as error:  # noqa: BLE001 - Unsendable, or a container changed while it was read
-            encoded = encode((call_id, "abort", f"the function returned {_describe(error)}"[:MAX_MESSAGE_CHARS]))
+            encoded = encode(
+                (call_id, "abort", f"the function returned {_describe(error)}"[:MAX_MESSAGE_CHARS])
+            )
         sys.stdout.flush()
         send(answers, encoded)
 
 
 # ---- the judge process ---------------------------------------------------------------------------
+
 
 class _Calls:
     """The judge's end of the pipes: sends a call, reads and checks its answer."""
@@ -289,14 +334,20 @@ class _Calls:
         raise JudgeAbort(reason)
 
     def call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Call the candidate's function with copies of ``args`` and ``kwargs``; its plain answer."""
+        """Call the candidate's function with copies of ``args`` and ``kwargs``; its plain
+        answer.
+        """
         if self.aborted:
             raise JudgeAbort(self.aborted)
-        call_id = os.urandom(16).hex()  # unguessable: an answer written ahead of the call cannot match
+        call_id = os.urandom(
+            16
+        ).hex()  # unguessable: an answer written ahead of the call cannot match
         try:
             request = encode((call_id, args, kwargs))
         except Unsendable as error:
-            self.abort(f"the test passes {error} to the candidate, which cannot cross to its process")
+            self.abort(
+                f"the test passes {error} to the candidate, which cannot cross to its process"
+            )
         try:
             send(self.requests, request)
             message = receive(self.answers, self.max_message_bytes)
@@ -305,28 +356,42 @@ class _Calls:
         except ValueError as error:
             self.abort(f"malformed answer from the candidate: {error}")
         if message is None:
-            self.abort("the candidate process closed its end before answering (it exited or was killed)")
+            self.abort(
+                "the candidate process closed its end before answering (it exited or was killed)"
+            )
         try:
             answer = decode(message)
         except (ValueError, TypeError, OverflowError, RecursionError, MemoryError) as error:
             self.abort(f"malformed answer from the candidate: {error}")
-        if not (type(answer) is tuple and len(answer) == 3 and answer[0] == call_id and type(answer[1]) is str):
+        if not (
+            type(answer) is tuple
+            and len(answer) == 3
+            and answer[0] == call_id
+            and type(answer[1]) is str
+        ):
             self.abort("the candidate's answer is not an answer to this call")
         _, kind, content = answer
         if kind == "value":
             return content
         if kind == "abort":
             self.abort(str(content)[:MAX_MESSAGE_CHARS])
-        if not (kind == "raised" and type(content) is tuple and len(content) == 2
-                and all(type(part) is str for part in content)):
+        if not (
+            kind == "raised"
+            and type(content) is tuple
+            and len(content) == 2
+            and all(type(part) is str for part in content)
+        ):
             self.abort("malformed answer from the candidate")
         name, text = content
         error_type = getattr(builtins, name, None) if name.isidentifier() else None
         generic = CandidateError(f"{name}: {text}"[:MAX_MESSAGE_CHARS])
-        # Not StopIteration: raised in the test's `all(map(candidate, cases))` it would end the map early
-        # and make the all() vacuously true.
-        if (isinstance(error_type, type) and issubclass(error_type, Exception)
-                and not issubclass(error_type, (StopIteration, StopAsyncIteration))):
+        # Not StopIteration: raised in the test's `all(map(candidate, cases))` it would end the map
+        # early and make the all() vacuously true.
+        if (
+            isinstance(error_type, type)
+            and issubclass(error_type, Exception)
+            and not issubclass(error_type, (StopIteration, StopAsyncIteration))
+        ):
             try:
                 same = error_type(text[:MAX_MESSAGE_CHARS])
             except Exception:  # noqa: BLE001 - builtins such as UnicodeDecodeError take other arguments
@@ -336,7 +401,8 @@ class _Calls:
 
 
 def _print_traceback(sources: dict[str, str] | None = None) -> None:
-    """Print the current exception's traceback to stderr, showing the lines of ``sources`` (name: source).
+    """Print the current exception's traceback to stderr, showing the lines of ``sources`` (name:
+    source).
 
     traceback is imported only here: it costs every process a few milliseconds at start.
     """
@@ -357,7 +423,8 @@ def _fail(status: Any, reason: str) -> NoReturn:
 
 
 def judge(payload: dict[str, Any], request_fd: int, answer_fd: int, status_fd: int) -> NoReturn:
-    """Run ``check(candidate)`` of the problem in ``payload``; report on ``status_fd`` and by the exit status.
+    """Run ``check(candidate)`` of the problem in ``payload``; report on ``status_fd`` and by the
+    exit status.
 
     ``payload``: ``prompt`` (the problem's original prompt, which provides the helpers and imports
     the tests use), ``test`` (defines ``check``), ``entry_point``, ``token`` (the grader's secret
@@ -383,7 +450,8 @@ def judge(payload: dict[str, Any], request_fd: int, answer_fd: int, status_fd: i
             return calls.call(args, kwargs)
 
         candidate.__name__ = candidate.__qualname__ = payload["entry_point"]
-        namespace[payload["entry_point"]] = candidate  # a test naming the function calls the candidate too
+        # A test naming the function calls the candidate too.
+        namespace[payload["entry_point"]] = candidate
         namespace["check"](candidate)
     except BaseException as error:  # noqa: BLE001 - whatever stops the tests fails the problem
         _print_traceback({"<prompt>": payload["prompt"], "<test>": payload["test"]})

@@ -1,7 +1,7 @@
 """The types both sides of a cell speak: chat messages, env step results, the generation interface.
 
-The grader side (``autorl.engine``, ``autorl.envs``, the tasks' evaluators) imports them from here, so
-the agent side and the grader side share one definition.
+The grader side (``autorl.engine``, ``autorl.envs``, the tasks' evaluators) imports them from here,
+so the agent side and the grader side share one definition.
 """
 
 from __future__ import annotations
@@ -20,12 +20,18 @@ class GenerationEngine(Protocol):
     """
 
     def generate_chat(
-        self, conversations: list[list[ChatMessage]], *, max_new_tokens: int, stop: list[str] | None = None
+        self,
+        conversations: list[list[ChatMessage]],
+        *,
+        max_new_tokens: int,
+        stop: list[str] | None = None,
     ) -> list[str]:
         """Generate the assistant reply for each conversation, using the model's chat template."""
         ...
 
-    def generate_text(self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
+    def generate_text(
+        self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
         """Generate a raw completion of each prompt (no chat template)."""
         ...
 
@@ -64,5 +70,10 @@ class StepResult:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (the grading API's env endpoints send this)."""
-        return {"observation": self.observation, "reward": self.reward, "done": self.done,
-                "admissible_actions": list(self.admissible_actions), "info": dict(self.info)}
+        return {
+            "observation": self.observation,
+            "reward": self.reward,
+            "done": self.done,
+            "admissible_actions": list(self.admissible_actions),
+            "info": dict(self.info),
+        }

@@ -45,7 +45,10 @@ class Episode:
     @property
     def history(self) -> list[tuple[str, str]]:
         """``(action, observation)`` pairs so far, what the prompts show."""
-        return [(action, result.observation) for action, result in zip(self.actions, self.results, strict=True)]
+        return [
+            (action, result.observation)
+            for action, result in zip(self.actions, self.results, strict=True)
+        ]
 
     @property
     def current(self) -> StepResult:
@@ -76,8 +79,9 @@ class EpisodeProtocol(Protocol):
 
 
 class EpisodeEnvs(Protocol):
-    """What :func:`play` needs from the environments (the grader's ``autorl.envs.host.EpisodeClient``, the agent's
-    :class:`agent_kit.scripted.policy.ApiEpisodes`)."""
+    """What :func:`play` needs from the environments (the grader's
+    ``autorl.envs.host.EpisodeClient``, the agent's :class:`agent_kit.scripted.policy.ApiEpisodes`).
+    """
 
     def reset(self, episode_ids: list[str]) -> list[tuple[str, StepResult]]:
         """Start these episodes."""
@@ -104,9 +108,13 @@ class PlayStats:
 
 def _generate(engine: GenerationEngine, protocol: EpisodeProtocol, prompts: list[Any]) -> list[str]:
     if protocol.mode == "chat":
-        outputs = engine.generate_chat(prompts, max_new_tokens=protocol.max_new_tokens, stop=protocol.stop)
+        outputs = engine.generate_chat(
+            prompts, max_new_tokens=protocol.max_new_tokens, stop=protocol.stop
+        )
     else:
-        outputs = engine.generate_text(prompts, max_new_tokens=protocol.max_new_tokens, stop=protocol.stop)
+        outputs = engine.generate_text(
+            prompts, max_new_tokens=protocol.max_new_tokens, stop=protocol.stop
+        )
     if len(outputs) != len(prompts):
         raise RuntimeError(f"engine returned {len(outputs)} generations for {len(prompts)} prompts")
     return [o or "" for o in outputs]
@@ -137,9 +145,13 @@ def play(
         The finished episodes, in the order of ``episode_ids``.
     """
     if concurrency < 1 or max_steps < 1:
-        raise ValueError(f"concurrency and max_steps must be at least 1, got {concurrency} and {max_steps}")
+        raise ValueError(
+            f"concurrency and max_steps must be at least 1, got {concurrency} and {max_steps}"
+        )
     stats = stats if stats is not None else PlayStats()
-    queue = deque(enumerate(episode_ids))  # positions, so the same episode may be played several times
+    queue = deque(
+        enumerate(episode_ids)
+    )  # positions, so the same episode may be played several times
     live: list[tuple[int, Episode]] = []
     finished: dict[int, Episode] = {}
     try:
@@ -166,7 +178,9 @@ def play(
             stats.env_step_calls += 1
             still: list[tuple[int, Episode]] = []
             done_handles = []
-            for (position, episode), output, action, result in zip(live, outputs, actions, results, strict=True):
+            for (position, episode), output, action, result in zip(
+                live, outputs, actions, results, strict=True
+            ):
                 episode.record(output, action, result)
                 if result.done or episode.steps >= max_steps:
                     finished[position] = episode

@@ -9,20 +9,20 @@ returns a :class:`SandboxRun`, so that several can run at once, joined by pipes 
 
 Two isolation modes:
 
-- ``namespaces`` (used whenever the kernel allows it): ``unshare`` puts the run in new user,
-  mount, network and PID namespaces. The network namespace has no interfaces up, so every
-  connection fails. A small launcher then makes the whole filesystem read-only except the run's
-  directory (``mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)``), empties the capability
-  bounding set and sets ``no_new_privs`` before it execs the program, so the program holds no
-  capabilities and cannot undo the mounts. At the timeout the PID namespace dies with everything in it.
-  The run gets a /proc of its own (``--mount-proc``) where the kernel allows it. Nested in another
-  sandbox (the scripted agent's reward inside a sealed cell's bubblewrap) it does not: a new procfs
-  may only be mounted where the enclosing one is fully visible, and bubblewrap covers parts of its
-  /proc. There the run keeps the enclosing sandbox's /proc, read-only like the rest (it shows the
-  agent's own processes, none of which the run can signal from its PID namespace), and every other
-  namespace as above; this is logged once.
-- ``rlimits`` (fallback, logged as a warning): limits, private directory and kill only, no network or
-  filesystem isolation (``hidden`` folders stay visible); as root the program runs as ``nobody``
+- ``namespaces`` (used whenever the kernel allows it): ``unshare`` puts the run in new user, mount,
+  network and PID namespaces. The network namespace has no interfaces up, so every connection fails.
+  A small launcher then makes the whole filesystem read-only except the run's directory
+  (``mount_setattr(AT_RECURSIVE, MOUNT_ATTR_RDONLY)``), empties the capability bounding set and sets
+  ``no_new_privs`` before it execs the program, so the program holds no capabilities and cannot undo
+  the mounts. At the timeout the PID namespace dies with everything in it. The run gets a /proc of
+  its own (``--mount-proc``) where the kernel allows it. Nested in another sandbox (the scripted
+  agent's reward inside a sealed cell's bubblewrap) it does not: a new procfs may only be mounted
+  where the enclosing one is fully visible, and bubblewrap covers parts of its /proc. There the run
+  keeps the enclosing sandbox's /proc, read-only like the rest (it shows the agent's own processes,
+  none of which the run can signal from its PID namespace), and every other namespace as above; this
+  is logged once.
+- ``rlimits`` (fallback, logged as a warning): limits, private directory and kill only, no network
+  or filesystem isolation (``hidden`` folders stay visible); as root the program runs as ``nobody``
   (uid 65534). A caller that must hide files checks :func:`namespaces_problem` and asks for
   ``rlimits`` only when told to explicitly.
 
@@ -63,8 +63,9 @@ _PR_SET_PDEATHSIG = 1
 # Loaded at import: a preexec_fn must not import anything (it runs between fork and exec).
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
-# Runs in the namespaces as their root (argv: workdir, hidden dirs joined by newlines, python, args): hide
-# dirs, make every mount read-only but the workdir, drop every capability for good, exec the program.
+# Runs in the namespaces as their root (argv: workdir, hidden dirs joined by newlines, python,
+# args): hide dirs, make every mount read-only but the workdir, drop every capability for good, exec
+# the program.
 _LAUNCHER = r"""
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -99,7 +100,8 @@ os.execv(sys.argv[3], sys.argv[3:])
 class SandboxError(RuntimeError):
     """The sandbox itself does not work here (not the program's fault); the message says why.
 
-    The grader side turns it into ``autorl.errors.PrerequisiteError`` (this package imports nothing of autorl).
+    The grader side turns it into ``autorl.errors.PrerequisiteError`` (this package imports nothing
+    of autorl).
     """
 
 
@@ -111,7 +113,8 @@ class SandboxLimits:
         timeout_s: Wall-clock seconds before the run's process group (and PID namespace) is killed.
         cpu_s: ``RLIMIT_CPU`` per process, in seconds.
         memory_bytes: ``RLIMIT_AS`` (address space) per process.
-        max_processes: Tasks (processes and threads) the run may have at once (see the module docstring).
+        max_processes: Tasks (processes and threads) the run may have at once (see the module
+            docstring).
         max_file_bytes: ``RLIMIT_FSIZE``: largest file the run may write (its output file included).
         max_open_files: ``RLIMIT_NOFILE``.
         max_output_bytes: Bytes of combined stdout and stderr kept in the result.
@@ -153,7 +156,9 @@ class SandboxResult:
 
 
 def _cgroup_parent() -> Path | None:
-    """This process's cgroup in a hierarchy with the ``pids`` controller, if we may create children there."""
+    """This process's cgroup in a hierarchy with the ``pids`` controller, if we may create children
+    there.
+    """
     try:
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()
         memberships = Path("/proc/self/cgroup").read_text().splitlines()
@@ -167,7 +172,12 @@ def _cgroup_parent() -> Path | None:
             root, mount_point = fields.split()[3:5]
             # The mount shows the hierarchy from `root` down (containers mount their own subtree).
             parent = Path(mount_point) / os.path.relpath(path, root)
-            if controllers and fstype == "cgroup" and "pids" in options.split(",") and "pids" in controllers.split(","):
+            if (
+                controllers
+                and fstype == "cgroup"
+                and "pids" in options.split(",")
+                and "pids" in controllers.split(",")
+            ):
                 return parent
             if not controllers and fstype == "cgroup2":
                 try:
@@ -194,7 +204,9 @@ def _usable_cgroup_parent() -> Path | None:
 
 
 class _TaskCap:
-    """Caps a run's tasks with its own ``pids`` cgroup, or with ``RLIMIT_NPROC`` (see the module docstring)."""
+    """Caps a run's tasks with its own ``pids`` cgroup, or with ``RLIMIT_NPROC`` (see the module
+    docstring).
+    """
 
     def __init__(self, max_tasks: int, run_uid: int) -> None:
         self.cgroup: Path | None = None
@@ -207,8 +219,11 @@ class _TaskCap:
         elif run_uid != 0:
             self.nproc = _tasks_of(run_uid) + max_tasks
         else:
-            _warn_once("sandbox: running as root without a usable pids cgroup: the number of processes of a "
-                       "sandboxed program is not capped (only its time, memory and the timeout kill are)")
+            _warn_once(
+                "sandbox: running as root without a usable pids cgroup: the number of processes "
+                "of a sandboxed program is not capped (only its time, memory and the timeout kill "
+                "are)"
+            )
 
     def enter(self) -> None:
         """In the child before exec: join the cgroup (or set ``RLIMIT_NPROC``)."""
@@ -246,7 +261,9 @@ def _tasks_of(uid: int) -> int:
     count = 0
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
-            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+            fields = dict(
+                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
+            )
             if int(fields.get("Uid", "-1 0").split()[0]) == uid:
                 count += int(fields.get("Threads", "1").strip())
         except (OSError, ValueError):
@@ -258,7 +275,9 @@ _warn_once = functools.cache(logger.warning)
 
 
 def _preexec(limits: SandboxLimits, cap: _TaskCap, drop_to_nobody: bool) -> Callable[[], None]:
-    """The child's ``preexec_fn``: join the task cap, set resource limits, maybe become ``nobody``."""
+    """The child's ``preexec_fn``: join the task cap, set resource limits, maybe become
+    ``nobody``.
+    """
 
     def apply() -> None:
         cap.enter()
@@ -286,42 +305,73 @@ _UNSHARE = ["--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", 
 
 @functools.cache
 def fresh_proc_allowed() -> bool:
-    """Whether a run may mount a /proc of its own here (not where an enclosing sandbox hides parts of its /proc).
+    """Whether a run may mount a /proc of its own here (not where an enclosing sandbox hides parts
+    of its /proc).
 
     Logs a warning once when it may not (see the module docstring).
     """
     unshare = shutil.which("unshare") or "unshare"
     try:
-        done = subprocess.run([unshare, *_UNSHARE, "--mount-proc", "true"], capture_output=True, text=True,  # noqa: S603
-                              timeout=30, check=False)
+        done = subprocess.run(
+            [unshare, *_UNSHARE, "--mount-proc", "true"],
+            capture_output=True,
+            text=True,  # noqa: S603
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         logger.warning("sandbox: probing `unshare --mount-proc` failed (%s)", error)
         return False
     if done.returncode == 0:
         return True
-    logger.warning("sandbox: cannot mount a /proc of the run's own here (%s; nested in another sandbox?): runs keep "
-                   "the enclosing /proc, read-only; user, mount, network and PID namespaces still apply",
-                   done.stderr.strip()[-300:])
+    logger.warning(
+        "sandbox: cannot mount a /proc of the run's own here (%s; nested in another sandbox?): "
+        "runs keep the enclosing /proc, read-only; user, mount, network and PID namespaces still "
+        "apply",
+        done.stderr.strip()[-300:],
+    )
     return False
 
 
 def _namespace_prefix(workdir: Path, python: str, hidden: tuple[Path, ...]) -> list[str]:
     unshare = shutil.which("unshare") or "unshare"
     dirs = [Path(p) for p in hidden if Path(p).is_dir()]
-    # A folder inside another hidden one is covered with it (and could not be found once that one is).
+    # A folder inside another hidden one is covered with it (and could not be found once that one
+    # is).
     outermost = [d for d in dirs if not any(o != d and d.is_relative_to(o) for o in dirs)]
-    return [unshare, *_UNSHARE, *(["--mount-proc"] if fresh_proc_allowed() else []),
-            "--", python, "-I", "-S", "-c", _LAUNCHER, str(workdir), "\n".join(str(d) for d in dict.fromkeys(outermost))]
+    return [
+        unshare,
+        *_UNSHARE,
+        *(["--mount-proc"] if fresh_proc_allowed() else []),
+        "--",
+        python,
+        "-I",
+        "-S",
+        "-c",
+        _LAUNCHER,
+        str(workdir),
+        "\n".join(str(d) for d in dict.fromkeys(outermost)),
+    ]
 
 
 class SandboxRun:
-    """One program started in the sandbox and not yet reaped; :meth:`finish` (or ``with``) kills and cleans up.
+    """One program started in the sandbox and not yet reaped; :meth:`finish` (or ``with``) kills and
+    cleans up.
 
     :meth:`Sandbox.start_python` returns one; :meth:`Sandbox.run_python` is start, wait, finish.
     """
 
-    def __init__(self, source: str, limits: SandboxLimits, mode: Mode, python: str, tmp_root: Path | None,
-                 stdlib_only: bool, hidden: tuple[Path, ...], pass_fds: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        source: str,
+        limits: SandboxLimits,
+        mode: Mode,
+        python: str,
+        tmp_root: Path | None,
+        stdlib_only: bool,
+        hidden: tuple[Path, ...],
+        pass_fds: tuple[int, ...],
+    ) -> None:
         """Write ``source`` as ``program.py`` in a fresh directory and start it under ``mode``.
 
         ``pass_fds`` stay open in the program under the same numbers (pipes to another process).
@@ -339,21 +389,37 @@ class SandboxRun:
             if drop:
                 for path in (self.workdir, self.workdir / "program.py"):
                     os.chown(path, _NOBODY, _NOBODY)
-            # -I: ignore PYTHON* variables and the user site; -S: no site-packages (faster start, stdlib only).
+            # -I: ignore PYTHON* variables and the user site; -S: no site-packages (faster start,
+            # stdlib only).
             argv = [python, "-I", *(["-S"] if stdlib_only else []), "program.py"]
             if mode == "namespaces":
                 argv = _namespace_prefix(self.workdir, python, hidden) + argv
-            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.workdir), "TMPDIR": str(self.workdir),
-                   "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+            env = {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "HOME": str(self.workdir),
+                "TMPDIR": str(self.workdir),
+                "LANG": "C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE": "1",
+                "PYTHONHASHSEED": "0",
+            }
             with open(self._out_dir / "output", "wb") as sink:
                 try:
                     self.proc = subprocess.Popen(  # noqa: S603 - running untrusted code is the point of this module
-                        argv, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL, stdout=sink,
-                        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_preexec(limits, self._cap, drop),
-                        close_fds=True, pass_fds=pass_fds,
+                        argv,
+                        cwd=self.workdir,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=sink,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        preexec_fn=_preexec(limits, self._cap, drop),
+                        close_fds=True,
+                        pass_fds=pass_fds,
                     )
                 except OSError as error:  # e.g. the interpreter cannot be executed
-                    self._result = SandboxResult(127, False, f"cannot start {argv[0]}: {error}", False, 0.0, mode)
+                    self._result = SandboxResult(
+                        127, False, f"cannot start {argv[0]}: {error}", False, 0.0, mode
+                    )
         except BaseException:
             self.finish()
             raise
@@ -361,7 +427,9 @@ class SandboxRun:
             self._cleanup()
 
     def wait(self, timeout: float | None) -> int | None:
-        """The exit status once the program has exited, waiting at most ``timeout`` seconds; else ``None``."""
+        """The exit status once the program has exited, waiting at most ``timeout`` seconds; else
+        ``None``.
+        """
         if self.proc is None:
             return self._result.returncode if self._result is not None else None
         try:
@@ -370,7 +438,8 @@ class SandboxRun:
             return None
 
     def finish(self, timed_out: bool = False) -> SandboxResult:
-        """Kill whatever is left of the run, remove its directories and return what it did (idempotent).
+        """Kill whatever is left of the run, remove its directories and return what it did
+        (idempotent).
 
         Args:
             timed_out: Record the run as killed at its timeout (its exit status is then ``None``).
@@ -386,8 +455,14 @@ class SandboxRun:
         raw = b""
         with contextlib.suppress(OSError), open(self._out_dir / "output", "rb") as fh:
             raw = fh.read(self.limits.max_output_bytes + 1)
-        self._result = SandboxResult(returncode, timed_out, raw[: self.limits.max_output_bytes].decode("utf-8", "replace"),
-                                     len(raw) > self.limits.max_output_bytes, elapsed, self.mode)
+        self._result = SandboxResult(
+            returncode,
+            timed_out,
+            raw[: self.limits.max_output_bytes].decode("utf-8", "replace"),
+            len(raw) > self.limits.max_output_bytes,
+            elapsed,
+            self.mode,
+        )
         self._cleanup()
         return self._result
 
@@ -403,9 +478,18 @@ class SandboxRun:
         self.finish()
 
 
-def _run(source: str, limits: SandboxLimits, mode: Mode, python: str, tmp_root: Path | None,
-         stdlib_only: bool = True, hidden: tuple[Path, ...] = ()) -> SandboxResult:
-    """Run ``source`` as ``program.py`` in a fresh directory under ``mode``; the directory is removed after."""
+def _run(
+    source: str,
+    limits: SandboxLimits,
+    mode: Mode,
+    python: str,
+    tmp_root: Path | None,
+    stdlib_only: bool = True,
+    hidden: tuple[Path, ...] = (),
+) -> SandboxResult:
+    """Run ``source`` as ``program.py`` in a fresh directory under ``mode``; the directory is
+    removed after.
+    """
     with SandboxRun(source, limits, mode, python, tmp_root, stdlib_only, hidden, ()) as run:
         returncode = run.wait(limits.timeout_s)
         return run.finish(timed_out=returncode is None and run.proc is not None)
@@ -461,8 +545,11 @@ def detect_mode() -> Mode:
     problem = namespaces_problem()
     if problem is None:
         return "namespaces"
-    logger.warning("sandbox: namespaces unavailable (%s); falling back to rlimit-only mode "
-                   "(no network or filesystem isolation)", problem)
+    logger.warning(
+        "sandbox: namespaces unavailable (%s); falling back to rlimit-only mode "
+        "(no network or filesystem isolation)",
+        problem,
+    )
     return "rlimits"
 
 
@@ -475,9 +562,16 @@ class Sandbox:
         '42\\n'
     """
 
-    def __init__(self, limits: SandboxLimits = SandboxLimits(), *, mode: Mode | None = None,
-                 python: str | None = None, tmp_root: Path | None = None, stdlib_only: bool = True,
-                 hidden: tuple[Path, ...] = ()) -> None:
+    def __init__(
+        self,
+        limits: SandboxLimits = SandboxLimits(),
+        *,
+        mode: Mode | None = None,
+        python: str | None = None,
+        tmp_root: Path | None = None,
+        stdlib_only: bool = True,
+        hidden: tuple[Path, ...] = (),
+    ) -> None:
         """Choose the interpreter and the isolation mode.
 
         Args:
@@ -499,15 +593,29 @@ class Sandbox:
 
     def run_python(self, source: str) -> SandboxResult:
         """Run ``source`` as ``program.py`` in a fresh directory and return what happened."""
-        return _run(source, self.limits, self.mode, self.python, self.tmp_root, self.stdlib_only, self.hidden)
+        return _run(
+            source,
+            self.limits,
+            self.mode,
+            self.python,
+            self.tmp_root,
+            self.stdlib_only,
+            self.hidden,
+        )
 
-    def start_python(self, source: str, *, pass_fds: tuple[int, ...] = (), tmp_root: Path | None = None,
-                     hidden: tuple[Path, ...] = ()) -> SandboxRun:
+    def start_python(
+        self,
+        source: str,
+        *,
+        pass_fds: tuple[int, ...] = (),
+        tmp_root: Path | None = None,
+        hidden: tuple[Path, ...] = (),
+    ) -> SandboxRun:
         """Start ``source`` as ``program.py`` in a fresh directory and return without waiting.
 
-        The caller waits (:meth:`SandboxRun.wait`) and must :meth:`SandboxRun.finish` the run (or use it
-        as a context manager): that kills what is left and removes its directories. The limits apply
-        as in :meth:`run_python`, except the timeout: the caller enforces it.
+        The caller waits (:meth:`SandboxRun.wait`) and must :meth:`SandboxRun.finish` the run (or
+        use it as a context manager): that kills what is left and removes its directories. The
+        limits apply as in :meth:`run_python`, except the timeout: the caller enforces it.
 
         Args:
             source: The program.
@@ -515,12 +623,22 @@ class Sandbox:
             tmp_root: Where the run's directories go, instead of the sandbox's ``tmp_root``.
             hidden: Directories hidden from this program besides the sandbox's own ``hidden``.
         """
-        return SandboxRun(source, self.limits, self.mode, self.python, tmp_root or self.tmp_root, self.stdlib_only,
-                          self.hidden + tuple(Path(p) for p in hidden), tuple(pass_fds))
+        return SandboxRun(
+            source,
+            self.limits,
+            self.mode,
+            self.python,
+            tmp_root or self.tmp_root,
+            self.stdlib_only,
+            self.hidden + tuple(Path(p) for p in hidden),
+            tuple(pass_fds),
+        )
 
     def run_many(self, sources: list[str], *, workers: int) -> list[SandboxResult]:
         """Run each source in its own sandbox, ``workers`` at a time; results in input order."""
-        with ThreadPoolExecutor(max(1, workers)) as pool:  # threads suffice: each run is a subprocess
+        with ThreadPoolExecutor(
+            max(1, workers)
+        ) as pool:  # threads suffice: each run is a subprocess
             return list(pool.map(self.run_python, sources))
 
     def check(self) -> None:
@@ -532,8 +650,9 @@ class Sandbox:
         result = self.run_python("print('sandbox-ok')")
         if not (result.ok and "sandbox-ok" in result.output):
             raise SandboxError(
-                f"the sandbox ({self.mode} mode, python {self.python}) cannot run a trivial program: "
-                f"exit {result.returncode}, timed out {result.timed_out}, output {result.output[-500:]!r}. "
-                "In rlimit mode as root the program runs as uid 65534, which must be able to execute the "
-                "interpreter; pass a world-readable one (e.g. /usr/bin/python3)."
+                f"the sandbox ({self.mode} mode, python {self.python}) cannot run a trivial "
+                f"program: exit {result.returncode}, timed out {result.timed_out}, output "
+                f"{result.output[-500:]!r}. In rlimit mode as root the program runs as uid 65534, "
+                "which must be able to execute the interpreter; pass a world-readable one (e.g. "
+                "/usr/bin/python3)."
             )
