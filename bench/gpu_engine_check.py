@@ -35,19 +35,35 @@ def main() -> int:
         return 2
     cache = Path(tempfile.mkdtemp(prefix="autorl-gpu-"))
     model_dir = ensure_tiny_model(cache / "models")
-    summary: dict[str, object] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    summary: dict[str, object] = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+    }
 
     engine = HFEngine(model_dir, batch_size=32, device="cuda")
-    prompts = [[{"role": "user", "content": f"Question: {a} plus {a % 7} more" + " please" * (a % 5)}] for a in range(32)]
+    prompts = [
+        [{"role": "user", "content": f"Question: {a} plus {a % 7} more" + " please" * (a % 5)}]
+        for a in range(32)
+    ]
     batched = engine.generate_chat(prompts, max_new_tokens=24)
     single = [engine.generate_chat([p], max_new_tokens=24)[0] for p in prompts]
     summary["batched_equals_single"] = sum(b == s for b, s in zip(batched, single, strict=True))
 
-    target = EvalTarget("gsm8k", 1, "fixture", 0, {"train_size": 2000, "eval_size": 200}, {"num_shots": 0, "max_new_tokens": 48})
+    target = EvalTarget(
+        "gsm8k",
+        1,
+        "fixture",
+        0,
+        {"train_size": 2000, "eval_size": 200},
+        {"num_shots": 0, "max_new_tokens": 48},
+    )
     torch.cuda.synchronize()
     started = time.perf_counter()
     gpu = score_model(target, model_dir, cache, batch_size=256)
-    summary["gpu_score"], summary["gpu_score_s"] = gpu.score, round(time.perf_counter() - started, 3)
+    summary["gpu_score"], summary["gpu_score_s"] = (
+        gpu.score,
+        round(time.perf_counter() - started, 3),
+    )
     summary["gpu_error"] = gpu.error
 
     # Same model on the CPU (fp32) for comparison; a random tiny model answers mostly garbage,
@@ -61,8 +77,12 @@ def main() -> int:
     return 0 if ok and summary["adapter_loaded_on_base"] else 1
 
 
-def adapter_on_base(model_dir: Path, cache: Path, prompts: list[list[dict[str, str]]], device: str = "cuda") -> dict[str, object]:
-    """Check 4: the adapter names another base; the engine must apply it to ``model_dir`` on CUDA."""
+def adapter_on_base(
+    model_dir: Path, cache: Path, prompts: list[list[dict[str, str]]], device: str = "cuda"
+) -> dict[str, object]:
+    """Check 4: the adapter names another base; the engine must apply it to ``model_dir`` on
+    CUDA.
+    """
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -71,14 +91,20 @@ def adapter_on_base(model_dir: Path, cache: Path, prompts: list[list[dict[str, s
 
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
+    lora = LoraConfig(
+        r=8,
+        lora_alpha=16,
+        target_modules=["q_proj", "v_proj", "down_proj"],
+        init_lora_weights=False,
+    )
     peft_model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir), lora)
     adapter_dir, merged_dir = cache / "adapter", cache / "merged"
     peft_model.save_pretrained(adapter_dir)
     tokenizer.save_pretrained(adapter_dir)
     config_file = adapter_dir / "adapter_config.json"
     config = json.loads(config_file.read_text())
-    config["base_model_name_or_path"] = "/nonexistent/another-base-model"  # what a hostile agent would name
+    # What a hostile agent would name.
+    config["base_model_name_or_path"] = "/nonexistent/another-base-model"
     config_file.write_text(json.dumps(config))
     peft_model.merge_and_unload().save_pretrained(merged_dir)
     tokenizer.save_pretrained(merged_dir)
@@ -86,12 +112,21 @@ def adapter_on_base(model_dir: Path, cache: Path, prompts: list[list[dict[str, s
     on_base = HFEngine(adapter_dir, batch_size=32, device=device, base_dir=model_dir)
     load_s = round(time.perf_counter() - started, 3)
     adapter_texts = on_base.generate_chat(prompts, max_new_tokens=24)
-    merged_texts = HFEngine(merged_dir, batch_size=32, device=device).generate_chat(prompts, max_new_tokens=24)
-    base_texts = HFEngine(model_dir, batch_size=32, device=device).generate_chat(prompts, max_new_tokens=24)
+    merged_texts = HFEngine(merged_dir, batch_size=32, device=device).generate_chat(
+        prompts, max_new_tokens=24
+    )
+    base_texts = HFEngine(model_dir, batch_size=32, device=device).generate_chat(
+        prompts, max_new_tokens=24
+    )
     return {
-        "adapter_loaded_on_base": True, "adapter_load_s": load_s,
-        "adapter_same_text_as_merged": sum(a == m for a, m in zip(adapter_texts, merged_texts, strict=True)),
-        "adapter_same_text_as_base": sum(a == b for a, b in zip(adapter_texts, base_texts, strict=True)),
+        "adapter_loaded_on_base": True,
+        "adapter_load_s": load_s,
+        "adapter_same_text_as_merged": sum(
+            a == m for a, m in zip(adapter_texts, merged_texts, strict=True)
+        ),
+        "adapter_same_text_as_base": sum(
+            a == b for a, b in zip(adapter_texts, base_texts, strict=True)
+        ),
     }
 
 

@@ -1,4 +1,5 @@
-"""Benchmark: interactive evaluation, all episodes concurrent vs one at a time (the reference's way).
+"""Benchmark: interactive evaluation, all episodes concurrent vs one at a time (the reference's
+way).
 
 Plays the same eval episodes of an interactive task twice with the same warm HF engine (greedy, stop
 strings on, prompt-prefix reuse on): once one episode at a time with one generate call per step
@@ -100,10 +101,13 @@ def _env_worker(conn: Any, kind: str, task: str, private_dir: str, options: dict
 
 
 class ProcessEnvs:
-    """Episodes spread over worker processes (forked, so imports and parser caches are inherited), each
-    batch of steps sent to every worker at once: the EnvPool's parallel stepping, without Ray."""
+    """Episodes spread over worker processes (forked, so imports and parser caches are inherited),
+    each batch of steps sent to every worker at once: the EnvPool's parallel stepping, without Ray.
+    """
 
-    def __init__(self, workers: int, kind: str, task: str, private_dir: Path, options: dict[str, Any]) -> None:
+    def __init__(
+        self, workers: int, kind: str, task: str, private_dir: Path, options: dict[str, Any]
+    ) -> None:
         import multiprocessing
 
         context = multiprocessing.get_context("fork")
@@ -111,7 +115,9 @@ class ProcessEnvs:
         self.procs = []
         for _ in range(workers):
             parent, child = context.Pipe()
-            proc = context.Process(target=_env_worker, args=(child, kind, task, str(private_dir), options), daemon=True)
+            proc = context.Process(
+                target=_env_worker, args=(child, kind, task, str(private_dir), options), daemon=True
+            )
             proc.start()
             self.conns.append(parent)
             self.procs.append(proc)
@@ -164,17 +170,22 @@ class ProcessEnvs:
             proc.join(timeout=30)
 
 
-def _run(task: str, engine: Any, private_dir: Path, overrides: dict[str, Any], env_workers: int = 1) -> dict[str, Any]:
-    """Evaluate with the task's fixture eval options (conf/task/<task>.yaml) and ``overrides`` over them;
-    ``env_workers`` > 1 steps the environments in that many processes."""
+def _run(
+    task: str, engine: Any, private_dir: Path, overrides: dict[str, Any], env_workers: int = 1
+) -> dict[str, Any]:
+    """Evaluate with the task's fixture eval options (conf/task/<task>.yaml) and ``overrides`` over
+    them; ``env_workers`` > 1 steps the environments in that many processes."""
     from autorl.envs.host import local_episode_client
     from autorl.tasks import EvalContext, get_task, load_evaluator
 
     spec = get_task(task)
     ctx = EvalContext.for_task(spec, "fixture", private_dir, overrides)
     kind = spec.env or task
-    client: Any = (ProcessEnvs(env_workers, kind, task, private_dir, dict(ctx.options)) if env_workers > 1
-                   else local_episode_client(kind, task, private_dir, dict(ctx.options)))
+    client: Any = (
+        ProcessEnvs(env_workers, kind, task, private_dir, dict(ctx.options))
+        if env_workers > 1
+        else local_episode_client(kind, task, private_dir, dict(ctx.options))
+    )
     envs = TimedEnvs(client)
     timed = TimedEngine(engine)
     prefix = getattr(engine, "prefix", None)
@@ -188,19 +199,29 @@ def _run(task: str, engine: Any, private_dir: Path, overrides: dict[str, Any], e
     else:
         client.client.shutdown()
     return {
-        "score": result.score, "details": result.details, "actions": envs.actions, "wall_s": wall,
-        "engine_s": timed.timer.seconds, "engine_calls": timed.timer.calls,
-        "env_s": envs.timer.seconds, "env_calls": envs.timer.calls,
+        "score": result.score,
+        "details": result.details,
+        "actions": envs.actions,
+        "wall_s": wall,
+        "engine_s": timed.timer.seconds,
+        "engine_calls": timed.timer.calls,
+        "env_s": envs.timer.seconds,
+        "env_calls": envs.timer.calls,
         "other_s": wall - timed.timer.seconds - envs.timer.seconds,
         "prompt_tokens_reused": (prefix.reused_tokens - reused_before) if prefix is not None else 0,
-        "prompt_tokens_encoded": (prefix.encoded_tokens - encoded_before) if prefix is not None else 0,
+        "prompt_tokens_encoded": (prefix.encoded_tokens - encoded_before)
+        if prefix is not None
+        else 0,
     }
 
 
 def _line(name: str, run: dict[str, Any]) -> str:
-    return (f"{name:<14} score {run['score']:6.2f}  wall {run['wall_s']:6.1f} s  engine {run['engine_s']:6.1f} s "
-            f"({run['engine_calls']} calls)  env {run['env_s']:5.1f} s  other {run['other_s']:4.1f} s  "
-            f"prompt tokens encoded {run['prompt_tokens_encoded']}, reused {run['prompt_tokens_reused']}")
+    return (
+        f"{name:<14} score {run['score']:6.2f}  wall {run['wall_s']:6.1f} s  engine "
+        f"{run['engine_s']:6.1f} s ({run['engine_calls']} calls)  env {run['env_s']:5.1f} s  other "
+        f"{run['other_s']:4.1f} s  prompt tokens encoded {run['prompt_tokens_encoded']}, reused "
+        f"{run['prompt_tokens_reused']}"
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -211,14 +232,27 @@ def main(argv: list[str]) -> int:
     interactive = sorted(t for t, spec in discover_tasks().items() if spec.kind == "interactive")
     parser.add_argument("--task", default="alfworld", choices=interactive)
     parser.add_argument("--episodes", type=int, default=36)
-    parser.add_argument("--max-steps", type=int, default=None, help="default: the task's fixture setting")
+    parser.add_argument(
+        "--max-steps", type=int, default=None, help="default: the task's fixture setting"
+    )
     parser.add_argument("--cache-dir", default=str(Path.home() / ".cache" / "autorl"))
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--no-prefix-cache", action="store_true", help="engine without prompt-prefix reuse")
-    parser.add_argument("--baseline-without-prefix-cache", action="store_true",
-                        help="the baseline engine without prompt-prefix reuse (the reference's engine plus stop strings)")
-    parser.add_argument("--env-workers", type=int, default=1,
-                        help="processes stepping the concurrent run's environments (the EnvPool's parallelism); 1: in-process")
+    parser.add_argument(
+        "--no-prefix-cache", action="store_true", help="engine without prompt-prefix reuse"
+    )
+    parser.add_argument(
+        "--baseline-without-prefix-cache",
+        action="store_true",
+        help="the baseline engine without prompt-prefix reuse (the reference's engine plus stop "
+        "strings)",
+    )
+    parser.add_argument(
+        "--env-workers",
+        type=int,
+        default=1,
+        help="processes stepping the concurrent run's environments (the EnvPool's parallelism); "
+        "1: in-process",
+    )
     parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args(argv)
 
@@ -236,37 +270,67 @@ def main(argv: list[str]) -> int:
     options: dict[str, Any] = {"limit": args.episodes}
     if args.max_steps is not None:
         options["max_steps"] = args.max_steps
-    engine = HFEngine(ensure_tiny_model(cache / "models"), batch_size=max(64, args.episodes),
-                      prefix_cache=not args.no_prefix_cache)
-    print(f"task={args.task} episodes={args.episodes} eval option overrides={options} "
-          f"prefix cache={'off' if args.no_prefix_cache else 'on'} threads={args.threads} "
-          f"env workers (concurrent run)={args.env_workers}", flush=True)
+    engine = HFEngine(
+        ensure_tiny_model(cache / "models"),
+        batch_size=max(64, args.episodes),
+        prefix_cache=not args.no_prefix_cache,
+    )
+    print(
+        f"task={args.task} episodes={args.episodes} eval option overrides={options} "
+        f"prefix cache={'off' if args.no_prefix_cache else 'on'} threads={args.threads} "
+        f"env workers (concurrent run)={args.env_workers}",
+        flush=True,
+    )
 
     baseline_engine = engine
     if args.baseline_without_prefix_cache:
-        baseline_engine = HFEngine(ensure_tiny_model(cache / "models"), batch_size=max(64, args.episodes),
-                                   prefix_cache=False)
+        baseline_engine = HFEngine(
+            ensure_tiny_model(cache / "models"),
+            batch_size=max(64, args.episodes),
+            prefix_cache=False,
+        )
     alone = _run(args.task, baseline_engine, data.private_dir, options | {"concurrency": 1})
     print(_line("one at a time", alone), flush=True)
     if engine.prefix is not None:
         engine.prefix.clear()  # the concurrent run starts cold as well
-    together = _run(args.task, engine, data.private_dir, options | {"concurrency": args.episodes}, args.env_workers)
+    together = _run(
+        args.task,
+        engine,
+        data.private_dir,
+        options | {"concurrency": args.episodes},
+        args.env_workers,
+    )
     print(_line("concurrent", together), flush=True)
 
     same_score = together["score"] == alone["score"]
     same_actions = together["actions"] == alone["actions"]
-    ratios = {key: alone[f"{key}_s"] / max(together[f"{key}_s"], 1e-9) for key in ("wall", "engine", "env")}
-    print(f"scores identical: {same_score}   actions identical: {same_actions}   "
-          f"one at a time / concurrent: wall {ratios['wall']:.1f}x  engine {ratios['engine']:.1f}x  "
-          f"env {ratios['env']:.1f}x")
+    ratios = {
+        key: alone[f"{key}_s"] / max(together[f"{key}_s"], 1e-9)
+        for key in ("wall", "engine", "env")
+    }
+    print(
+        f"scores identical: {same_score}   actions identical: {same_actions}   "
+        f"one at a time / concurrent: wall {ratios['wall']:.1f}x  engine {ratios['engine']:.1f}x  "
+        f"env {ratios['env']:.1f}x"
+    )
     if args.json:
-        payload = {"task": args.task, "episodes": args.episodes, "options": options, "threads": args.threads,
-                   "prefix_cache": not args.no_prefix_cache,
-                   "baseline_prefix_cache": not (args.no_prefix_cache or args.baseline_without_prefix_cache),
-                   "env_workers": args.env_workers,
-                   "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                   "one_at_a_time": alone, "concurrent": together, "ratios": ratios,
-                   "same_score": same_score, "same_actions": same_actions}
+        payload = {
+            "task": args.task,
+            "episodes": args.episodes,
+            "options": options,
+            "threads": args.threads,
+            "prefix_cache": not args.no_prefix_cache,
+            "baseline_prefix_cache": not (
+                args.no_prefix_cache or args.baseline_without_prefix_cache
+            ),
+            "env_workers": args.env_workers,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "one_at_a_time": alone,
+            "concurrent": together,
+            "ratios": ratios,
+            "same_score": same_score,
+            "same_actions": same_actions,
+        }
         Path(args.json).write_text(json.dumps(payload, indent=2, default=str))
     return 0 if same_score and same_actions else 1
 
