@@ -48,10 +48,11 @@ def _reserved_layer_class() -> type:
     class _ReservedLayer(DynamicLayer):
         """A key/value layer that writes each step's keys into spare room instead of concatenating.
 
-        ``DynamicLayer`` copies the whole cache on every token (``torch.cat``): for 36 rows of ~600
-        tokens that was a fifth of the batched generation time. ``keys``/``values`` are views of the
-        filled part of the buffers, so everything that reads them sees what ``DynamicLayer`` gives;
-        when something else replaced them (crop, batch selection) the buffers are rebuilt from them.
+        ``DynamicLayer`` copies the whole cache on every token (``torch.cat``): for long prompts in
+        large batches that copying is a large share of the generation time. ``keys``/``values`` are
+        views of the filled part of the buffers, so everything that reads them sees what
+        ``DynamicLayer`` gives; when something else replaced them (crop, batch selection) the
+        buffers are rebuilt from them.
         """
 
         def __init__(self, spare: int) -> None:

@@ -27,7 +27,7 @@ class name and message; the judge raises the builtin exception of that name (a t
 
 At run time the module imports only ``builtins``, ``os`` and ``sys``: the encoding is its own rather
 than JSON, because importing ``json`` (which brings ``re`` and ``enum``) and ``typing`` would add
-about 20 ms of start-up to each of the two processes of every problem.
+their start-up to each of the two processes of every problem.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """``python -m autorl.uv_pip ARGS``: ``uv pip ARGS`` with the machine's pip configuration.
 
 uv installs the agent toolchain (:mod:`autorl.seal.toolchain`) and the pip-based agent CLIs
-(:mod:`autorl.agents.cli`): it resolves, downloads and unpacks in parallel (the toolchain: 51 s, pip
-2 m 24 s). But uv reads neither pip's configuration files nor ``PIP_*`` variables, and a machine's
-pip configuration can be what keeps the CPU build of torch in: this kind of machine finds
+(:mod:`autorl.agents.cli`): it resolves, downloads and unpacks in parallel, where pip works one
+package at a time. But uv reads neither pip's configuration files nor ``PIP_*`` variables, and a
+machine's pip configuration can be what keeps the CPU build of torch in: this kind of machine finds
 ``torch 2.13.0+cpu`` through ``find-links`` and caps torch with a global constraint file. So the
 settings that decide what pip would install from where are handed to uv as its own options
 (:func:`uv_options`), read from ``pip config list``, which already merges pip's files and ``PIP_*``
@@ -103,8 +103,7 @@ def uv_pip_command(args: list[str]) -> tuple[list[str], dict[str, str]]:
     ``install`` and ``sync`` also compile bytecode, as pip does and uv does not by default: a sealed
     agent imports the toolchain read-only as another uid, and this kind of machine sets
     ``PYTHONDONTWRITEBYTECODE=1``, so nothing writes ``.pyc`` files at import; without them every
-    process compiled torch and transformers from source (the first CI run with uv ran far past its
-    43 minutes).
+    process would compile torch and transformers from source.
     """
     if args[:1] not in (["install"], ["sync"]):
         return [sys.executable, "-m", "uv", "pip", *args], dict(os.environ)

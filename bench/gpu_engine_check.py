@@ -8,7 +8,8 @@ It builds the tiny model, then checks on CUDA that
 3. the CUDA engine's score matches the CPU engine's on the same model (same greedy answers),
 4. a LoRA adapter whose ``adapter_config.json`` names a model that does not exist is applied to the
    given base on CUDA (bf16: :func:`autorl.engine.hf.load_adapter_on_base`) and generates what the
-   same adapter merged on the CPU in fp32 generates on CUDA (issue #12's rule, on the GPU path),
+   same adapter merged on the CPU in fp32 generates on CUDA (adapters run on the cell's base, on the
+   GPU path),
 
 and prints one JSON line with the numbers. Exit code 0 only if every check passed.
 """

