@@ -48,17 +48,25 @@ class EvalTarget:
     @property
     def eval_digest(self) -> str:
         """Digest of everything besides the model that decides a score."""
-        payload = {"build": self.build_options, "eval": self.eval_options, "source": self.source, "seed": self.seed}
+        payload = {
+            "build": self.build_options,
+            "eval": self.eval_options,
+            "source": self.source,
+            "seed": self.seed,
+        }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
     def cache_key(self, weights_hash: str) -> str:
-        """Key of a score (baseline or submission) of the model with ``weights_hash`` on this target.
+        """Key of a score (baseline or submission) of the model with ``weights_hash`` on this
+        target.
 
         >>> key = EvalTarget("gsm8k", 1, "fixture", 0).cache_key("abc")
         >>> key.startswith("gsm8k:v1:fixture:"), key.endswith(":abc")
         (True, True)
         """
-        return f"{self.task_id}:v{self.task_version}:{self.source}:{self.eval_digest}:{weights_hash}"
+        return (
+            f"{self.task_id}:v{self.task_version}:{self.source}:{self.eval_digest}:{weights_hash}"
+        )
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,9 @@ class ScoreOutcome:
 
 
 def target_from_config(config: RunConfig, task_version: int) -> EvalTarget:
-    """The eval target of a cell's config (its task's source was checked when the sweep was planned)."""
+    """The eval target of a cell's config (its task's source was checked when the sweep was
+    planned).
+    """
     task = config.task
     return EvalTarget(
         task_id=task.name,
@@ -90,7 +100,9 @@ def target_from_config(config: RunConfig, task_version: int) -> EvalTarget:
     )
 
 
-def eval_context(spec: TaskSpec, target: EvalTarget, private_dir: Path, cache_root: Path, envs: Any = None) -> EvalContext:
+def eval_context(
+    spec: TaskSpec, target: EvalTarget, private_dir: Path, cache_root: Path, envs: Any = None
+) -> EvalContext:
     """The evaluator's context for ``target``: its private data, complete eval options (the target's
     over the task's conf defaults) and answer cache; for an interactive task, ``envs`` (the sweep's
     EnvPool client, or in-process environments when ``None``) bound to the target's data and the
@@ -99,8 +111,13 @@ def eval_context(spec: TaskSpec, target: EvalTarget, private_dir: Path, cache_ro
     Raises:
         TaskError: The target names an option the task's conf does not list.
     """
-    ctx = EvalContext.for_task(spec, target.source, private_dir, target.eval_options,
-                               cache_dir=cache_root / "eval" / target.task_id)
+    ctx = EvalContext.for_task(
+        spec,
+        target.source,
+        private_dir,
+        target.eval_options,
+        cache_dir=cache_root / "eval" / target.task_id,
+    )
     if spec.kind != "interactive":
         return ctx
     from autorl.envs.base import EnvSource
@@ -124,11 +141,12 @@ def score_model(
     warm: WarmEngines | None = None,
     engine_options: dict[str, Any] | None = None,
 ) -> ScoreOutcome:
-    """Load ``model_dir`` (the grader's copy of a submission) and evaluate it on ``target``'s private split.
+    """Load ``model_dir`` (the grader's copy of a submission) and evaluate it on ``target``'s
+    private split.
 
-    A model that cannot be loaded or generated with is an agent outcome: it comes back as an
-    outcome with ``error`` set, never as an exception. Errors of the task itself (its data cannot
-    be built, its environments or its judge fail) are infrastructure failures and raise. ``envs`` is the env
+    A model that cannot be loaded or generated with is an agent outcome: it comes back as an outcome
+    with ``error`` set, never as an exception. Errors of the task itself (its data cannot be built,
+    its environments or its judge fail) are infrastructure failures and raise. ``envs`` is the env
     client (an EnvPool) that interactive tasks play their episodes in; ``None``: in-process.
     ``base_dir`` is the grader's copy of the cell's base model: a LoRA adapter is always applied to
     it, whatever base the adapter's config names. ``engine`` is ``grader.engine`` (``auto``, ``hf``,
@@ -147,16 +165,22 @@ def score_model(
     from autorl.judge.client import JudgeError
 
     spec = get_task(target.task_id)
-    data = build_task_data(spec, target.source, cache_root / "tasks", seed=target.seed, options=target.build_options)
+    data = build_task_data(
+        spec, target.source, cache_root / "tasks", seed=target.seed, options=target.build_options
+    )
     evaluate = load_evaluator(spec)
-    ctx = eval_context(spec, target, data.private_dir, cache_root, envs)  # a bad option is the sweep's error, not the model's
+    ctx = eval_context(
+        spec, target, data.private_dir, cache_root, envs
+    )  # a bad option is the sweep's error, not the model's
     started = time.monotonic()
     name = resolve_engine(engine)  # a bad name is the sweep's error, not the model's
     try:
         if warm is not None:
             loaded = warm.get(name, model_dir, base_dir, batch_size)
         else:
-            loaded = ENGINES.get(name)(model_dir, batch_size=batch_size, base_dir=base_dir, **(engine_options or {}))
+            loaded = ENGINES.get(name)(
+                model_dir, batch_size=batch_size, base_dir=base_dir, **(engine_options or {})
+            )
     except AdapterBaseMissing:
         raise  # the grader was not wired with the cell's base: not the agent's failure
     except Exception as error:  # noqa: BLE001 - any load failure makes the submission invalid
@@ -176,12 +200,24 @@ def score_model(
         return ScoreOutcome(None, 0, {}, f"evaluation failed: {error}", elapsed, public)
     except Exception as error:  # noqa: BLE001 - e.g. generation with broken weights
         logger.info("evaluation of %s failed: %s", model_dir, error)
-        return ScoreOutcome(None, 0, {}, f"evaluation failed: {type(error).__name__}: {error}",
-                            time.monotonic() - started, fixed(EVALUATION))
+        return ScoreOutcome(
+            None,
+            0,
+            {},
+            f"evaluation failed: {type(error).__name__}: {error}",
+            time.monotonic() - started,
+            fixed(EVALUATION),
+        )
     finally:
         if warm is None:
             loaded.close()
-    return ScoreOutcome(float(result.score), result.num_examples, dict(result.details), None, time.monotonic() - started)
+    return ScoreOutcome(
+        float(result.score),
+        result.num_examples,
+        dict(result.details),
+        None,
+        time.monotonic() - started,
+    )
 
 
 def _file_names(model_dir: Path) -> list[str]:
