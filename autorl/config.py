@@ -1,4 +1,5 @@
-"""From command-line overrides to the grid of typed cells: axis parsing, expansion and Hydra composition.
+"""From command-line overrides to the grid of typed cells: axis parsing, expansion and Hydra
+composition.
 
 ``autorl.sweep`` is not a ``@hydra.main`` app (a group missing from the defaults list cannot be
 overridden there; house-style.md C1). It parses argv with Hydra's override grammar, expands the
@@ -39,7 +40,16 @@ if TYPE_CHECKING:
 # they are left out of the sweep id, so re-running with them still resumes the same sweep.
 # (``plugins`` says where task and option files are found; the cells name what they run.)
 _PRESENTATION_KEYS = (
-    "out_dir", "dry_run", "progress", "sweep_id", "cache_dir", "cluster", "scheduler", "hydra", "tracking", "plugins",
+    "out_dir",
+    "dry_run",
+    "progress",
+    "sweep_id",
+    "cache_dir",
+    "cluster",
+    "scheduler",
+    "hydra",
+    "tracking",
+    "plugins",
 )
 # Hydra's Compose API keeps global state: one composition at a time in a process (the judges of a
 # grader and the report's summariser load drivers from threads).
@@ -61,7 +71,8 @@ class CellSpec:
 
     @property
     def budget_s(self) -> float:
-        """The agent's wall-clock budget in seconds: ``budget.seconds``, else the task's ``budget_s``."""
+        """The agent's wall-clock budget in seconds: ``budget.seconds``, else the task's
+        ``budget_s``."""
         seconds = self.config.budget.seconds
         return float(self.config.task.budget_s if seconds is None else seconds)
 
@@ -121,7 +132,9 @@ def expand_axes(axes: dict[str, list[str]], defaults: dict[str, str]) -> dict[st
         if axis == "seed":
             for value in values:
                 if not value.lstrip("-").isdigit():
-                    raise ConfigError(f"seed must be an integer or a comma list of integers, got {value!r}")
+                    raise ConfigError(
+                        f"seed must be an integer or a comma list of integers, got {value!r}"
+                    )
             resolved[axis] = list(dict.fromkeys(values))
             continue
         if values == ["all"]:
@@ -132,7 +145,8 @@ def expand_axes(axes: dict[str, list[str]], defaults: dict[str, str]) -> dict[st
 
 
 def _compose_dict(overrides: Sequence[str]) -> DictConfig:
-    """Hydra's composition of ``conf/config.yaml`` with ``overrides`` (the caller holds the lock)."""
+    """Hydra's composition of ``conf/config.yaml`` with ``overrides`` (the caller holds the
+    lock)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
@@ -143,7 +157,8 @@ def _compose_dict(overrides: Sequence[str]) -> DictConfig:
         try:
             return hydra_compose(config_name="config", overrides=list(overrides))
         except AttributeError:
-            # OmegaConf 2.3 cannot merge a mapping into a typed setting that is null (driver.price_per_mtok
+            # OmegaConf 2.3 cannot merge a mapping into a typed setting that is null
+            # (driver.price_per_mtok
             # is null, then driver.price_per_mtok={input: 1.0, output: 4.0}): compose without such
             # overrides, then assign them whole (the schema still checks them).
             plain, mappings = _split_mapping_overrides(overrides)
@@ -152,13 +167,18 @@ def _compose_dict(overrides: Sequence[str]) -> DictConfig:
             config = hydra_compose(config_name="config", overrides=plain)
             for key, value in mappings:
                 schema = _settings_class(key)
-                OmegaConf.update(config, key, OmegaConf.merge(OmegaConf.structured(schema), value) if schema else value,
-                                 merge=False)
+                OmegaConf.update(
+                    config,
+                    key,
+                    OmegaConf.merge(OmegaConf.structured(schema), value) if schema else value,
+                    merge=False,
+                )
             return config
 
 
 def _settings_class(key: str) -> type | None:
-    """The dataclass the schema declares at ``key`` (``driver.price_per_mtok`` -> PricePerMtok), if one.
+    """The dataclass the schema declares at ``key`` (``driver.price_per_mtok`` -> PricePerMtok), if
+    one.
 
     >>> _settings_class("driver.price_per_mtok").__name__, _settings_class("seed")
     ('PricePerMtok', None)
@@ -173,14 +193,19 @@ def _settings_class(key: str) -> type | None:
     return kind if isinstance(kind, type) and dataclasses.is_dataclass(kind) else None
 
 
-def _split_mapping_overrides(overrides: Sequence[str]) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
-    """Split off the ``key={...}`` overrides (a mapping value, no ``+``/``~`` prefix) from the others."""
+def _split_mapping_overrides(
+    overrides: Sequence[str],
+) -> tuple[list[str], list[tuple[str, dict[str, Any]]]]:
+    """Split off the ``key={...}`` overrides (a mapping value, no ``+``/``~`` prefix) from the
+    others."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import OverrideType
 
     plain: list[str] = []
     mappings: list[tuple[str, dict[str, Any]]] = []
-    for line, override in zip(overrides, OverridesParser.create().parse_overrides(list(overrides)), strict=True):
+    for line, override in zip(
+        overrides, OverridesParser.create().parse_overrides(list(overrides)), strict=True
+    ):
         value = override.value()
         if override.type == OverrideType.CHANGE and isinstance(value, dict):
             mappings.append((override.get_key_element(), value))
@@ -190,7 +215,8 @@ def _split_mapping_overrides(overrides: Sequence[str]) -> tuple[list[str], list[
 
 
 def _search_path_overrides() -> list[str]:
-    """``hydra.searchpath=[...]`` for the active plugins' ``conf/`` folders; ``[]`` without plugins."""
+    """``hydra.searchpath=[...]`` for the active plugins' ``conf/`` folders; ``[]`` without
+    plugins."""
     from autorl.plugins import searchpath_overrides
 
     return searchpath_overrides()
@@ -218,15 +244,24 @@ def compose(overrides: Sequence[str]) -> RunConfig:
             _check_task_options(composed)
             config = OmegaConf.to_object(composed)
         except (HydraException, OmegaConfBaseException) as error:
-            raise config_error(error, user, skeleton=lambda kept: _compose_dict([*search_path, *kept])) from error
-        except AssertionError as error:  # OmegaConf asserts when a key is forced under a null setting
-            raise ConfigError(
-                f"invalid overrides {user}: one sets a key under a setting that is null in this config "
-                f"(e.g. ++task.env_pool.actors=1 for a task without an env_pool); set it only for cells that have it"
+            raise config_error(
+                error, user, skeleton=lambda kept: _compose_dict([*search_path, *kept])
             ) from error
-    if not isinstance(config, RunConfig):  # conf/config.yaml's defaults list must start with run_schema
+        except (
+            AssertionError
+        ) as error:  # OmegaConf asserts when a key is forced under a null setting
+            raise ConfigError(
+                f"invalid overrides {user}: one sets a key under a setting that is null in this "
+                "config "
+                "(e.g. ++task.env_pool.actors=1 for a task without an env_pool); set it only for "
+                "cells that have it"
+            ) from error
+    if not isinstance(
+        config, RunConfig
+    ):  # conf/config.yaml's defaults list must start with run_schema
         raise ConfigError(
-            f"{CONF_DIR / 'config.yaml'} did not compose to a RunConfig: its defaults list must start with run_schema"
+            f"{CONF_DIR / 'config.yaml'} did not compose to a RunConfig: its defaults list must "
+            "start with run_schema"
         )
     # The options travel as plain dicts (records, score cache keys, Ray); builders and evaluators
     # get them typed again from the task's classes.
@@ -260,7 +295,8 @@ def _check_task_options(composed: DictConfig) -> None:
 
 
 def load_driver_config(name: str) -> DriverConfig:
-    """The driver ``name`` (``conf/driver/<name>.yaml`` on ``_base.yaml``, or a plugin's), typed and resolved.
+    """The driver ``name`` (``conf/driver/<name>.yaml`` on ``_base.yaml``, or a plugin's), typed
+    and resolved.
 
     The one way drivers are read: the cell's gateway gets its driver from the cell's config, and
     the judges and the report's summariser load theirs by name here.
@@ -287,7 +323,11 @@ def sweep_id_for(explicit: str | None, passthrough: list[str]) -> str:
     """
     if explicit:
         return explicit
-    relevant = sorted(o for o in passthrough if o.lstrip("+~").split("=")[0].split(".")[0] not in _PRESENTATION_KEYS)
+    relevant = sorted(
+        o
+        for o in passthrough
+        if o.lstrip("+~").split("=")[0].split(".")[0] not in _PRESENTATION_KEYS
+    )
     if not relevant:
         return "default"
     return "default-" + hashlib.sha256(json.dumps(relevant).encode()).hexdigest()[:8]
@@ -325,22 +365,27 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
         spec = get_task(task.name)
         if task.source not in spec.sources:
             raise ConfigError(
-                f"task.source={task.source}: task {task.name!r} has the sources {', '.join(spec.sources)} (cell {cell.cell_id})"
+                f"task.source={task.source}: task {task.name!r} has the sources "
+                f"{', '.join(spec.sources)} (cell {cell.cell_id})"
             )
         if spec.kind == "interactive" and task.env_pool is None:
             raise ConfigError(
-                f"task {task.name!r} is interactive but has no env_pool (run.env_pool in {spec.folder / 'task.yaml'}: "
+                f"task {task.name!r} is interactive but has no env_pool (run.env_pool in "
+                f"{spec.folder / 'task.yaml'}: "
                 "actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
             )
         if cell.config.grading.feedback == "dev" and task.source in spec.fixed_sources:
+            seeded = next((s for s in spec.sources if s not in spec.fixed_sources), "fixture")
             raise ConfigError(
-                f"grading.feedback=dev: task {task.name!r} has no dev split from its {task.source!r} source, whose data "
-                f"does not depend on the build seed (cell {cell.cell_id}); run it with grading.feedback=test, or with "
-                f"task.source={next((s for s in spec.sources if s not in spec.fixed_sources), 'fixture')}"
+                f"grading.feedback=dev: task {task.name!r} has no dev split from its "
+                f"{task.source!r} source, whose data "
+                f"does not depend on the build seed (cell {cell.cell_id}); run it with "
+                f"grading.feedback=test, or with task.source={seeded}"
             )
         if cell.budget_s <= 0:
             raise ConfigError(
-                f"the agent's budget is {cell.budget_s:g} s (cell {cell.cell_id}): give budget.seconds > 0, or a "
+                f"the agent's budget is {cell.budget_s:g} s (cell {cell.cell_id}): give "
+                "budget.seconds > 0, or a "
                 f"positive run.budget_s in {spec.folder / 'task.yaml'}"
             )
         agent.reprompt.check()
@@ -350,34 +395,42 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
         cell.config.grader.check()
         if isinstance(agent, CommandAgentConfig) and not agent.command:
             raise ConfigError(
-                f"agent {agent.name!r} runs agent.command, which is empty (cell {cell.cell_id}): give the command "
-                "line to run as the agent, e.g. agent.command=[python3,-I,'{home}/probe.py'] agent.files=[/abs/probe.py]"
+                f"agent {agent.name!r} runs agent.command, which is empty (cell {cell.cell_id}): "
+                "give the command "
+                "line to run as the agent, e.g. agent.command=[python3,-I,'{home}/probe.py'] "
+                "agent.files=[/abs/probe.py]"
             )
         if cell.config.model.kind == ModelKind.hub and not cell.config.model.hub_id:
             raise ConfigError(
-                f"model {cell.config.model.name!r} has kind hub but no hub_id: set model.hub_id (cell {cell.cell_id})"
+                f"model {cell.config.model.name!r} has kind hub but no hub_id: set model.hub_id "
+                f"(cell {cell.cell_id})"
             )
         if not agent.needs_driver:
             continue
         if driver.provider == Provider.none:
             raise ConfigError(
-                f"agent {agent.name!r} needs a driver LLM, but driver=none was given (cell {cell.cell_id}); "
+                f"agent {agent.name!r} needs a driver LLM, but driver=none was given (cell "
+                f"{cell.cell_id}); "
                 "choose one with driver=<name> (python -m autorl.ls drivers), e.g. driver=gpt-5"
             )
         protocol = agent.protocol
         if protocol is None:
             raise ConfigError(
-                f"agent {agent.name!r} needs a driver but names no protocol: set agent.protocol in its conf/agent file"
+                f"agent {agent.name!r} needs a driver but names no protocol: set agent.protocol "
+                "in its conf/agent file"
             )
         if protocol not in TRANSLATABLE and protocol not in driver.protocols:
             raise ConfigError(
-                f"agent {agent.name!r} speaks the {protocol} API, which driver {driver.name!r} does not serve "
-                f"(it serves {', '.join(driver.protocols) or 'nothing'}); use a driver that does, e.g. driver=gemini-2.5-flash"
+                f"agent {agent.name!r} speaks the {protocol} API, which driver {driver.name!r} "
+                "does not serve "
+                f"(it serves {', '.join(driver.protocols) or 'nothing'}); use a driver that does, "
+                "e.g. driver=gemini-2.5-flash"
             )
 
 
 def _activate_plugins(argv: list[str]) -> None:
-    """Make the plugin folders of ``AUTORL_PLUGIN_PATH`` and of a ``plugins=[...]`` override usable."""
+    """Make the plugin folders of ``AUTORL_PLUGIN_PATH`` and of a ``plugins=[...]`` override
+    usable."""
     from autorl.plugins import activate, from_overrides
 
     activate(from_overrides(argv))
@@ -391,13 +444,20 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
     """
     _activate_plugins(argv)
     axes, passthrough = parse_argv(argv)
-    for override in passthrough:  # a group that is not an axis (cluster=...): a name from its folder
+    for (
+        override
+    ) in passthrough:  # a group that is not an axis (cluster=...): a name from its folder
         group, sep, name = override.partition("=")
         if sep and group in GROUPS:
             check_names(group, [name])
     unset = compose([])
-    defaults = {"agent": unset.agent.name, "driver": unset.driver.name, "task": unset.task.name,
-                "model": unset.model.name, "seed": str(unset.seed)}
+    defaults = {
+        "agent": unset.agent.name,
+        "driver": unset.driver.name,
+        "task": unset.task.name,
+        "model": unset.model.name,
+        "seed": str(unset.seed),
+    }
     grid = expand_axes(axes, defaults)
     # The pass-through overrides are checked on the grid's first cell, not on the default task:
     # `++task.env_pool.actors=1` is valid for task=webshop although the default task has no pool.
@@ -407,15 +467,24 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
     sweep_dir = Path(base.out_dir).expanduser().resolve() / sweep_id
     cells = []
     for agent, driver, task, model, seed in itertools.product(*(grid[axis] for axis in AXES)):
-        overrides = [f"agent={agent}", f"driver={driver}", f"task={task}", f"model={model}", f"seed={seed}"]
+        overrides = [
+            f"agent={agent}",
+            f"driver={driver}",
+            f"task={task}",
+            f"model={model}",
+            f"seed={seed}",
+        ]
         cell_id = cell_id_for(agent, driver, task, model, int(seed))
         try:
             # The first cell's overrides are the base's: one composition fewer (1.2 s on this CPU).
-            composed = copy.deepcopy(base) if overrides + passthrough == base_overrides else compose(overrides + passthrough)
+            composed = (
+                copy.deepcopy(base)
+                if overrides + passthrough == base_overrides
+                else compose(overrides + passthrough)
+            )
             config = dataclasses.replace(composed, sweep_id=sweep_id)
         except ConfigError as error:  # e.g. agent.sft.steps=3 suits agent=scripted, not agent=codex
             raise ConfigError(f"cell {cell_id}: {error}") from error
         cells.append(CellSpec(sweep_id, cell_id, agent, driver, task, model, int(seed), config))
     check_combinations(cells)
     return SweepPlan(sweep_id, sweep_dir, cells, dataclasses.replace(base, sweep_id=sweep_id))
-

@@ -57,7 +57,9 @@ def _override_for(key: str, overrides: Sequence[str]) -> str | None:
     above it (``agent=codex`` for ``agent.sft``); ``None``: a config file did."""
     names = [(override, override.split("=", 1)[0].lstrip("+~")) for override in overrides]
     for matches in (
-        lambda name: name == key, lambda name: name.startswith(key + "."), lambda name: key.startswith(name + "."),
+        lambda name: name == key,
+        lambda name: name.startswith(key + "."),
+        lambda name: key.startswith(name + "."),
     ):
         for override, name in names:
             if matches(name):
@@ -87,7 +89,9 @@ def _fields(schema: Any) -> dict[str, tuple[Any, str]]:
     if not (isinstance(schema, type) and dataclasses.is_dataclass(schema)):
         return {}
     hints = typing.get_type_hints(schema)
-    return {f.name: (hints[f.name], str(f.metadata.get("help", ""))) for f in dataclasses.fields(schema)}
+    return {
+        f.name: (hints[f.name], str(f.metadata.get("help", ""))) for f in dataclasses.fields(schema)
+    }
 
 
 def describe_type(annotation: Any) -> str:
@@ -102,8 +106,12 @@ def describe_type(annotation: Any) -> str:
         text = "one of " + ", ".join(member.name for member in origin)
     else:
         text = {
-            bool: "true or false (bool)", int: "an integer (int)", float: "a number (float)", str: "a string (str)",
-            list: "a list, e.g. [a,b]", dict: "a mapping, e.g. {key: value}",
+            bool: "true or false (bool)",
+            int: "an integer (int)",
+            float: "a number (float)",
+            str: "a string (str)",
+            list: "a list, e.g. [a,b]",
+            dict: "a mapping, e.g. {key: value}",
         }.get(origin, getattr(origin, "__name__", str(origin)))
     return text + (" or null" if optional else "")
 
@@ -152,8 +160,11 @@ def _group_message(key: str, group: Any, value: str | None) -> str:
     return text
 
 
-def _known_keys(parent: str, schema: Any, skeleton: Callable[[list[str]], DictConfig], kept: list[str]) -> list[str]:
-    """The keys that exist at ``parent``: the schema's fields, or an open dict's keys as composed without the bad override."""
+def _known_keys(
+    parent: str, schema: Any, skeleton: Callable[[list[str]], DictConfig], kept: list[str]
+) -> list[str]:
+    """The keys that exist at ``parent``: the schema's fields, or an open dict's keys as composed
+    without the bad override."""
     fields = _fields(schema)
     if fields:
         return list(fields)
@@ -166,7 +177,9 @@ def _known_keys(parent: str, schema: Any, skeleton: Callable[[list[str]], DictCo
     return [str(k) for k in node] if isinstance(node, DictConfig) else []
 
 
-def config_error(error: BaseException, overrides: Sequence[str], *, skeleton: Callable[[list[str]], DictConfig]) -> ConfigError:
+def config_error(
+    error: BaseException, overrides: Sequence[str], *, skeleton: Callable[[list[str]], DictConfig]
+) -> ConfigError:
     """The :class:`ConfigError` for Hydra's or OmegaConf's refusal to compose ``overrides``.
 
     Args:
@@ -191,7 +204,12 @@ def config_error(error: BaseException, overrides: Sequence[str], *, skeleton: Ca
     key = str(cause.full_key)
     override = _override_for(key, overrides)
     where = f"invalid override {override!r}" if override else f"invalid config file ({first_line})"
-    if override and override.split("=", 1)[0] in GROUPS and "=" in override and not override.startswith(key + "="):
+    if (
+        override
+        and override.split("=", 1)[0] in GROUPS
+        and "=" in override
+        and not override.startswith(key + "=")
+    ):
         where = f"invalid config option {override} ({_option_path(*override.split('=', 1))})"
     value = override.split("=", 1)[1] if override and "=" in override else None
     parent, _, name = key.rpartition(".")
@@ -201,12 +219,18 @@ def config_error(error: BaseException, overrides: Sequence[str], *, skeleton: Ca
 
     if isinstance(cause, MissingMandatoryValue):
         group = key.split(".", 1)[0]
-        chosen = next((o for o in overrides if o.startswith(group + "=")), None) if group in GROUPS else None
+        chosen = (
+            next((o for o in overrides if o.startswith(group + "=")), None)
+            if group in GROUPS
+            else None
+        )
         if chosen:
             source = _option_path(*chosen.split("=", 1))
         else:
             source = f"conf/{group}/<option>.yaml" if group in GROUPS else "conf/config.yaml"
-        return ConfigError(f"{key} has no value: set it in {source}, or on the command line with {key}=...")
+        return ConfigError(
+            f"{key} has no value: set it in {source}, or on the command line with {key}=..."
+        )
     if isinstance(cause, KeyValidationError):
         return ConfigError(f"{where}: {key}: {str(cause).splitlines()[0]}")
     if isinstance(cause, ConfigKeyError | ConfigAttributeError):
@@ -215,7 +239,8 @@ def config_error(error: BaseException, overrides: Sequence[str], *, skeleton: Ca
         close = difflib.get_close_matches(name, known, n=1)
         hint = f". Did you mean {parent + '.' if parent else ''}{close[0]}?" if close else "."
         return ConfigError(
-            f"{where}: unknown key {key}{hint} The keys of {parent or 'the top level'} are: {', '.join(known) or '(none)'}"
+            f"{where}: unknown key {key}{hint} The keys of {parent or 'the top level'} are: "
+            f"{', '.join(known) or '(none)'}"
         )
     if isinstance(cause, ValidationError) and dataclasses.is_dataclass(group):
         return ConfigError(f"{where}: {_group_message(key, group, value)}")
@@ -226,5 +251,7 @@ def config_error(error: BaseException, overrides: Sequence[str], *, skeleton: Ca
             close = difflib.get_close_matches(value, [m.name for m in group], n=1)
             suggestion = f". Did you mean {key}={close[0]}?" if close else ""
         about = f" ({key}: {help_text})" if help_text else ""
-        return ConfigError(f"{where}: {key} must be {describe_type(field_type)}{got}{suggestion}{about}")
+        return ConfigError(
+            f"{where}: {key} must be {describe_type(field_type)}{got}{suggestion}{about}"
+        )
     return ConfigError(f"{where}: {key}: {str(cause).splitlines()[0]}")

@@ -74,7 +74,9 @@ class TaskOptions:
 
 
 @functools.cache
-def _load(package: str, target: str, task_id: str, sources: tuple[str, ...], where: str) -> TaskOptions:
+def _load(
+    package: str, target: str, task_id: str, sources: tuple[str, ...], where: str
+) -> TaskOptions:
     """Import and check a task's :class:`TaskOptions` (cached: the options module does not change
     while a process runs, and environments look their options up at every reset)."""
     try:
@@ -82,16 +84,24 @@ def _load(package: str, target: str, task_id: str, sources: tuple[str, ...], whe
     except ConfigError as error:
         raise TaskError(str(error)) from error
     if not isinstance(found, TaskOptions):
-        raise TaskError(f"{where}: the options entry point {target!r} must be an autorl.task_options.TaskOptions, "
-                        f"got {type(found).__name__}")
+        raise TaskError(
+            f"{where}: the options entry point {target!r} must be an "
+            "autorl.task_options.TaskOptions, "
+            f"got {type(found).__name__}"
+        )
     for kind in OPTION_KINDS:
         classes: Mapping[str, type] = getattr(found, kind)
         if tuple(classes) != sources:
-            raise TaskError(f"{where}: TaskOptions.{kind} must have one class per source, in the manifest's order "
-                            f"({', '.join(sources)}), got {', '.join(classes) or '(none)'}")
+            raise TaskError(
+                f"{where}: TaskOptions.{kind} must have one class per source, in the manifest's "
+                "order "
+                f"({', '.join(sources)}), got {', '.join(classes) or '(none)'}"
+            )
         for source, cls in classes.items():
             if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
-                raise TaskError(f"{where}: TaskOptions.{kind}[{source!r}] must be a dataclass, got {cls!r}")
+                raise TaskError(
+                    f"{where}: TaskOptions.{kind}[{source!r}] must be a dataclass, got {cls!r}"
+                )
     return found
 
 
@@ -106,7 +116,13 @@ def task_options(spec: TaskSpec) -> TaskOptions:
     >>> sorted(task_options(get_task("gsm8k")).build)
     ['fixture', 'hub']
     """
-    return _load(spec.package, spec.entry_points["options"], spec.id, spec.sources, str(spec.folder / "task.yaml"))
+    return _load(
+        spec.package,
+        spec.entry_points["options"],
+        spec.id,
+        spec.sources,
+        str(spec.folder / "task.yaml"),
+    )
 
 
 def option_class(spec: TaskSpec, kind: str, source: str) -> type:
@@ -116,19 +132,23 @@ def option_class(spec: TaskSpec, kind: str, source: str) -> type:
         TaskError: Unknown source (the message lists the valid ones).
     """
     if source not in spec.sources:
-        raise TaskError(f"task '{spec.id}' has no source '{source}'; valid sources: {', '.join(spec.sources)}")
+        raise TaskError(
+            f"task '{spec.id}' has no source '{source}'; valid sources: {', '.join(spec.sources)}"
+        )
     classes: Mapping[str, type] = getattr(task_options(spec), kind)
     return classes[source]
 
 
 def _names_message(what: str, unknown: list[str], valid: list[str], where: str) -> str:
-    """The message for option names that ``valid`` lacks: each with a close match, then the valid ones."""
+    """The message for option names that ``valid`` lacks: each with a close match, then the valid
+    ones."""
     names = []
     for name in unknown:
         close = difflib.get_close_matches(name, valid, n=1)
         names.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
     plural = "s" if len(unknown) > 1 else ""
-    return f"unknown {what} option{plural} {', '.join(names)}; valid: {', '.join(sorted(valid)) or '(none)'} ({where})"
+    listed = ", ".join(sorted(valid)) or "(none)"
+    return f"unknown {what} option{plural} {', '.join(names)}; valid: {listed} ({where})"
 
 
 def typed_options(
@@ -151,17 +171,18 @@ def typed_options(
 
     Raises:
         TaskError: (or ``error``) An unknown name (with "did you mean" and the valid names), a
-            missing one (``complete``), or a value of the wrong type (with the field's type and help).
+            missing one (``complete``), or a value of the wrong type (with the field's type and
+            help).
 
     >>> @dataclass
     ... class Eval:
     ...     limit: int | None = option(None, "first N items; null: all")
     >>> typed_options(Eval, {"limit": "3"}, what="demo eval")
     Eval(limit=3)
-    >>> typed_options(Eval, {"limt": 3}, what="demo eval")
+    >>> typed_options(Eval, {"limt": 3}, what="demo eval")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    autorl.errors.TaskError: unknown demo eval option 'limt' (did you mean 'limit'?); valid: limit (Eval)
+    autorl.errors.TaskError: unknown demo eval option 'limt' (did you mean 'limit'?); valid: ...
     """
     if isinstance(given, cls):
         return given
@@ -172,8 +193,11 @@ def typed_options(
         raise error(_names_message(what, unknown, valid, cls.__qualname__))
     missing = sorted(set(valid) - set(values))
     if complete and missing:
-        raise error(f"{what} options lack {', '.join(missing)}: pass complete options (EvalContext.for_task or "
-                    f"autorl.tasks.eval_options fill them in from {cls.__qualname__}'s defaults)")
+        raise error(
+            f"{what} options lack {', '.join(missing)}: pass complete options "
+            "(EvalContext.for_task or "
+            f"autorl.tasks.eval_options fill them in from {cls.__qualname__}'s defaults)"
+        )
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -216,7 +240,9 @@ def plain(options: object) -> dict[str, Any]:
     return dataclasses.asdict(options)
 
 
-def build_options(spec: TaskSpec, source: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def build_options(
+    spec: TaskSpec, source: str, given: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Complete build options of ``source``: ``given`` over the class defaults, as a dict.
 
     Raises:
@@ -231,7 +257,9 @@ def build_options(spec: TaskSpec, source: str, given: Mapping[str, Any] | None =
     return plain(typed_options(cls, given, what=f"{spec.id} build"))
 
 
-def eval_options(spec: TaskSpec, source: str, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def eval_options(
+    spec: TaskSpec, source: str, given: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Complete eval options of ``source``: ``given`` over the class defaults, as a dict.
 
     Raises:

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
 from autorl.errors import TaskError
 from autorl.plugins import task_dirs
@@ -29,7 +36,8 @@ EntryPoint = Annotated[str, StringConstraints(pattern=r"^[\w.]+:[\w.]+$")]
 
 
 class EnvPoolDefaults(BaseModel):
-    """An interactive task's environment pool (the sweep's ``envpool:<id>``), as in ``task.yaml``."""
+    """An interactive task's environment pool (the sweep's ``envpool:<id>``), as in
+    ``task.yaml``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -37,7 +45,9 @@ class EnvPoolDefaults(BaseModel):
     envs_per_actor: int = Field(description="live episodes per actor")
     cpus_per_actor: float = Field(description="CPUs declared to Ray per actor")
     memory_mb_per_actor: int = Field(description="memory declared to Ray per actor, in MB")
-    max_replays: int = Field(description="an episode is replayed on a replacement actor at most this often")
+    max_replays: int = Field(
+        description="an episode is replayed on a replacement actor at most this often"
+    )
 
 
 class RunDefaults(BaseModel):
@@ -46,12 +56,17 @@ class RunDefaults(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source: str = Field(description="the data source a sweep builds by default (a key of sources)")
-    budget_s: float = Field(gt=0, description="the agent's default budget in seconds (budget.seconds overrides it)")
-    env_pool: EnvPoolDefaults | None = Field(None, description="interactive tasks: their environment pool")
+    budget_s: float = Field(
+        gt=0, description="the agent's default budget in seconds (budget.seconds overrides it)"
+    )
+    env_pool: EnvPoolDefaults | None = Field(
+        None, description="interactive tasks: their environment pool"
+    )
 
 
 class Manifest(BaseModel):
-    """The schema of ``task.yaml``; keys it does not name (``hub``, ``license``, ``url``) are notes."""
+    """The schema of ``task.yaml``; keys it does not name (``hub``, ``license``, ``url``) are
+    notes."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -60,7 +75,9 @@ class Manifest(BaseModel):
     version: int = Field(strict=True, description="bumped on any change to data or evaluation")
     level: Literal["L1", "L2", "L3"]
     kind: Literal["static", "interactive"]
-    description: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, pattern=r"^[^\n]*$")]
+    description: Annotated[
+        str, StringConstraints(strip_whitespace=True, min_length=1, pattern=r"^[^\n]*$")
+    ]
     sources: dict[str, EntryPoint] = Field(min_length=1)
     entry_points: dict[Literal["evaluate", "options", "env", "recipe"], EntryPoint]
     fixed_sources: list[str] = []
@@ -71,8 +88,10 @@ class Manifest(BaseModel):
     def _required_entry_points(cls, value: dict[str, str]) -> dict[str, str]:
         missing = [name for name in ("evaluate", "options") if name not in value]
         if missing:
-            raise ValueError(f"needs {' and '.join(missing)} (e.g. evaluate: 'evaluate:evaluate', "
-                             "options: 'options:OPTIONS')")
+            raise ValueError(
+                f"needs {' and '.join(missing)} (e.g. evaluate: 'evaluate:evaluate', "
+                "options: 'options:OPTIONS')"
+            )
         return value
 
 
@@ -91,8 +110,8 @@ class TaskSpec:
         builders: Data source (``"fixture"``, ``"hub"``) to its builder's ``module:attr``.
         entry_points: ``evaluate`` and ``options`` (required), ``env`` (interactive tasks),
             ``recipe`` (the scripted agent's, relative to ``agent/``), each a ``module:attr``.
-        fixed_sources: The sources whose data does not depend on the build seed (``fixed_sources`` in
-            ``task.yaml``, e.g. ``[hub]``): they have no dev split for ``grading.feedback=dev``.
+        fixed_sources: The sources whose data does not depend on the build seed (``fixed_sources``
+            in ``task.yaml``, e.g. ``[hub]``): they have no dev split for ``grading.feedback=dev``.
         run: The run defaults a sweep starts from (source, budget, environment pool).
     """
 
@@ -106,8 +125,11 @@ class TaskSpec:
     builders: dict[str, str] = field(default_factory=dict, hash=False)
     entry_points: dict[str, str] = field(default_factory=dict, hash=False)
     fixed_sources: tuple[str, ...] = ()
-    run: RunDefaults = field(default_factory=lambda: RunDefaults(source="fixture", budget_s=480, env_pool=None), hash=False,
-                             compare=False)
+    run: RunDefaults = field(
+        default_factory=lambda: RunDefaults(source="fixture", budget_s=480, env_pool=None),
+        hash=False,
+        compare=False,
+    )
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -157,12 +179,19 @@ def _manifest_error(path: Path, error: ValidationError) -> TaskError:
         key = ".".join(str(part) for part in item["loc"]) or "(top level)"
         if item["type"] == "missing":
             problems.append(f"missing required key '{key}'")
-        elif key.startswith(("sources", "entry_points")) and item["type"] in ("string_pattern_mismatch", "dict_type"):
+        elif key.startswith(("sources", "entry_points")) and item["type"] in (
+            "string_pattern_mismatch",
+            "dict_type",
+        ):
             top = key.split(".")[0]
-            problems.append(f"'{top}' must map names to 'module:attr' strings, e.g. "
-                            "{fixture: 'fixture:build'} or {evaluate: 'evaluate:evaluate'} (at '{key}')")
+            problems.append(
+                f"'{top}' must map names to 'module:attr' strings, e.g. "
+                "{fixture: 'fixture:build'} or {evaluate: 'evaluate:evaluate'} (at '{key}')"
+            )
         elif item["type"] == "literal_error" and key.startswith("entry_points"):
-            problems.append(f"unknown entry point {item.get('input')!r}; valid: {', '.join(ENTRY_POINTS)}")
+            problems.append(
+                f"unknown entry point {item.get('input')!r}; valid: {', '.join(ENTRY_POINTS)}"
+            )
         elif item["type"] == "extra_forbidden":
             problems.append(f"unknown key '{key}'")
         else:
@@ -185,16 +214,25 @@ def parse_manifest(path: Path) -> TaskSpec:
     if manifest.id != folder.name:
         raise TaskError(f"{path}: id '{manifest.id}' must equal the folder name '{folder.name}'")
     if (manifest.kind == "interactive") != ("env" in manifest.entry_points):
-        raise TaskError(f"{path}: an interactive task names an 'env' entry point and a static one does not")
+        raise TaskError(
+            f"{path}: an interactive task names an 'env' entry point and a static one does not"
+        )
     if (manifest.kind == "interactive") != (manifest.run.env_pool is not None):
-        raise TaskError(f"{path}: an interactive task has a run.env_pool block (actors, envs_per_actor, "
-                        "cpus_per_actor, memory_mb_per_actor, max_replays) and a static one does not")
+        raise TaskError(
+            f"{path}: an interactive task has a run.env_pool block (actors, envs_per_actor, "
+            "cpus_per_actor, memory_mb_per_actor, max_replays) and a static one does not"
+        )
     if not set(manifest.fixed_sources) <= set(manifest.sources):
-        raise TaskError(f"{path}: 'fixed_sources' must list some of the sources ({', '.join(manifest.sources)}), "
-                        f"got {manifest.fixed_sources!r}")
+        raise TaskError(
+            f"{path}: 'fixed_sources' must list some of the sources "
+            f"({', '.join(manifest.sources)}), "
+            f"got {manifest.fixed_sources!r}"
+        )
     if manifest.run.source not in manifest.sources:
-        raise TaskError(f"{path}: run.source '{manifest.run.source}' is not one of the sources "
-                        f"({', '.join(manifest.sources)})")
+        raise TaskError(
+            f"{path}: run.source '{manifest.run.source}' is not one of the sources "
+            f"({', '.join(manifest.sources)})"
+        )
     return TaskSpec(
         id=manifest.id,
         name=manifest.name,
@@ -211,7 +249,8 @@ def parse_manifest(path: Path) -> TaskSpec:
 
 
 def discover_tasks(tasks_dir: Path | None = None) -> dict[str, TaskSpec]:
-    """Read every ``<folder>/*/task.yaml`` of autorl's ``tasks/`` and each active plugin's ``tasks/``.
+    """Read every ``<folder>/*/task.yaml`` of autorl's ``tasks/`` and each active plugin's
+    ``tasks/``.
 
     Args:
         tasks_dir: Read only this folder instead (one sub-folder per task), e.g. in tests.
@@ -231,8 +270,10 @@ def discover_tasks(tasks_dir: Path | None = None) -> dict[str, TaskSpec]:
             spec = parse_manifest(manifest)
             if spec.id in tasks:
                 raise TaskError(
-                    f"task id '{spec.id}' is in two folders: {tasks[spec.id].folder} and {spec.folder}; "
-                    "task ids must be unique across autorl's tasks/ and the plugins' (AUTORL_PLUGIN_PATH, "
+                    f"task id '{spec.id}' is in two folders: {tasks[spec.id].folder} and "
+                    f"{spec.folder}; "
+                    "task ids must be unique across autorl's tasks/ and the plugins' "
+                    "(AUTORL_PLUGIN_PATH, "
                     "plugins=[...]): rename one folder and the id in its task.yaml"
                 )
             tasks[spec.id] = spec

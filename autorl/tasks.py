@@ -48,15 +48,42 @@ from autorl.task_options import (
     task_options,
     typed_options,
 )
-from autorl.task_spec import AGENT_SUBPACKAGE, PACKAGE, TaskSpec, discover_tasks, get_task, parse_manifest
+from autorl.task_spec import (
+    AGENT_SUBPACKAGE,
+    PACKAGE,
+    TaskSpec,
+    discover_tasks,
+    get_task,
+    parse_manifest,
+)
 
 # The task API in one import: the manifest side (autorl.task_spec) and the options side
 # (autorl.task_options) are re-exported here for callers of autorl.tasks.
 __all__ = [
-    "AGENT_SUBPACKAGE", "PACKAGE", "Builder", "EpisodeEnvs", "EvalContext", "EvalResult", "Evaluator", "TaskData",
-    "TaskOptions", "TaskSpec", "build_options", "build_task_data", "discover_tasks", "eval_options", "get_task",
-    "load_entry_point", "load_evaluator", "load_task_module", "option", "option_class", "parse_manifest", "plain",
-    "task_options", "typed_options",
+    "AGENT_SUBPACKAGE",
+    "PACKAGE",
+    "Builder",
+    "EpisodeEnvs",
+    "EvalContext",
+    "EvalResult",
+    "Evaluator",
+    "TaskData",
+    "TaskOptions",
+    "TaskSpec",
+    "build_options",
+    "build_task_data",
+    "discover_tasks",
+    "eval_options",
+    "get_task",
+    "load_entry_point",
+    "load_evaluator",
+    "load_task_module",
+    "option",
+    "option_class",
+    "parse_manifest",
+    "plain",
+    "task_options",
+    "typed_options",
 ]
 
 if TYPE_CHECKING:
@@ -99,7 +126,8 @@ class EvalResult:
 
 
 class EpisodeEnvs(Protocol):
-    """The environments an interactive task's evaluator plays its episodes through, bound to its data.
+    """The environments an interactive task's evaluator plays its episodes through, bound to its
+    data.
 
     In a sweep this is an :class:`autorl.envs.host.EpisodeClient` over the EnvPool (or in-process
     environments); :func:`agent_kit.rollout.play` takes the same shape. Declared here rather than
@@ -176,7 +204,9 @@ class EvalContext:
             TaskError: Unknown source, an override that is not an eval option of the task, or a
                 value of the wrong type.
         """
-        options: object = typed_options(option_class(spec, "eval", source), overrides, what=f"{spec.id} eval")
+        options: object = typed_options(
+            option_class(spec, "eval", source), overrides, what=f"{spec.id} eval"
+        )
         return cls(Path(private_dir), options, cache_dir, envs)
 
 
@@ -202,7 +232,11 @@ class Builder(Protocol):
 def _task_of(cls: type) -> str:
     """The task id of an options class defined in a task folder (``autorl.task_code.<id>...``)."""
     parts = cls.__module__.split(".")
-    return parts[2] if cls.__module__.startswith(PACKAGE + ".") and len(parts) > 2 else cls.__qualname__
+    return (
+        parts[2]
+        if cls.__module__.startswith(PACKAGE + ".") and len(parts) > 2
+        else cls.__qualname__
+    )
 
 
 def load_task_module(spec: TaskSpec, filename: str) -> ModuleType:
@@ -225,8 +259,10 @@ def _check_package(spec: TaskSpec) -> None:
     package = importlib.import_module(spec.package)
     locations = [Path(p).resolve() for p in getattr(package, "__path__", [])]
     if spec.folder.resolve() not in locations:
-        raise TaskError(f"task id '{spec.id}' is taken by {', '.join(map(str, locations))}; "
-                        f"rename the folder {spec.folder} (task ids must be unique)")
+        raise TaskError(
+            f"task id '{spec.id}' is taken by {', '.join(map(str, locations))}; "
+            f"rename the folder {spec.folder} (task ids must be unique)"
+        )
 
 
 def load_entry_point(spec: TaskSpec, name: str) -> Any:
@@ -236,11 +272,15 @@ def load_entry_point(spec: TaskSpec, name: str) -> Any:
         TaskError: The task has no such entry point, or its target does not import.
     """
     if name not in spec.entry_points:
-        raise TaskError(f"task '{spec.id}' names no '{name}' entry point in {spec.folder / 'task.yaml'}")
+        raise TaskError(
+            f"task '{spec.id}' names no '{name}' entry point in {spec.folder / 'task.yaml'}"
+        )
     package = f"{spec.package}.{AGENT_SUBPACKAGE}" if name == "recipe" else spec.package
     _check_package(spec)
     try:
-        return load_object(spec.entry_points[name], package=package, what=f"task '{spec.id}' {name}")
+        return load_object(
+            spec.entry_points[name], package=package, what=f"task '{spec.id}' {name}"
+        )
     except ConfigError as error:
         raise TaskError(str(error)) from error
 
@@ -268,10 +308,13 @@ def _cached(final: Path, source: str) -> TaskData | None:
 
 
 def _run_builder(spec: TaskSpec, source: str, folder: Path, seed: int, options: object) -> None:
-    """Call the manifest's builder for ``source``; a builder's own failure becomes a :class:`TaskError`."""
+    """Call the manifest's builder for ``source``; a builder's own failure becomes a
+    :class:`TaskError`."""
     _check_package(spec)
     try:
-        build: Builder = load_object(spec.builders[source], package=spec.package, what=f"task '{spec.id}' {source} builder")
+        build: Builder = load_object(
+            spec.builders[source], package=spec.package, what=f"task '{spec.id}' {source} builder"
+        )
     except ConfigError as error:
         raise TaskError(str(error)) from error
     try:
@@ -316,7 +359,9 @@ def build_task_data(
         TaskError: Unknown source, an unknown option (the message lists the valid ones), a value
             of the wrong type, or the builder failed.
     """
-    typed: object = typed_options(option_class(spec, "build", source), options, what=f"{spec.id} build")
+    typed: object = typed_options(
+        option_class(spec, "build", source), options, what=f"{spec.id} build"
+    )
     opts = plain(typed)
     parent = Path(cache_root) / spec.id / f"v{spec.version}"
     final = parent / f"{source}-seed{seed}-{_options_digest(opts)}"
@@ -334,9 +379,17 @@ def build_task_data(
             (tmp / "private").mkdir()
             _run_builder(spec, source, tmp, seed, typed)
             digest = _tree_digest(tmp)
-            meta = {"task": spec.id, "version": spec.version, "source": source, "seed": seed,
-                    "options": opts, "digest": digest}
-            (tmp / _MARKER).write_text(json.dumps(meta, sort_keys=True, default=str), encoding="utf-8")
+            meta = {
+                "task": spec.id,
+                "version": spec.version,
+                "source": source,
+                "seed": seed,
+                "options": opts,
+                "digest": digest,
+            }
+            (tmp / _MARKER).write_text(
+                json.dumps(meta, sort_keys=True, default=str), encoding="utf-8"
+            )
             tmp.rename(final)
         finally:
             if tmp.exists():
@@ -352,6 +405,9 @@ def load_evaluator(spec: TaskSpec) -> Evaluator:
     """
     evaluate = load_entry_point(spec, "evaluate")
     if not callable(evaluate):
-        raise TaskError(f"task '{spec.id}': entry point 'evaluate' ({spec.entry_points['evaluate']}) is not callable")
+        raise TaskError(
+            f"task '{spec.id}': entry point 'evaluate' ({spec.entry_points['evaluate']}) is not "
+            "callable"
+        )
     evaluator: Evaluator = evaluate
     return evaluator

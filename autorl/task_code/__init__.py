@@ -38,8 +38,13 @@ def add_tasks_dir(folder: Path) -> None:
 
 
 def env_plugin_dirs() -> list[Path]:
-    """The folders ``AUTORL_PLUGIN_PATH`` names, unchecked (:func:`autorl.plugins.plugin_dirs` checks them)."""
-    return [Path(raw).expanduser() for raw in os.environ.get(PLUGIN_PATH_ENV, "").split(os.pathsep) if raw]
+    """The folders ``AUTORL_PLUGIN_PATH`` names, unchecked (:func:`autorl.plugins.plugin_dirs`
+    checks them)."""
+    return [
+        Path(raw).expanduser()
+        for raw in os.environ.get(PLUGIN_PATH_ENV, "").split(os.pathsep)
+        if raw
+    ]
 
 
 # A missing or malformed plugin folder is reported by whoever discovers the tasks, with its cause;

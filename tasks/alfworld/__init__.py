@@ -1,1 +1,2 @@
-"""alfworld (grader side: builders, fixture generator, evaluator, environment; agent side in ``agent/``)."""
+"""alfworld (grader side: builders, fixture generator, evaluator, environment; agent side in
+``agent/``)."""

@@ -37,11 +37,15 @@ def _write_rows(folder: Path, rows: list[dict[str, str]]) -> None:
             fh.write(json.dumps(row, sort_keys=True) + "\n")
 
 
-def _rows(prefix: str, games: list[tuple[str, Path]], relative_to: Path | None) -> list[dict[str, str]]:
+def _rows(
+    prefix: str, games: list[tuple[str, Path]], relative_to: Path | None
+) -> list[dict[str, str]]:
     rows = []
     for name, path in games:
         game = path.relative_to(relative_to).as_posix() if relative_to else str(path)
-        rows.append({"episode_id": f"{prefix}/{name}", "game": game, "task": str(task_short_name(name))})
+        rows.append(
+            {"episode_id": f"{prefix}/{name}", "game": game, "task": str(task_short_name(name))}
+        )
     return rows
 
 
@@ -53,10 +57,15 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: FixtureBui
     10001…), each listed in that folder's ``episodes.jsonl``.
     """
     rng = random.Random(seed)
-    size = RoomSize(extra_receptacle_kinds=options.extra_receptacle_kinds, max_copies=options.max_copies,
-                    distractor_objects=options.distractor_objects)
+    size = RoomSize(
+        extra_receptacle_kinds=options.extra_receptacle_kinds,
+        max_copies=options.max_copies,
+        distractor_objects=options.distractor_objects,
+    )
     train = write_fixture_split(public, "games", options.train_size, rng, first_scene=1, size=size)
-    evals = write_fixture_split(private, "games", options.eval_size, rng, first_scene=10_001, size=size)
+    evals = write_fixture_split(
+        private, "games", options.eval_size, rng, first_scene=10_001, size=size
+    )
     _write_rows(public, _rows("train", train, public))
     _write_rows(private, _rows("eval", evals, private))
 
@@ -67,7 +76,9 @@ def _data_root(options: HubBuild) -> Path:
 
 
 def _complete(root: Path) -> bool:
-    return (root / "logic" / "alfred.pddl").is_file() and any((root / "json_2.1.1").glob("*/*/*/game.tw-pddl"))
+    return (root / "logic" / "alfred.pddl").is_file() and any(
+        (root / "json_2.1.1").glob("*/*/*/game.tw-pddl")
+    )
 
 
 def _download(root: Path) -> None:
@@ -76,7 +87,9 @@ def _download(root: Path) -> None:
     env = dict(os.environ, ALFWORLD_DATA=str(root))
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
-        raise RuntimeError(f"alfworld-download failed (exit {result.returncode}): {result.stderr[-800:]}")
+        raise RuntimeError(
+            f"alfworld-download failed (exit {result.returncode}): {result.stderr[-800:]}"
+        )
 
 
 def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> None:
@@ -98,17 +111,23 @@ def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> N
     root = _data_root(options)
     if not _complete(root):
         if not options.download:
-            raise RuntimeError(f"no ALFWorld data at {root} (expected json_2.1.1/ and logic/alfred.pddl); "
-                               "run alfworld-download or set build.hub.data_root")
+            raise RuntimeError(
+                f"no ALFWorld data at {root} (expected json_2.1.1/ and logic/alfred.pddl); "
+                "run alfworld-download or set build.hub.data_root"
+            )
         _download(root)
         if not _complete(root):
-            raise RuntimeError(f"alfworld-download finished but {root} still lacks json_2.1.1 games")
+            raise RuntimeError(
+                f"alfworld-download finished but {root} still lacks json_2.1.1 games"
+            )
     train = collect_games(root / "json_2.1.1" / "train")
     evals = collect_games(root / "json_2.1.1" / "valid_unseen")
     expected = options.expect_eval_games
     if expected is not None and len(evals) != expected:
-        raise RuntimeError(f"{root}/json_2.1.1/valid_unseen has {len(evals)} playable games, expected {expected}; "
-                           "re-run alfworld-download (or set build.hub.expect_eval_games for a custom copy)")
+        raise RuntimeError(
+            f"{root}/json_2.1.1/valid_unseen has {len(evals)} playable games, expected {expected}; "
+            "re-run alfworld-download (or set build.hub.expect_eval_games for a custom copy)"
+        )
     if not train:
         raise RuntimeError(f"no playable training games under {root}/json_2.1.1/train")
     # Train games are copied (game file + task type only), so the workspace never points into the
@@ -121,4 +140,3 @@ def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> N
         copied.append((name, target))
     _write_rows(public, _rows("train", copied, public))
     _write_rows(private, _rows("eval", evals, None))
-

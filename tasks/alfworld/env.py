@@ -30,22 +30,27 @@ def load_episodes(folder: Path) -> dict[str, dict[str, Any]]:
     path = Path(folder) / "episodes.jsonl"
     if not path.is_file():
         raise EnvError(f"no episode list at {path}; build the task data first")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     return {row["episode_id"]: row for row in rows}
 
 
 def clean_reset_text(text: str) -> str:
-    """The reset observation as the reference builds it: the welcome banner (first paragraph) dropped and
-    the other paragraphs joined by one newline (``"\\n".join(ob.split("\\n\\n")[1:])`` in its ``eval.py``).
+    """The reset observation as the reference builds it: the welcome banner (first paragraph)
+    dropped and the other paragraphs joined by one newline (``"\\n".join(ob.split("\\n\\n")[1:])``
+    in its ``eval.py``).
 
-    >>> clean_reset_text("-= Welcome to TextWorld, ALFRED! =-\\n\\nYou are in a room.\\n\\nYour task is to: x.")
+    >>> clean_reset_text("-= Welcome to TextWorld, ALFRED! =-\\n\\nYou are in a room."
+    ...                  "\\n\\nYour task is to: x.")
     'You are in a room.\\nYour task is to: x.'
     """
     return "\n".join(text.split("\n\n")[1:])
 
 
 def clean_step_text(text: str) -> str:
-    """A step observation as the reference shows it (an old-format ``You arrive at loc N.`` prefix dropped).
+    """A step observation as the reference shows it (an old-format ``You arrive at loc N.`` prefix
+    dropped).
 
     >>> clean_step_text("You arrive at loc 5. On the desk 1, you see a pen 1.")
     'On the desk 1, you see a pen 1.'
@@ -54,7 +59,7 @@ def clean_step_text(text: str) -> str:
     """
     text = text.strip()
     if text.startswith("You arrive at loc "):
-        text = text[text.find(". ") + 2:]
+        text = text[text.find(". ") + 2 :]
     return text
 
 
@@ -79,26 +84,41 @@ class AlfworldEnv:
     def reset(self, episode: EpisodeSpec, data: EnvData) -> StepResult:
         """Load the episode's game and return its first observation.
 
-        ``episode.source.env_options`` are the task's complete eval options (``max_steps`` ends the game).
+        ``episode.source.env_options`` are the task's complete eval options (``max_steps`` ends the
+        game).
         """
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
-        options = typed_options(Eval, episode.source.env_options, what="alfworld eval", complete=True, error=EnvError)
+        options = typed_options(
+            Eval, episode.source.env_options, what="alfworld eval", complete=True, error=EnvError
+        )
         tw_speedups.install()
         row, folder = self._row(episode, data)
         game_file = Path(row["game"]) if Path(row["game"]).is_absolute() else folder / row["game"]
         if not game_file.is_file():
-            raise EnvError(f"ALFWorld game file {game_file} is missing (episode {episode.episode_id})")
+            raise EnvError(
+                f"ALFWorld game file {game_file} is missing (episode {episode.episode_id})"
+            )
         self.close()
         expert = split_of(episode.episode_id) == "train"
-        infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=expert, extras=["gamefile"])
+        infos = textworld.EnvInfos(
+            won=True, admissible_commands=True, policy_commands=expert, extras=["gamefile"]
+        )
         with tw_speedups.translate_once():  # the load and the reset translate the same PDDL problem
-            self._game = textworld.start(str(game_file), request_infos=infos,
-                                         wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
+            self._game = textworld.start(
+                str(game_file),
+                request_infos=infos,
+                wrappers=[AlfredDemangler(shuffle=False), AlfredInfos],
+            )
             state = self._game.reset()
-        self._state = {"steps": 0, "won": False, "expert": expert, "task": row["task"],
-                       "max_steps": options.max_steps}
+        self._state = {
+            "steps": 0,
+            "won": False,
+            "expert": expert,
+            "task": row["task"],
+            "max_steps": options.max_steps,
+        }
         return self._result(clean_reset_text(state["feedback"]), state, done=False)
 
     def step(self, action: str) -> StepResult:
@@ -122,17 +142,29 @@ class AlfworldEnv:
     def _result(self, observation: str, state: Any, *, done: bool) -> StepResult:
         self._state["last"] = state
         self._state["done"] = done
-        info: dict[str, Any] = {"won": self._state["won"], "task_type": self._state["task"], "steps": self._state["steps"]}
+        info: dict[str, Any] = {
+            "won": self._state["won"],
+            "task_type": self._state["task"],
+            "steps": self._state["steps"],
+        }
         if self._state["expert"] and not done:
             plan = list(state.get("policy_commands") or [])
             info["expert_action"] = plan[0] if plan else None
-        return StepResult(observation, 1.0 if self._state["won"] else 0.0, done,
-                          list(state.get("admissible_commands") or []), info)
+        return StepResult(
+            observation,
+            1.0 if self._state["won"] else 0.0,
+            done,
+            list(state.get("admissible_commands") or []),
+            info,
+        )
 
     def close(self) -> None:
-        """Close the running game, if any, and unload its copy of the planner's library (:func:`unload_planner`)."""
+        """Close the running game, if any, and unload its copy of the planner's library
+        (:func:`unload_planner`)."""
         if self._game is not None:
-            planner = getattr(self._game, "downward_lib", None)  # TextWorld's wrappers pass attributes through
+            planner = getattr(
+                self._game, "downward_lib", None
+            )  # TextWorld's wrappers pass attributes through
             self._game.close()
             self._game = None
             if planner is not None:
@@ -142,11 +174,11 @@ class AlfworldEnv:
 def unload_planner(library: Any) -> None:
     """Unload a game's private copy of fast-downward's library (a ``ctypes.CDLL``).
 
-    TextWorld's PDDL env loads its own copy of ``libdownward.so`` (34 MB) for every game, from a temporary
-    folder that it deletes at once, and never unloads it: the deleted copy stays mapped, and its disk space
-    taken, until the process exits. An EnvPool actor plays thousands of games; a sweep of three full ALFWorld
-    cells filled the disk in its third cell ("No space left on device", 2026-11-29). The library is private to
-    its game, so nothing calls it after the game is closed.
+    TextWorld's PDDL env loads its own copy of ``libdownward.so`` (34 MB) for every game, from a
+    temporary folder that it deletes at once, and never unloads it: the deleted copy stays mapped,
+    and its disk space taken, until the process exits. An EnvPool actor plays thousands of games; a
+    sweep of three full ALFWorld cells filled the disk in its third cell ("No space left on device",
+    2026-11-29). The library is private to its game, so nothing calls it after the game is closed.
     """
     import _ctypes
 

@@ -52,10 +52,19 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     if not episodes:
         raise TaskError(f"no eval games in {private_dir}/episodes.jsonl")
     client = ctx.envs or local_episode_client("alfworld", "alfworld", private_dir, plain(opts))
-    protocol = AlfworldProtocol(max_new_tokens=opts.max_new_tokens, max_prompt_chars=opts.max_prompt_chars)
+    protocol = AlfworldProtocol(
+        max_new_tokens=opts.max_new_tokens, max_prompt_chars=opts.max_prompt_chars
+    )
     stats = PlayStats()
-    played = play(engine, client, episodes, protocol, max_steps=opts.max_steps,
-                  concurrency=opts.concurrency, stats=stats)
+    played = play(
+        engine,
+        client,
+        episodes,
+        protocol,
+        max_steps=opts.max_steps,
+        concurrency=opts.concurrency,
+        stats=stats,
+    )
     per_task: dict[str, dict[str, float]] = {}
     won_total = 0
     for episode in played:
@@ -67,10 +76,25 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         entry["total"] += 1
     for entry in per_task.values():
         entry["rate"] = 100.0 * entry["success"] / entry["total"]
-    samples = [{"episode_id": e.episode_id, "won": bool(e.current.info.get("won")), "steps": e.steps,
-                "actions": e.actions[:20]} for e in played[:NUM_SAMPLES]]
-    details = {"success_count": won_total, "total_count": len(played), "success_rate": won_total / len(played),
-               "per_task": {t: per_task[t] for t in SHORT_TYPES if t in per_task}, "engine_calls": stats.engine_calls,
-               "max_live": stats.max_live, "samples": samples,
-               "env_client": type(getattr(client, "client", client)).__name__}
-    return EvalResult(score=100.0 * won_total / len(played), num_examples=len(played), details=details)
+    samples = [
+        {
+            "episode_id": e.episode_id,
+            "won": bool(e.current.info.get("won")),
+            "steps": e.steps,
+            "actions": e.actions[:20],
+        }
+        for e in played[:NUM_SAMPLES]
+    ]
+    details = {
+        "success_count": won_total,
+        "total_count": len(played),
+        "success_rate": won_total / len(played),
+        "per_task": {t: per_task[t] for t in SHORT_TYPES if t in per_task},
+        "engine_calls": stats.engine_calls,
+        "max_live": stats.max_live,
+        "samples": samples,
+        "env_client": type(getattr(client, "client", client)).__name__,
+    }
+    return EvalResult(
+        score=100.0 * won_total / len(played), num_examples=len(played), details=details
+    )

@@ -1,4 +1,5 @@
-"""The alfworld fixture generator: ALFWorld games written as PDDL problems, in the alfworld-download layout.
+"""The alfworld fixture generator: ALFWorld games written as PDDL problems, in the
+alfworld-download layout.
 
 The games are PDDL problems for the domain and grammar bundled in the ``alfworld`` wheel, from the
 goal definitions of ``alfworld.gen.goal_library``; each is winnable by construction. The layout and
@@ -25,12 +26,24 @@ class _Recep:
     openable: bool
 
 
-_RECEPS = {r.kind: r for r in (
-    _Recep("CounterTop", False), _Recep("Cabinet", True), _Recep("Drawer", True), _Recep("Fridge", True),
-    _Recep("Microwave", True), _Recep("SinkBasin", False), _Recep("StoveBurner", False), _Recep("DiningTable", False),
-    _Recep("Shelf", False), _Recep("Desk", False), _Recep("SideTable", False), _Recep("GarbageCan", False),
-    _Recep("Dresser", False),
-)}
+_RECEPS = {
+    r.kind: r
+    for r in (
+        _Recep("CounterTop", False),
+        _Recep("Cabinet", True),
+        _Recep("Drawer", True),
+        _Recep("Fridge", True),
+        _Recep("Microwave", True),
+        _Recep("SinkBasin", False),
+        _Recep("StoveBurner", False),
+        _Recep("DiningTable", False),
+        _Recep("Shelf", False),
+        _Recep("Desk", False),
+        _Recep("SideTable", False),
+        _Recep("GarbageCan", False),
+        _Recep("Dresser", False),
+    )
+}
 _FOOD = ("CounterTop", "DiningTable", "Fridge", "Cabinet")
 _DISH = ("CounterTop", "Cabinet", "Shelf", "DiningTable", "SinkBasin")
 _SMALL = ("Desk", "SideTable", "Shelf", "Drawer", "Dresser")
@@ -50,16 +63,29 @@ _OBJECTS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
     "Knife": (frozenset({"cleanable"}), ("Drawer", "CounterTop", "DiningTable")),
     "Spoon": (frozenset({"cleanable"}), ("Drawer", "CounterTop", "DiningTable")),
     "Fork": (frozenset({"cleanable"}), ("Drawer", "CounterTop", "DiningTable")),
-    "Pen": (frozenset(), _SMALL), "Pencil": (frozenset(), _SMALL), "Book": (frozenset(), _SMALL + ("Dresser",)),
-    "CellPhone": (frozenset(), _SMALL), "KeyChain": (frozenset(), _SMALL), "CreditCard": (frozenset(), _SMALL),
-    "AlarmClock": (frozenset(), _SMALL), "CD": (frozenset(), _SMALL), "Watch": (frozenset(), _SMALL),
+    "Pen": (frozenset(), _SMALL),
+    "Pencil": (frozenset(), _SMALL),
+    "Book": (frozenset(), _SMALL + ("Dresser",)),
+    "CellPhone": (frozenset(), _SMALL),
+    "KeyChain": (frozenset(), _SMALL),
+    "CreditCard": (frozenset(), _SMALL),
+    "AlarmClock": (frozenset(), _SMALL),
+    "CD": (frozenset(), _SMALL),
+    "Watch": (frozenset(), _SMALL),
     "Vase": (frozenset(), ("Shelf", "SideTable", "Desk", "Dresser")),
 }
 _LAMP_RECEPS = ("Desk", "SideTable", "Dresser")
 _TYPE_NEEDS = {"clean": "SinkBasin", "heat": "Microwave", "cool": "Fridge"}
 _TYPE_PROP = {"clean": "cleanable", "heat": "heatable", "cool": "coolable"}
 _LONG_TYPE = {short: long for long, short in TASK_TYPES.items()}
-_SINGLE = ("Fridge", "Microwave", "SinkBasin", "GarbageCan", "DiningTable", "Desk")  # one of each in a room
+_SINGLE = (
+    "Fridge",
+    "Microwave",
+    "SinkBasin",
+    "GarbageCan",
+    "DiningTable",
+    "Desk",
+)  # one of each in a room
 
 
 @dataclass(frozen=True)
@@ -68,7 +94,8 @@ class RoomSize:
 
     Attributes:
         extra_receptacle_kinds: Receptacle types added at random (each 1 to ``max_copies`` copies).
-        max_copies: Most copies of a receptacle type other than the single ones (fridge, microwave, ...).
+        max_copies: Most copies of a receptacle type other than the single ones (fridge, microwave,
+            ...).
         distractor_objects: Objects of other types placed at random.
     """
 
@@ -79,7 +106,7 @@ class RoomSize:
 
 def _mangle(kind: str, index: int) -> str:
     """An ALFRED-style object id; the Demangler turns it into ``<kind lowercase> <n>``."""
-    coords = f"_bar__plus_0{index % 10}_dot_{(index * 37) % 100:02d}_bar__plus_00_dot_90_bar__minus_0{index // 10}_dot_50"
+    coords = f"_bar__plus_0{index % 10}_dot_{(index * 37) % 100:02d}_bar__plus_00_dot_90_bar__minus_0{index // 10}_dot_50"  # noqa: E501
     if kind == "SinkBasin":
         return f"Sink{coords}_bar_SinkBasin"
     return f"{kind}{coords}"
@@ -90,14 +117,27 @@ def _pick_target(rng: random.Random, short: str) -> tuple[str, str, str]:
     if short == "examine":
         obj = rng.choice([k for k, (props, _) in _OBJECTS.items() if not props and k != "Vase"])
         return obj, "None", "DeskLamp"
-    candidates = [k for k, (props, _) in _OBJECTS.items() if short not in _TYPE_PROP or _TYPE_PROP[short] in props]
+    candidates = [
+        k
+        for k, (props, _) in _OBJECTS.items()
+        if short not in _TYPE_PROP or _TYPE_PROP[short] in props
+    ]
     obj = rng.choice(candidates)
-    targets = [r for r in _OBJECTS[obj][1] if r not in ("SinkBasin", "Microwave") and (short != "cool" or r != "Fridge")]
+    targets = [
+        r
+        for r in _OBJECTS[obj][1]
+        if r not in ("SinkBasin", "Microwave") and (short != "cool" or r != "Fridge")
+    ]
     return obj, rng.choice(targets), "None"
 
 
 def generate_game(
-    rng: random.Random, short: str, goal_templates: dict[str, Any], domain: str, grammar: str, size: RoomSize
+    rng: random.Random,
+    short: str,
+    goal_templates: dict[str, Any],
+    domain: str,
+    grammar: str,
+    size: RoomSize,
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """One solvable-by-construction ALFWorld game of task type ``short`` in a room of ``size``.
 
@@ -139,7 +179,9 @@ def generate_game(
         if kind != obj:
             place(kind, tuple(r for r in _OBJECTS[kind][1] if r != target))
     if sum(1 for _, k, _ in placed if k == obj) < needed:
-        raise ValueError("could not place the task's objects")  # unreachable: start_options is never empty
+        raise ValueError(
+            "could not place the task's objects"
+        )  # unreachable: start_options is never empty
 
     otypes = sorted({k for _, k, _ in placed})
     rtypes = sorted({k for _, k in receps})
@@ -150,34 +192,65 @@ def generate_game(
         if _RECEPS[kind].openable:
             init.append(f"(openable {rid})")
     for oid, kind, rid in placed:
-        init += [f"(objectAtLocation {oid} {locs[rid]})", f"(inReceptacle {oid} {rid})", f"(objectType {oid} {kind}Type)"]
+        init += [
+            f"(objectAtLocation {oid} {locs[rid]})",
+            f"(inReceptacle {oid} {rid})",
+            f"(objectType {oid} {kind}Type)",
+        ]
         if kind == "DeskLamp":
             init.append(f"(toggleable {oid})")
             continue
         init.append(f"(pickupable {oid})")
         init += [f"({prop} {oid})" for prop in sorted(_OBJECTS[kind][0])]
     for kind in otypes:
-        allowed = set(_OBJECTS.get(kind, ((), ()))[1]) | ({target} if kind == obj and target != "None" else set())
+        allowed = set(_OBJECTS.get(kind, ((), ()))[1]) | (
+            {target} if kind == obj and target != "None" else set()
+        )
         init += [f"(canContain {rt}Type {kind}Type)" for rt in rtypes if rt in allowed]
-    objects = (["agent1 - agent", " ".join(["loc_start", *locs.values()]) + " - location",
-                " ".join(oid for oid, _, _ in placed) + " - object", " ".join(rid for rid, _ in receps) + " - receptacle",
-                " ".join(f"{k}Type" for k in otypes) + " - otype", " ".join(f"{k}Type" for k in rtypes) + " - rtype"])
+    objects = [
+        "agent1 - agent",
+        " ".join(["loc_start", *locs.values()]) + " - location",
+        " ".join(oid for oid, _, _ in placed) + " - object",
+        " ".join(rid for rid, _ in receps) + " - receptacle",
+        " ".join(f"{k}Type" for k in otypes) + " - otype",
+        " ".join(f"{k}Type" for k in rtypes) + " - rtype",
+    ]
     long_type = _LONG_TYPE[short]
-    goal = goal_templates[long_type]["pddl"].replace("#", "-").format(obj=obj, recep=target, toggle=toggle, mrecep="None")
-    problem = ("(define (problem plan_trial)\n (:domain alfred)\n (:objects\n   " + "\n   ".join(objects) + "\n )\n"
-               " (:init\n   " + "\n   ".join(init + ["(= (total-cost) 0)"]) + "\n )\n" + goal)
-    params = {"object_target": obj, "parent_target": "" if target == "None" else target,
-              "toggle_target": "" if toggle == "None" else toggle, "mrecep_target": "", "object_sliced": False}
+    goal = (
+        goal_templates[long_type]["pddl"]
+        .replace("#", "-")
+        .format(obj=obj, recep=target, toggle=toggle, mrecep="None")
+    )
+    problem = (
+        "(define (problem plan_trial)\n (:domain alfred)\n (:objects\n   "
+        + "\n   ".join(objects)
+        + "\n )\n"
+        " (:init\n   " + "\n   ".join(init + ["(= (total-cost) 0)"]) + "\n )\n" + goal
+    )
+    params = {
+        "object_target": obj,
+        "parent_target": "" if target == "None" else target,
+        "toggle_target": "" if toggle == "None" else toggle,
+        "mrecep_target": "",
+        "object_sliced": False,
+    }
     template = rng.choice(goal_templates[long_type]["templates"])
     desc = template.format(obj=obj.lower(), recep=target.lower(), toggle=toggle.lower(), mrecep="")
-    game = {"pddl_domain": domain, "grammar": grammar.replace("UNKNOWN GOAL", desc), "pddl_problem": problem, "solvable": True}
+    game = {
+        "pddl_domain": domain,
+        "grammar": grammar.replace("UNKNOWN GOAL", desc),
+        "pddl_problem": problem,
+        "solvable": True,
+    }
     traj = {"task_type": long_type, "pddl_params": params, "generated_by": "autorl fixture"}
     return f"{long_type}-{obj}-None-{target}", game, traj
 
 
-def write_fixture_split(root: Path, split: str, count: int, rng: random.Random, first_scene: int,
-                        size: RoomSize) -> list[tuple[str, Path]]:
-    """Write ``count`` generated games (task types in turn, rooms of ``size``) under ``root/<split>/``;
+def write_fixture_split(
+    root: Path, split: str, count: int, rng: random.Random, first_scene: int, size: RoomSize
+) -> list[tuple[str, Path]]:
+    """Write ``count`` generated games (task types in turn, rooms of ``size``) under
+    ``root/<split>/``;
     returns (name, file)."""
     from alfworld.gen import goal_library
     from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
@@ -191,6 +264,8 @@ def write_fixture_split(root: Path, split: str, count: int, rng: random.Random, 
         folder = root / split / f"{stem}-{first_scene + index}" / "trial_00001"
         folder.mkdir(parents=True)
         (folder / "game.tw-pddl").write_text(json.dumps(game), encoding="utf-8")
-        (folder / "traj_data.json").write_text(json.dumps(traj, indent=1, sort_keys=True), encoding="utf-8")
+        (folder / "traj_data.json").write_text(
+            json.dumps(traj, indent=1, sort_keys=True), encoding="utf-8"
+        )
         games.append((f"{folder.parent.name}/{folder.name}", folder / "game.tw-pddl"))
     return games

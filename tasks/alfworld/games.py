@@ -41,7 +41,8 @@ def task_short_name(game_name: str) -> str | None:
 
 
 def collect_games(split_dir: Path) -> list[tuple[str, Path]]:
-    """Playable games under one split folder, sorted by name, as ALFWorld's ``AlfredTWEnv`` selects them.
+    """Playable games under one split folder, sorted by name, as ALFWorld's ``AlfredTWEnv`` selects
+    them.
 
     A game needs ``traj_data.json`` of one of the six task types, a ``game.tw-pddl`` marked
     ``solvable``, and no movable-receptacle or sliced variant.

@@ -16,12 +16,19 @@ class FixtureBuild:
     """``build.py`` ``build_fixture``: generated PDDL games for ALFWorld's bundled domain."""
 
     train_size: int = option(
-        300, "generated training games in public/games (eval rooms are unseen: more rooms to learn from)"
+        300,
+        "generated training games in public/games (eval rooms are unseen: more to learn from)",
     )
-    eval_size: int = option(36, "generated eval games in private/games (other rooms, objects and targets)")
-    extra_receptacle_kinds: int = option(1, "receptacle types added to a room beyond what its task needs")
+    eval_size: int = option(
+        36, "generated eval games in private/games (other rooms, objects and targets)"
+    )
+    extra_receptacle_kinds: int = option(
+        1, "receptacle types added to a room beyond what its task needs"
+    )
     max_copies: int = option(
-        1, "most copies of a receptacle type; fridge, microwave, sink, garbage can, dining table, desk: one"
+        1,
+        "most copies of a receptacle type; fridge, microwave, sink, garbage can, dining table, "
+        "desk: one",
     )
     distractor_objects: int = option(1, "objects of other types placed in a room")
 
@@ -30,7 +37,9 @@ class FixtureBuild:
 class HubBuild:
     """``build.py`` ``build_hub``: the alfworld-download data."""
 
-    data_root: str | None = option(None, "alfworld-download cache folder; null: $ALFWORLD_DATA or ~/.cache/alfworld")
+    data_root: str | None = option(
+        None, "alfworld-download cache folder; null: $ALFWORLD_DATA or ~/.cache/alfworld"
+    )
     download: bool = option(True, "run alfworld-download when the data is missing")
     expect_eval_games: int | None = option(
         134, "playable valid_unseen games required; null: accept any count (a custom copy)"
@@ -44,7 +53,8 @@ class Eval:
     max_steps: int = option(20, "actions per game before it counts as lost")
     max_new_tokens: int = option(16, "generation cap per action")
     max_prompt_chars: int | None = option(
-        1800, "keep the prompt's end within this many characters; the tiny model's window is 1024 tokens"
+        1800,
+        "keep the prompt's end within this many characters; the tiny model's window is 1024 tokens",
     )
     concurrency: int = option(64, "games played at once")
     limit: int | None = option(None, "play only the first N eval games; null: all")
@@ -57,8 +67,12 @@ class HubEval(Eval):
     max_steps: int = option(50, "actions per game before it counts as lost")
     max_new_tokens: int = option(100, "generation cap per action")
     max_prompt_chars: int | None = option(
-        None, "null: no truncation here (the engine still keeps the prompt's end within the model's window)"
+        None,
+        "null: no truncation here (the engine still keeps the prompt's end within the model's "
+        "window)",
     )
 
 
-OPTIONS = TaskOptions(build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval})
+OPTIONS = TaskOptions(
+    build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval}
+)

@@ -1,4 +1,5 @@
-"""Speed-ups of TextWorld's PDDL engine that give the same texts: where ALFWorld's stepping spends its time.
+"""Speed-ups of TextWorld's PDDL engine that give the same texts: where ALFWorld's stepping spends
+its time.
 
 Profiled on the fixture (36 games × 20 steps, bench/interactive_eval.py), TextWorld's own work is:
 
@@ -7,7 +8,8 @@ Profiled on the fixture (36 games × 20 steps, bench/interactive_eval.py), TextW
 - **Context copies**: each grammar derivation deep-copies its context's ``variables`` (the game's
   ``EntityInfo`` objects) and ``mapping`` dicts for every symbol it expands
   (``textgen.copy_context``). The derivation only adds keys to those dicts (``query``) and reads the
-  values (``{r.name}``, ``{o.indefinite}``): a copy of each dict is enough (:func:`shallow_context_copies`).
+  values (``{r.name}``, ``{o.indefinite}``): a copy of each dict is enough
+      (:func:`shallow_context_copies`).
 - **PDDL translation**: loading a game translates its PDDL problem with fast-downward, and the
   ``reset`` right after translates the same problem again (both build a ``PddlState``); within
   :func:`translate_once` the second translation reuses the first.
@@ -25,7 +27,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-_translations = threading.local()  # .memo: the translations of the current reset, when inside translate_once
+_translations = (
+    threading.local()
+)  # .memo: the translations of the current reset, when inside translate_once
 
 
 def memoize_parsers() -> None:
@@ -43,7 +47,12 @@ def memoize_parsers() -> None:
             continue
         cache: dict[tuple[Any, ...], Any] = {}
 
-        def cached(*args: Any, _original: Any = original, _cache: dict[tuple[Any, ...], Any] = cache, **kwargs: Any) -> Any:
+        def cached(
+            *args: Any,
+            _original: Any = original,
+            _cache: dict[tuple[Any, ...], Any] = cache,
+            **kwargs: Any,
+        ) -> Any:
             key = (args, tuple(sorted((k, v) for k, v in kwargs.items() if k != "trace")))
             if key not in _cache:
                 _cache[key] = _original(*args, **kwargs)
@@ -54,7 +63,8 @@ def memoize_parsers() -> None:
 
 
 def shallow_context_copies() -> None:
-    """Replace ``textgen.copy_context`` by one that copies the ``variables`` and ``mapping`` dicts, not their values."""
+    """Replace ``textgen.copy_context`` by one that copies the ``variables`` and ``mapping`` dicts,
+    not their values."""
     import textworld.envs.pddl.textgen as textgen
 
     if getattr(textgen.copy_context, "_autorl_shallow", False):
@@ -70,11 +80,14 @@ def shallow_context_copies() -> None:
         }
 
     copy_context._autorl_shallow = True  # type: ignore[attr-defined]
-    textgen.copy_context = copy_context  # module global: Symbol.copy, query and derive look it up at call time
+    textgen.copy_context = (
+        copy_context  # module global: Symbol.copy, query and derive look it up at call time
+    )
 
 
 def _install_translation_memo() -> None:
-    """Wrap ``fast_downward.pddl2sas`` so that it consults the current thread's memo inside :func:`translate_once`."""
+    """Wrap ``fast_downward.pddl2sas`` so that it consults the current thread's memo inside
+    :func:`translate_once`."""
     import fast_downward  # type: ignore[import-untyped]
 
     original = fast_downward.pddl2sas
@@ -98,7 +111,8 @@ def _install_translation_memo() -> None:
 
 @contextmanager
 def translate_once() -> Iterator[None]:
-    """Within the block (one game's load and reset), each PDDL problem is translated once in this thread.
+    """Within the block (one game's load and reset), each PDDL problem is translated once in this
+    thread.
 
     The load's ``PddlState`` is replaced by the reset's right away, so sharing the translated task
     between them shares nothing that is played. The memo ends with the block: a later reset of the

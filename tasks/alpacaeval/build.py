@@ -1,4 +1,5 @@
-"""Data builders for alpacaeval: public/train.jsonl for the agent, private/eval.jsonl (+ LC prior) for the grader.
+"""Data builders for alpacaeval: public/train.jsonl for the agent, private/eval.jsonl (+ LC prior)
+for the grader.
 
 Each source's builder is named in ``task.yaml`` (``sources``).
 
@@ -41,7 +42,13 @@ def alpaca_row(instruction: str, input_text: str, output: str) -> dict[str, str]
     'Add the numbers.\\n\\n2 and 3'
     """
     question = f"{instruction}\n\n{input_text}" if input_text else instruction
-    return {"instruction": instruction, "input": input_text, "output": output, "question": question, "answer": output}
+    return {
+        "instruction": instruction,
+        "input": input_text,
+        "output": output,
+        "question": question,
+        "answer": output,
+    }
 
 
 def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]], fields: tuple[str, ...]) -> None:
@@ -72,7 +79,9 @@ def _hub_file(repo_or_dir: str, filename: str) -> Path:
     if local.is_dir():
         path = local / filename
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found (a local stand-in of the eval_path repo needs {filename})")
+            raise FileNotFoundError(
+                f"{path} not found (a local stand-in of the eval_path repo needs {filename})"
+            )
         return path
     from huggingface_hub import hf_hub_download
 
@@ -100,14 +109,33 @@ def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> N
     train_size, eval_repo = options.train_size, options.eval_path
     data = datasets.load_dataset(options.train_path, split="train")
     data = data.select(range(min(train_size, len(data))))
-    _write_jsonl(public / "train.jsonl",
-                 (alpaca_row(r["instruction"], r["input"] or "", r["output"]) for r in data), TRAIN_FIELDS)
+    _write_jsonl(
+        public / "train.jsonl",
+        (alpaca_row(r["instruction"], r["input"] or "", r["output"]) for r in data),
+        TRAIN_FIELDS,
+    )
 
     items = json.loads(_hub_file(eval_repo, EVAL_FILE).read_text(encoding="utf-8"))
-    if not isinstance(items, list) or not items or not all("instruction" in i and "output" in i for i in items):
-        raise ValueError(f"{EVAL_FILE} of {eval_repo} is not a list of {{instruction, output, ...}} objects")
-    _write_jsonl(private / "eval.jsonl", ({"question": i["instruction"], "reference": i["output"],
-                                           "generator": i.get("generator", ""), "dataset": i.get("dataset", "")}
-                                          for i in items), EVAL_FIELDS)
+    if (
+        not isinstance(items, list)
+        or not items
+        or not all("instruction" in i and "output" in i for i in items)
+    ):
+        raise ValueError(
+            f"{EVAL_FILE} of {eval_repo} is not a list of {{instruction, output, ...}} objects"
+        )
+    _write_jsonl(
+        private / "eval.jsonl",
+        (
+            {
+                "question": i["instruction"],
+                "reference": i["output"],
+                "generator": i.get("generator", ""),
+                "dataset": i.get("dataset", ""),
+            }
+            for i in items
+        ),
+        EVAL_FIELDS,
+    )
     if options.lc_prior:
         shutil.copyfile(_hub_file(eval_repo, PRIOR_FILE), private / "lc_prior.csv")

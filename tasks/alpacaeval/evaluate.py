@@ -1,4 +1,5 @@
-"""Evaluator for alpacaeval: chat-template generation, a pairwise LLM judge, AlpacaEval 2.0's LC win rate.
+"""Evaluator for alpacaeval: chat-template generation, a pairwise LLM judge, AlpacaEval 2.0's LC
+win rate.
 
 1. Every eval instruction goes to the engine in one batched call: one user turn with the model's
    chat template, greedy, at most ``max_new_tokens`` new tokens; outputs are stripped.
@@ -51,11 +52,13 @@ class JudgeModel(Protocol):
 
 # Local judging models (``judge_server``): name -> a factory of a fresh judging model.
 LOCAL_JUDGES: Registry[Callable[[], JudgeModel]] = Registry(
-    "local judge", {"rules": f"{__package__}.rules:RuleJudge"})
+    "local judge", {"rules": f"{__package__}.rules:RuleJudge"}
+)
 
 
 def oracle_reply(item: dict[str, Any]) -> str:
-    """A reply the fixture judge ranks above the reference on every fixture item (for contract tests)."""
+    """A reply the fixture judge ranks above the reference on every fixture item (for contract
+    tests)."""
     return ideal_answer(str(item["question"]))
 
 
@@ -64,13 +67,16 @@ def judge_spec(options: Eval) -> Iterator[JudgeSpec]:
     """The judge the options name, with a local server running for the ``with`` block if it is one.
 
     Raises:
-        ConfigError: Neither or both of ``judge_driver`` and ``judge_server`` are set, or unknown names.
+        ConfigError: Neither or both of ``judge_driver`` and ``judge_server`` are set, or unknown
+            names.
     """
     driver, server = options.judge_driver, options.judge_server
     if bool(driver) == bool(server):
-        raise ConfigError("alpacaeval needs exactly one of eval options judge_driver (a conf/driver name, e.g. "
-                          f"gpt-5.2) and judge_server (a local judging model: {', '.join(LOCAL_JUDGES)}); "
-                          f"got judge_driver={driver!r}, judge_server={server!r}")
+        raise ConfigError(
+            "alpacaeval needs exactly one of eval options judge_driver (a conf/driver name, e.g. "
+            f"gpt-5.2) and judge_server (a local judging model: {', '.join(LOCAL_JUDGES)}); "
+            f"got judge_driver={driver!r}, judge_server={server!r}"
+        )
     if driver:
         yield load_judge_spec(str(driver))
         return
@@ -103,8 +109,8 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
             ``judge_server`` (exactly one set; see the module docstring), ``judge_params`` (request
             fields sent verbatim, e.g. ``{max_completion_tokens: 100}``), ``judge_concurrency``,
             ``lc_glm`` (``length_controlled_v1`` or ``length_controlled_minimal``),
-            ``max_new_tokens``, ``limit`` (first N items; ``None`` = all). ``cache_dir``: where judge
-            answers are cached (under ``judge/``; the grader passes its cache dir); ``None``
+            ``max_new_tokens``, ``limit`` (first N items; ``None`` = all). ``cache_dir``: where
+            judge answers are cached (under ``judge/``; the grader passes its cache dir); ``None``
             disables the cache.
 
     Returns:
@@ -114,7 +120,8 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         TaskError: Unknown or missing options, missing eval data or LC prior, or the engine
             returned the wrong count.
         ConfigError: Bad judge options.
-        JudgeError: The judge failed, or a reply was empty or not ``m``/``M`` (nothing unusable is cached).
+        JudgeError: The judge failed, or a reply was empty or not ``m``/``M`` (nothing unusable is
+            cached).
     """
     options = ctx.options_as(Eval)
     private_dir, cache_dir = Path(ctx.private_dir), ctx.cache_dir
@@ -124,37 +131,65 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     if glm == "length_controlled_v1":
         prior_path = Path(private_dir) / "lc_prior.csv"
         if not prior_path.is_file():
-            raise TaskError(f"lc_glm length_controlled_v1 needs {prior_path} (AlpacaEval's df_gamed.csv, built with "
-                            "the hub source); use lc_glm: length_controlled_minimal for other data")
+            raise TaskError(
+                f"lc_glm length_controlled_v1 needs {prior_path} (AlpacaEval's df_gamed.csv, "
+                "built with "
+                "the hub source); use lc_glm: length_controlled_minimal for other data"
+            )
         prior = LCPrior.from_csv(prior_path)
     max_new_tokens = options.max_new_tokens
 
     # The judge is set up first, so a missing API key or a bad judge option fails before generating.
-    with judge_spec(options) as spec, JudgeClient(
-        spec, params=dict(options.judge_params), concurrency=options.judge_concurrency,
-        cache_dir=None if cache_dir is None else Path(cache_dir) / "judge",
-    ) as client:
+    with (
+        judge_spec(options) as spec,
+        JudgeClient(
+            spec,
+            params=dict(options.judge_params),
+            concurrency=options.judge_concurrency,
+            cache_dir=None if cache_dir is None else Path(cache_dir) / "judge",
+        ) as client,
+    ):
         conversations = [chat_prompt(str(item["question"])) for item in items]
         raw = engine.generate_chat(conversations, max_new_tokens=max_new_tokens)
         if len(raw) != len(items):
             raise TaskError(f"engine returned {len(raw)} generations for {len(items)} prompts")
         outputs = [(text or "").strip() for text in raw]
-        comparisons = [comparison(item["question"], item["reference"], out) for item, out in zip(items, outputs, strict=True)]
+        comparisons = [
+            comparison(item["question"], item["reference"], out)
+            for item, out in zip(items, outputs, strict=True)
+        ]
         answers = client.complete_many([c.messages for c in comparisons], parse=require_choice)
         usage = client.usage.as_dict(spec.price_per_mtok)
-    preferences = [preference(answer, c.switched) for answer, c in zip(answers, comparisons, strict=True)]
+    preferences = [
+        preference(answer, c.switched) for answer, c in zip(answers, comparisons, strict=True)
+    ]
 
-    metrics = length_controlled_win_rate(preferences, [len(i["reference"]) for i in items], [len(o) for o in outputs],
-                                         glm=glm, prior=prior)
-    # Details reach the agent through the grading API: no instruction or reference from the private split.
-    samples = [{"output": out, "judge_answer": answer, "preference": pref}
-               for out, answer, pref in list(zip(outputs, answers, preferences, strict=True))[:NUM_SAMPLES]]
+    metrics = length_controlled_win_rate(
+        preferences,
+        [len(i["reference"]) for i in items],
+        [len(o) for o in outputs],
+        glm=glm,
+        prior=prior,
+    )
+    # Details reach the agent through the grading API: no instruction or reference from the private
+    # split.
+    samples = [
+        {"output": out, "judge_answer": answer, "preference": pref}
+        for out, answer, pref in list(zip(outputs, answers, preferences, strict=True))[:NUM_SAMPLES]
+    ]
     details = {
-        "length_controlled_winrate": metrics["length_controlled_winrate"], "win_rate": metrics["win_rate"],
-        "discrete_win_rate": metrics["discrete_win_rate"], "n_wins": metrics["n_wins"],
-        "n_wins_base": metrics["n_wins_base"], "n_draws": metrics["n_draws"],
-        "avg_length": sum(map(len, outputs)) / len(outputs), "lc_glm": glm,
-        "judge": {"name": spec.name, "model": spec.model, **usage}, "max_new_tokens": max_new_tokens,
+        "length_controlled_winrate": metrics["length_controlled_winrate"],
+        "win_rate": metrics["win_rate"],
+        "discrete_win_rate": metrics["discrete_win_rate"],
+        "n_wins": metrics["n_wins"],
+        "n_wins_base": metrics["n_wins_base"],
+        "n_draws": metrics["n_draws"],
+        "avg_length": sum(map(len, outputs)) / len(outputs),
+        "lc_glm": glm,
+        "judge": {"name": spec.name, "model": spec.model, **usage},
+        "max_new_tokens": max_new_tokens,
         "samples": samples,
     }
-    return EvalResult(score=float(metrics["length_controlled_winrate"]), num_examples=len(items), details=details)
+    return EvalResult(
+        score=float(metrics["length_controlled_winrate"]), num_examples=len(items), details=details
+    )

@@ -36,10 +36,24 @@ from pathlib import Path
 from typing import Any
 
 GLMS: dict[str, dict[str, Any]] = {
-    "length_controlled_v1": {"difficulty": True, "regularize_to_baseline_lambda": 0.2, "n_splits": 5},
-    "length_controlled_minimal": {"difficulty": False, "regularize_to_baseline_lambda": None, "n_splits": 5},
+    "length_controlled_v1": {
+        "difficulty": True,
+        "regularize_to_baseline_lambda": 0.2,
+        "n_splits": 5,
+    },
+    "length_controlled_minimal": {
+        "difficulty": False,
+        "regularize_to_baseline_lambda": None,
+        "n_splits": 5,
+    },
 }
-PRIOR_COLUMNS = ("index", "preference", "std_delta_len", "instruction_difficulty", "not_gamed_baseline")
+PRIOR_COLUMNS = (
+    "index",
+    "preference",
+    "std_delta_len",
+    "instruction_difficulty",
+    "not_gamed_baseline",
+)
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,8 @@ class LCPrior:
 
     Attributes:
         difficulty: Instruction index (position in the eval set) to its difficulty.
-        rows: The gamed baselines' annotations: ``(preference in [0, 1], std_delta_len, difficulty)``.
+        rows: The gamed baselines' annotations: ``(preference in [0, 1], std_delta_len,
+            difficulty)``.
     """
 
     difficulty: dict[int, float]
@@ -56,7 +71,8 @@ class LCPrior:
 
     @classmethod
     def from_csv(cls, path: Path) -> LCPrior:
-        """Read ``df_gamed.csv`` (columns ``index, preference, std_delta_len, instruction_difficulty,
+        """Read ``df_gamed.csv`` (columns ``index, preference, std_delta_len,
+        instruction_difficulty,
         not_gamed_baseline``; others ignored).
 
         Raises:
@@ -67,13 +83,25 @@ class LCPrior:
         frame = pd.read_csv(path)
         missing = [c for c in PRIOR_COLUMNS if c not in frame.columns]
         if missing:
-            raise ValueError(f"{path}: LC prior lacks columns {missing}; expected AlpacaEval's df_gamed.csv "
-                             f"with columns {', '.join(PRIOR_COLUMNS)}")
+            raise ValueError(
+                f"{path}: LC prior lacks columns {missing}; expected AlpacaEval's df_gamed.csv "
+                f"with columns {', '.join(PRIOR_COLUMNS)}"
+            )
         first = frame.drop_duplicates("index")
-        difficulty = {int(i): float(d) for i, d in zip(first["index"], first["instruction_difficulty"], strict=True)}
+        difficulty = {
+            int(i): float(d)
+            for i, d in zip(first["index"], first["instruction_difficulty"], strict=True)
+        }
         gamed = frame[~frame["not_gamed_baseline"].astype(bool)]
-        rows = tuple((float(p), float(s), float(d)) for p, s, d in
-                     zip(gamed["preference"], gamed["std_delta_len"], gamed["instruction_difficulty"], strict=True))
+        rows = tuple(
+            (float(p), float(s), float(d))
+            for p, s, d in zip(
+                gamed["preference"],
+                gamed["std_delta_len"],
+                gamed["instruction_difficulty"],
+                strict=True,
+            )
+        )
         return cls(difficulty, rows)
 
 
@@ -92,14 +120,24 @@ def head_to_head(preferences: Sequence[float]) -> dict[str, float]:
     valid = [p - 1 for p in prefs if not math.isnan(p) and 1.0 <= p <= 2.0]
     n = len(valid)
     mean = sum(valid) / n if n else float("nan")
-    sem = (math.sqrt(sum((v - mean) ** 2 for v in valid) / (n - 1)) / math.sqrt(n)) if n > 1 else float("nan")
+    sem = (
+        (math.sqrt(sum((v - mean) ** 2 for v in valid) / (n - 1)) / math.sqrt(n))
+        if n > 1
+        else float("nan")
+    )
     return {
-        "win_rate": mean * 100, "standard_error": sem * 100,
-        "n_wins": float(sum(v > 0.5 for v in valid)), "n_wins_base": float(sum(v < 0.5 for v in valid)),
-        "n_draws": float(sum(p == 1.5 for p in prefs)), "n_total": float(n),
+        "win_rate": mean * 100,
+        "standard_error": sem * 100,
+        "n_wins": float(sum(v > 0.5 for v in valid)),
+        "n_wins_base": float(sum(v < 0.5 for v in valid)),
+        "n_draws": float(sum(p == 1.5 for p in prefs)),
+        "n_total": float(n),
         # ZeroOneScoringRule: each preference rounded to a win or a loss, exact draws count half.
-        "discrete_win_rate": (sum(1.0 if v > 0.5 else 0.5 if v == 0.5 else 0.0 for v in valid) / n * 100
-                              if n else float("nan")),
+        "discrete_win_rate": (
+            sum(1.0 if v > 0.5 else 0.5 if v == 0.5 else 0.0 for v in valid) / n * 100
+            if n
+            else float("nan")
+        ),
     }
 
 
@@ -112,7 +150,8 @@ def _std(values: Sequence[float]) -> float:
 
 
 def _fit_soft_logistic(x: Any, y: Any, sample_weight: Any, n_splits: int) -> Any:
-    """``alpaca_eval``'s ``fit_LogisticRegressionCV(is_ytrue_proba=True)``: soft labels via duplication."""
+    """``alpaca_eval``'s ``fit_LogisticRegressionCV(is_ytrue_proba=True)``: soft labels via
+    duplication."""
     import numpy as np
     import sklearn
     from sklearn.exceptions import ConvergenceWarning
@@ -134,20 +173,40 @@ def _fit_soft_logistic(x: Any, y: Any, sample_weight: Any, n_splits: int) -> Any
     with sklearn.config_context(enable_metadata_routing=True), warnings.catch_warnings():
         # sklearn 1.9 deprecates `penalty`; kept to match alpaca_eval's exact call (pinned sklearn).
         warnings.simplefilter("ignore", FutureWarning)
-        # liblinear often stops early at the grid's largest C values; alpaca_eval's fit does the same.
+        # liblinear often stops early at the grid's largest C values; alpaca_eval's fit does the
+        # same.
         warnings.simplefilter("ignore", ConvergenceWarning)
-        scorer = make_scorer(_logloss_continuous, response_method="predict_proba", greater_is_better=False)
+        scorer = make_scorer(
+            _logloss_continuous, response_method="predict_proba", greater_is_better=False
+        )
         scorer = scorer.set_score_request(true_sample_weight=True, true_prob=True)
-        model = LogisticRegressionCV(cv=GroupKFold(n_splits=n_splits), scoring=scorer, random_state=123, dual=False,
-                                     penalty="l1", solver="liblinear", n_jobs=None, fit_intercept=False)
+        model = LogisticRegressionCV(
+            cv=GroupKFold(n_splits=n_splits),
+            scoring=scorer,
+            random_state=123,
+            dual=False,
+            penalty="l1",
+            solver="liblinear",
+            n_jobs=None,
+            fit_intercept=False,
+        )
         model.set_fit_request(sample_weight=True)
-        model.fit(X=x_dup, y=y_dup, sample_weight=weight, groups=groups,
-                  true_sample_weight=true_sample_weight, true_prob=true_prob)
+        model.fit(
+            X=x_dup,
+            y=y_dup,
+            sample_weight=weight,
+            groups=groups,
+            true_sample_weight=true_sample_weight,
+            true_prob=true_prob,
+        )
     return model
 
 
-def _logloss_continuous(y_true: Any, y_pred: Any, true_prob: Any, true_sample_weight: Any = None) -> float:
-    """Log loss against soft targets (sklearn scorers expect hard labels; alpaca_eval's workaround)."""
+def _logloss_continuous(
+    y_true: Any, y_pred: Any, true_prob: Any, true_sample_weight: Any = None
+) -> float:
+    """Log loss against soft targets (sklearn scorers expect hard labels; alpaca_eval's
+    workaround)."""
     import numpy as np
 
     y_soft = np.where(y_true == 1, true_prob, 1 - true_prob)
@@ -188,13 +247,17 @@ def length_controlled_win_rate(
 
     n = len(preferences)
     if not (len(reference_lengths) == len(model_lengths) == n):
-        raise ValueError(f"need one length pair per preference; got {n} preferences, {len(reference_lengths)} "
-                         f"reference lengths, {len(model_lengths)} model lengths")
+        raise ValueError(
+            f"need one length pair per preference; got {n} preferences, {len(reference_lengths)} "
+            f"reference lengths, {len(model_lengths)} model lengths"
+        )
     if glm not in GLMS:
         raise ValueError(f"unknown LC GLM {glm!r}; valid: {', '.join(GLMS)}")
     info = GLMS[glm]
     if info["difficulty"] and prior is None:
-        raise ValueError(f"{glm} needs the instruction difficulties of AlpacaEval's df_gamed.csv (an LCPrior)")
+        raise ValueError(
+            f"{glm} needs the instruction difficulties of AlpacaEval's df_gamed.csv (an LCPrior)"
+        )
     metrics = head_to_head(preferences)
     usable = [_as_pairwise(p) - 1 for p in preferences if not math.isnan(p)]
     if not usable:
@@ -215,7 +278,9 @@ def length_controlled_win_rate(
         try:
             diff = np.array([prior.difficulty[i] for i in idx], dtype=float)
         except KeyError as missing:
-            raise ValueError(f"the LC prior has no difficulty for instruction index {missing}") from None
+            raise ValueError(
+                f"the LC prior has no difficulty for instruction index {missing}"
+            ) from None
         columns.append(diff)
         test_columns.append(diff)
     columns.append(np.ones(n))
@@ -226,13 +291,17 @@ def length_controlled_win_rate(
     lam = info["regularize_to_baseline_lambda"]
     if lam:
         assert prior is not None
-        gamed = np.array([[math.tanh(s), d, 0.0] for _, s, d in prior.rows], dtype=float).reshape(-1, 3)
+        gamed = np.array([[math.tanh(s), d, 0.0] for _, s, d in prior.rows], dtype=float).reshape(
+            -1, 3
+        )
         x = np.concatenate([gamed, x], axis=0)
         y = np.concatenate([np.array([p for p, _, _ in prior.rows], dtype=float), y])
         # Divided by 2 because df_gamed holds two gamed baselines (alpaca_eval's comment).
         weight = np.concatenate([np.full(len(prior.rows), lam / 2), np.ones(n)])
     keep = ~np.isnan(y)
-    model = _fit_soft_logistic(x[keep], y[keep], None if weight is None else weight[keep], info["n_splits"])
+    model = _fit_soft_logistic(
+        x[keep], y[keep], None if weight is None else weight[keep], info["n_splits"]
+    )
     predicted = model.predict_proba(x_test)[:, 1]
     metrics["length_controlled_winrate"] = float(predicted.mean() * 100)
     return metrics

@@ -17,7 +17,9 @@ class FixtureBuild:
     """``build.py`` ``build_fixture``: generated instructions (``fixture.py``)."""
 
     train_size: int = option(600, "generated instructions with ideal answers in public/train.jsonl")
-    eval_size: int = option(200, "generated instructions with partial references in private/eval.jsonl")
+    eval_size: int = option(
+        200, "generated instructions with partial references in private/eval.jsonl"
+    )
 
 
 @dataclass
@@ -41,7 +43,7 @@ class Eval:
     judge_driver: str | None = option(None, "a conf/driver name whose LLM judges (e.g. gpt-5.2)")
     judge_server: str | None = option(
         "rules",
-        "a local judging model served by the evaluator: the fixture's rule-based judge (not an LLM)",
+        "a local judging model served by the evaluator: the fixture's rule judge (not an LLM)",
     )
     judge_params: dict[str, Any] = option(
         {"max_tokens": 1, "temperature": 0}, "request fields sent to the judge verbatim"
@@ -70,4 +72,6 @@ class HubEval(Eval):
     max_new_tokens: int = option(512, "generation cap per answer")
 
 
-OPTIONS = TaskOptions(build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval})
+OPTIONS = TaskOptions(
+    build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval}
+)

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from autorl.engine.base import ChatMessage
 
 SYSTEM_PROMPT = (
-    "You are a highly efficient assistant, who evaluates and selects the best large language model (LLMs) based "
-    "on the quality of their responses to a given instruction. This process will be used to create a leaderboard "
+    "You are a highly efficient assistant, who evaluates and selects the best large language "
+    "model (LLMs) based "
+    "on the quality of their responses to a given instruction. This process will be used to "
+    "create a leaderboard "
     "reflecting the most accurate and human-preferred answers."
 )
 
@@ -62,7 +64,7 @@ Evaluate the models based on the quality and relevance of their outputs, and sel
 _PARSE = re.compile(
     r'"instruction": """(?P<instruction>.*)""",\n}\n\n## Model Outputs.*?'
     r'"model_identifier": "m",\n        "output": """(?P<first>.*)"""\n    },\n    {\n'  # noqa: E501
-    r'        "model_identifier": "M",\n        "output": """(?P<second>.*)"""\n    }\n}\n\n## Task',
+    r'        "model_identifier": "M",\n        "output": """(?P<second>.*)"""\n    }\n}\n\n## Task',  # noqa: E501
     re.DOTALL,
 )
 
@@ -81,7 +83,8 @@ class Comparison:
 
 
 def is_switched(instruction: str, seed: int = 0) -> bool:
-    """Whether the model's output is shown first for this instruction (deterministic, ~half the time).
+    """Whether the model's output is shown first for this instruction (deterministic, ~half the
+    time).
 
     >>> is_switched("Name three primes.") == is_switched("Name three primes.")
     True
@@ -95,7 +98,9 @@ def comparison(instruction: str, reference: str, model_output: str, *, seed: int
     switched = is_switched(instruction, seed)
     first, second = (model_output, reference) if switched else (reference, model_output)
     user = USER_TEMPLATE.format(instruction=instruction, output_1=first, output_2=second)
-    return Comparison([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}], switched)
+    return Comparison(
+        [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}], switched
+    )
 
 
 def parse_choice(answer: str) -> str | None:
@@ -128,7 +133,8 @@ def require_choice(answer: str) -> str:
 
 
 def preference(answer: str, switched: bool) -> float:
-    """AlpacaEval preference from the judge's answer: 1 reference better, 2 model better, NaN unusable.
+    """AlpacaEval preference from the judge's answer: 1 reference better, 2 model better, NaN
+    unusable.
 
     >>> preference("m", False), preference("m", True), preference("M", False)
     (1.0, 2.0, 2.0)

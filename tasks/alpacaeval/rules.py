@@ -55,7 +55,8 @@ def quality(instruction: str, output: str) -> float:
 
 
 def judge_choice(instruction: str, first: str, second: str) -> str:
-    """``"m"`` if the first output is better, else ``"M"`` (see the module docstring for the rule)."""
+    """``"m"`` if the first output is better, else ``"M"`` (see the module docstring for the
+    rule)."""
     q1, q2 = quality(instruction, first), quality(instruction, second)
     if q1 != q2:
         return "m" if q1 > q2 else "M"
@@ -63,12 +64,14 @@ def judge_choice(instruction: str, first: str, second: str) -> str:
 
 
 class RuleJudge:
-    """A judging model for :mod:`autorl.judge.server`: answers AlpacaEval pairwise prompts by rule."""
+    """A judging model for :mod:`autorl.judge.server`: answers AlpacaEval pairwise prompts by
+    rule."""
 
     name = f"alpacaeval-fixture-rules-v{RULES_VERSION}"
 
     def __call__(self, messages: list[ChatMessage]) -> str:
-        """Answer ``m`` or ``M`` for a pairwise prompt; an unreadable prompt gets an explanation instead."""
+        """Answer ``m`` or ``M`` for a pairwise prompt; an unreadable prompt gets an explanation
+        instead."""
         user = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
         parsed = read_prompt(user)
         if parsed is None:

@@ -30,7 +30,9 @@ def load_questions(folder: Path) -> dict[str, dict[str, Any]]:
     path = Path(folder) / "questions.jsonl"
     if not path.is_file():
         raise EnvError(f"no DeepSearchQA questions at {path}; build the task data first")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     return {row["episode_id"]: row for row in rows}
 
 
@@ -69,7 +71,11 @@ class DeepSearchEnv:
         if row is None:
             raise EnvError(f"no DeepSearchQA question {episode.episode_id!r} in this task's data")
         self.options = typed_options(
-            Eval, episode.source.env_options, what="deepsearchqa eval", complete=True, error=EnvError
+            Eval,
+            episode.source.env_options,
+            what="deepsearchqa eval",
+            complete=True,
+            error=EnvError,
         )
         search_options = dict(self.options.search)
         key = json.dumps(search_options, sort_keys=True) + str(data.private_dir)
@@ -77,11 +83,17 @@ class DeepSearchEnv:
             self._search[key] = make_search(search_options, data.private_dir)
         self.search_backend = self._search[key]
         self.row, self.done = row, False
-        return StepResult(question_text(row), 0.0, False, ["search[<query>]", "answer[<your answer>]"],
-                          {"answer_type": row.get("answer_type") or "Single Answer"})
+        return StepResult(
+            question_text(row),
+            0.0,
+            False,
+            ["search[<query>]", "answer[<your answer>]"],
+            {"answer_type": row.get("answer_type") or "Single Answer"},
+        )
 
     def step(self, action: str) -> StepResult:
-        """``search[q]`` returns results; ``answer[x]`` ends the episode; anything else is invalid."""
+        """``search[q]`` returns results; ``answer[x]`` ends the episode; anything else is
+        invalid."""
         if self.row is None:
             raise EnvError("step() before reset(): start an episode first")
         if self.done:
@@ -92,7 +104,9 @@ class DeepSearchEnv:
             return StepResult(INVALID, 0.0, False, actions, {})
         verb, arg = match.group(1), match.group(2).strip()
         if verb == "search":
-            return StepResult(self.search_backend.search(arg) if arg else INVALID, 0.0, False, actions, {})
+            return StepResult(
+                self.search_backend.search(arg) if arg else INVALID, 0.0, False, actions, {}
+            )
         self.done = True
         info: dict[str, Any] = {"answer": arg}
         reward = 0.0
@@ -106,9 +120,16 @@ class DeepSearchEnv:
 
         assert self.row is not None and self.options is not None
         with open_judge(plain(self.options), None) as client:
-            return judge_answers(client, [(self.row.get("answer_type") or "Single Answer", str(self.row["answer"]), prediction)])[
-                0
-            ]
+            return judge_answers(
+                client,
+                [
+                    (
+                        self.row.get("answer_type") or "Single Answer",
+                        str(self.row["answer"]),
+                        prediction,
+                    )
+                ],
+            )[0]
 
     def close(self) -> None:
         """Forget the question."""

@@ -37,11 +37,11 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         ctx: ``private_dir`` holds ``questions.jsonl`` (and the fixture's ``corpus.jsonl``);
             ``options``, an :class:`~.options.Eval` (defaults and meanings in ``options.py``):
             ``max_steps``, ``max_new_tokens``, ``concurrency``, ``limit``, ``search``
-            (``{backend: bm25, num_results}`` or ``{backend: web, endpoint, api_key_env, num_results,
-            timeout_s}``), ``judge_driver`` and ``judge_server`` (exactly one set), ``judge_params``,
-            ``judge_concurrency``;
-            ``envs``: episodes bound to this task's data in the EnvPool (``None``: play in-process);
-            ``cache_dir``: where judge answers are cached, under ``judge/`` (``None``: no cache).
+            (``{backend: bm25, num_results}`` or ``{backend: web, endpoint, api_key_env,
+            num_results, timeout_s}``), ``judge_driver`` and ``judge_server`` (exactly one set),
+            ``judge_params``, ``judge_concurrency``; ``envs``: episodes bound to this task's data in
+            the EnvPool (``None``: play in-process); ``cache_dir``: where judge answers are cached,
+            under ``judge/`` (``None``: no cache).
 
     Returns:
         % correct, with per-answer-type counts and a few samples.
@@ -61,11 +61,26 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
     with open_judge(plain(opts), None if cache_dir is None else Path(cache_dir) / "judge") as judge:
         client = ctx.envs or local_episode_client(TASK_ID, TASK_ID, Path(private_dir), plain(opts))
         stats = PlayStats()
-        played = play(engine, client, ids, DeepSearchProtocol(max_new_tokens=opts.max_new_tokens),
-                      max_steps=opts.max_steps, concurrency=opts.concurrency, stats=stats)
-        predictions = [str(e.current.info.get("answer", "")) if e.current.done else "" for e in played]
-        items = [(rows[e.episode_id].get("answer_type") or "Single Answer", str(rows[e.episode_id]["answer"]), p)
-                 for e, p in zip(played, predictions, strict=True)]
+        played = play(
+            engine,
+            client,
+            ids,
+            DeepSearchProtocol(max_new_tokens=opts.max_new_tokens),
+            max_steps=opts.max_steps,
+            concurrency=opts.concurrency,
+            stats=stats,
+        )
+        predictions = [
+            str(e.current.info.get("answer", "")) if e.current.done else "" for e in played
+        ]
+        items = [
+            (
+                rows[e.episode_id].get("answer_type") or "Single Answer",
+                str(rows[e.episode_id]["answer"]),
+                p,
+            )
+            for e, p in zip(played, predictions, strict=True)
+        ]
         verdicts = judge_answers(judge, items)
     by_type: dict[str, dict[str, int]] = {}
     for (answer_type, _, _), ok in zip(items, verdicts, strict=True):
@@ -73,11 +88,22 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         entry["correct"] += ok
         entry["total"] += 1
     searches = sum(1 for e in played for a in e.actions if a.startswith("search["))
-    samples = [{"episode_id": e.episode_id, "predicted": p, "correct": ok, "steps": e.steps}
-               for e, p, ok in list(zip(played, predictions, verdicts, strict=True))[:NUM_SAMPLES]]
+    samples = [
+        {"episode_id": e.episode_id, "predicted": p, "correct": ok, "steps": e.steps}
+        for e, p, ok in list(zip(played, predictions, verdicts, strict=True))[:NUM_SAMPLES]
+    ]
     correct = sum(verdicts)
-    details = {"correct": correct, "total": len(played), "accuracy": correct / len(played), "by_answer_type": by_type,
-               "searches": searches, "answered": sum(1 for p in predictions if p.strip()),
-               "engine_calls": stats.engine_calls, "samples": samples,
-               "env_client": type(getattr(client, "client", client)).__name__}
-    return EvalResult(score=100.0 * correct / len(played), num_examples=len(played), details=details)
+    details = {
+        "correct": correct,
+        "total": len(played),
+        "accuracy": correct / len(played),
+        "by_answer_type": by_type,
+        "searches": searches,
+        "answered": sum(1 for p in predictions if p.strip()),
+        "engine_calls": stats.engine_calls,
+        "samples": samples,
+        "env_client": type(getattr(client, "client", client)).__name__,
+    }
+    return EvalResult(
+        score=100.0 * correct / len(played), num_examples=len(played), details=details
+    )

@@ -12,11 +12,58 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-_SYLLABLES = ("var", "nor", "hol", "mar", "ten", "bry", "osk", "lin", "del", "kav", "ast", "rim", "sel", "tor",
-              "gav", "ull", "pen", "dra", "mik", "zel", "fen", "quo", "bel", "hax")
-_TRADES = ("salt", "wool", "amber", "glass", "timber", "copper", "silk", "pottery", "cheese", "paper")
-_FOUNDERS = ("Elise Maren", "Tomas Okri", "Ada Lindqvist", "Ravi Sen", "Noor Halim", "Jonas Vell", "Mira Costa",
-             "Ilya Brand", "Sofia Quell", "Otto Renn", "Lena Ardo", "Pavel Stroh")
+_SYLLABLES = (
+    "var",
+    "nor",
+    "hol",
+    "mar",
+    "ten",
+    "bry",
+    "osk",
+    "lin",
+    "del",
+    "kav",
+    "ast",
+    "rim",
+    "sel",
+    "tor",
+    "gav",
+    "ull",
+    "pen",
+    "dra",
+    "mik",
+    "zel",
+    "fen",
+    "quo",
+    "bel",
+    "hax",
+)
+_TRADES = (
+    "salt",
+    "wool",
+    "amber",
+    "glass",
+    "timber",
+    "copper",
+    "silk",
+    "pottery",
+    "cheese",
+    "paper",
+)
+_FOUNDERS = (
+    "Elise Maren",
+    "Tomas Okri",
+    "Ada Lindqvist",
+    "Ravi Sen",
+    "Noor Halim",
+    "Jonas Vell",
+    "Mira Costa",
+    "Ilya Brand",
+    "Sofia Quell",
+    "Otto Renn",
+    "Lena Ardo",
+    "Pavel Stroh",
+)
 
 
 @dataclass(frozen=True)
@@ -35,8 +82,9 @@ class FixtureData:
 
 
 def _name(rng: random.Random, parts: int) -> str:
-    """A hyphenated name of ``parts`` syllables (``Sel-tor``): every name, asked about in training or
-    eval, is a sequence of the same syllable tokens, so copying one is the same skill in both splits."""
+    """A hyphenated name of ``parts`` syllables (``Sel-tor``): every name, asked about in training
+    or eval, is a sequence of the same syllable tokens, so copying one is the same skill in both
+    splits."""
     return "-".join(rng.choice(_SYLLABLES) for _ in range(parts)).capitalize()
 
 
@@ -45,15 +93,29 @@ def _town(rng: random.Random, used: set[str]) -> dict[str, Any]:
         pass
     used.add(name)
     rivers = sorted({_name(rng, 2) for _ in range(rng.randint(2, 3))})
-    return {"name": name, "year": rng.randint(1200, 1950), "founder": rng.choice(_FOUNDERS),
-            "trade": rng.choice(_TRADES), "rivers": rivers, "population": rng.randint(2, 90) * 1000}
+    return {
+        "name": name,
+        "year": rng.randint(1200, 1950),
+        "founder": rng.choice(_FOUNDERS),
+        "trade": rng.choice(_TRADES),
+        "rivers": rivers,
+        "population": rng.randint(2, 90) * 1000,
+    }
 
 
 def _doc(town: dict[str, Any]) -> dict[str, str]:
-    rivers = " and ".join([", ".join(town["rivers"][:-1]), town["rivers"][-1]]) if len(town["rivers"]) > 1 else town["rivers"][0]
-    text = (f"The town of {town['name']} was founded in {town['year']} by {town['founder']}. It grew rich from the "
-            f"{town['trade']} trade. The rivers {rivers} run through {town['name']}, which today has about "
-            f"{town['population']:,} inhabitants.")
+    rivers = (
+        " and ".join([", ".join(town["rivers"][:-1]), town["rivers"][-1]])
+        if len(town["rivers"]) > 1
+        else town["rivers"][0]
+    )
+    text = (
+        f"The town of {town['name']} was founded in {town['year']} by {town['founder']}. It grew "
+        "rich from the "
+        f"{town['trade']} trade. The rivers {rivers} run through {town['name']}, which today has "
+        "about "
+        f"{town['population']:,} inhabitants."
+    )
     return {"id": town["name"].lower(), "title": town["name"], "text": text}
 
 
@@ -69,23 +131,29 @@ def _questions(rng: random.Random, town: dict[str, Any]) -> list[dict[str, str]]
 
 
 def fixture_data(seed: int, train_size: int, eval_size: int, distractor_towns: int) -> FixtureData:
-    """Generate the corpus and the questions with ``random.Random(seed)`` (two questions per asked town).
+    """Generate the corpus and the questions with ``random.Random(seed)`` (two questions per asked
+    town).
 
     >>> data = fixture_data(0, train_size=3, eval_size=2, distractor_towns=1)
     >>> len(data.corpus), len(data.eval), len(data.train), data == fixture_data(0, 3, 2, 1)
     (4, 2, 3, True)
-    >>> {q["problem"].rsplit("town of ", 1)[1] for q in data.eval} & {q["problem"].rsplit("town of ", 1)[1] for q in data.train}
+    >>> town = lambda q: q["problem"].rsplit("town of ", 1)[1]
+    >>> {town(q) for q in data.eval} & {town(q) for q in data.train}
     set()
     """
     asked = (train_size + eval_size + 1) // 2
     if asked + distractor_towns > len(_SYLLABLES) ** 2:
-        raise ValueError(f"{asked + distractor_towns} towns needed (one per two questions, plus distractor_towns), but "
-                         f"two-syllable names allow {len(_SYLLABLES) ** 2}: lower train_size, eval_size or distractor_towns")
+        raise ValueError(
+            f"{asked + distractor_towns} towns needed (one per two questions, plus "
+            "distractor_towns), but "
+            f"two-syllable names allow {len(_SYLLABLES) ** 2}: lower train_size, eval_size or "
+            "distractor_towns"
+        )
     rng = random.Random(seed)
     used: set[str] = set()
     towns = [_town(rng, used) for _ in range(asked + distractor_towns)]
     eval_towns = towns[: (eval_size + 1) // 2]
-    train_towns = towns[(eval_size + 1) // 2: asked]
+    train_towns = towns[(eval_size + 1) // 2 : asked]
     evals = [q for t in eval_towns for q in _questions(rng, t)][:eval_size]
     train = [q for t in train_towns for q in _questions(rng, t)][:train_size]
     return FixtureData(corpus=[_doc(t) for t in towns], eval=evals, train=train)

@@ -1,4 +1,5 @@
-"""The options of deepsearchqa's builders, evaluator and environment, per data source, with defaults.
+"""The options of deepsearchqa's builders, evaluator and environment, per data source, with
+defaults.
 
 ``task.build.<source>.<name>=...`` and ``task.eval.<source>.<name>=...`` override them in a sweep;
 the environment gets the eval options too. The evaluator takes exactly one of ``judge_driver`` and
@@ -18,9 +19,13 @@ class FixtureBuild:
     """``build.py`` ``build_fixture``: generated questions and a local corpus (``fixture.py``)."""
 
     train_size: int = option(
-        400, "generated questions in public/questions.jsonl (at 100, `small` learns their answers by heart)"
+        400,
+        "generated questions in public/questions.jsonl (at 100, `small` learns their answers by "
+        "heart)",
     )
-    eval_size: int = option(60, "generated questions in private/questions.jsonl (about other towns)")
+    eval_size: int = option(
+        60, "generated questions in private/questions.jsonl (about other towns)"
+    )
     distractor_towns: int = option(40, "corpus documents about towns no question asks about")
 
 
@@ -28,7 +33,9 @@ class FixtureBuild:
 class HubBuild:
     """``build.py`` ``build_hub``: google/deepsearchqa, shuffled with the reference's seed 42."""
 
-    train_size: int = option(100, "shuffled rows [0:train_size] (shuffle seed 42, as the reference)")
+    train_size: int = option(
+        100, "shuffled rows [0:train_size] (shuffle seed 42, as the reference)"
+    )
     eval_size: int = option(200, "the next eval_size rows")
     hub_path: str = option("google/deepsearchqa", "dataset repo, or a local copy with its layout")
 
@@ -46,7 +53,9 @@ class Eval:
         "the search backend and its settings (search.py); bm25: private/corpus.jsonl, one hit per "
         "search (the answer's phrase occurs once)",
     )
-    judge_driver: str | None = option(None, "a conf/driver name whose LLM judges (e.g. gemini-2.5-flash)")
+    judge_driver: str | None = option(
+        None, "a conf/driver name whose LLM judges (e.g. gemini-2.5-flash)"
+    )
     judge_server: str | None = option(
         "rules", "a local OpenAI-compatible server running a rule-based judging model (not an LLM)"
     )
@@ -62,18 +71,27 @@ class HubEval(Eval):
 
     max_new_tokens: int = option(256, "generation cap per step")
     search: dict[str, Any] = option(
-        {"backend": "web", "endpoint": "https://serpapi.com/search", "api_key_env": "SERPAPI_KEY",
-         "num_results": 3, "timeout_s": 10},
+        {
+            "backend": "web",
+            "endpoint": "https://serpapi.com/search",
+            "api_key_env": "SERPAPI_KEY",
+            "num_results": 3,
+            "timeout_s": 10,
+        },
         "web: a SerpAPI-compatible endpoint; api_key_env names the variable holding its key",
     )
     judge_driver: str | None = option(
-        "gemini-2.5-flash", "the description's recommendation; needs its API key in the grader's environment"
+        "gemini-2.5-flash",
+        "the description's recommendation; needs its API key in the grader's environment",
     )
     judge_server: str | None = option(None, "a local judging server")
     judge_params: dict[str, Any] = option(
-        {"temperature": 0}, "no token cap, as the reference: a thinking judge given 10 tokens replied nothing"
+        {"temperature": 0},
+        "no token cap, as the reference: a thinking judge given 10 tokens replied nothing",
     )
     judge_concurrency: int = option(8, "judge requests in flight")
 
 
-OPTIONS = TaskOptions(build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval})
+OPTIONS = TaskOptions(
+    build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval}
+)

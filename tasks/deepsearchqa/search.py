@@ -38,8 +38,10 @@ class WebSearch:
         """
         key = os.environ.get(api_key_env or "")
         if not key:
-            raise EnvError(f"web search needs an API key: set the environment variable {api_key_env!r} "
-                           "(named by the task's env option search.api_key_env)")
+            raise EnvError(
+                f"web search needs an API key: set the environment variable {api_key_env!r} "
+                "(named by the task's env option search.api_key_env)"
+            )
         self.endpoint = endpoint
         self.key = key
         self.num_results = num_results
@@ -50,9 +52,16 @@ class WebSearch:
 
         >>> os.environ["DOCTEST_SERP_KEY"] = "k"
         >>> WebSearch("https://serpapi.com/search", "DOCTEST_SERP_KEY", 3, 10.0).request("who won")
-        ('https://serpapi.com/search', {'q': 'who won', 'num': '3', 'api_key': 'k', 'engine': 'google'})
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ('https://serpapi.com/search',
+         {'q': 'who won', 'num': '3', 'api_key': 'k', 'engine': 'google'})
         """
-        return self.endpoint, {"q": query, "num": str(self.num_results), "api_key": self.key, "engine": "google"}
+        return self.endpoint, {
+            "q": query,
+            "num": str(self.num_results),
+            "api_key": self.key,
+            "engine": "google",
+        }
 
     def search(self, query: str) -> str:
         """Top snippets joined with ``" | "``, or ``"Search error: …"``."""
@@ -65,7 +74,9 @@ class WebSearch:
             results = response.json().get("organic_results") or []
         except (httpx.HTTPError, ValueError) as error:
             return f"Search error: {error}"
-        snippets = [str(r.get("snippet", "")) for r in results[: self.num_results] if r.get("snippet")]
+        snippets = [
+            str(r.get("snippet", "")) for r in results[: self.num_results] if r.get("snippet")
+        ]
         return " | ".join(snippets) if snippets else "No results found."
 
 
@@ -82,10 +93,18 @@ class Bm25Search:
         if corpus_path not in self._indexes:
             if not corpus_path.is_file():
                 raise EnvError(f"no search corpus at {corpus_path}; build the task data first")
-            docs = [json.loads(line) for line in corpus_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            docs = [
+                json.loads(line)
+                for line in corpus_path.read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ]
             index = bm25s.BM25()
-            index.index(bm25s.tokenize([f"{d['title']} {d['text']}" for d in docs], stopwords="en", show_progress=False),
-                        show_progress=False)
+            index.index(
+                bm25s.tokenize(
+                    [f"{d['title']} {d['text']}" for d in docs], stopwords="en", show_progress=False
+                ),
+                show_progress=False,
+            )
             self._indexes[corpus_path] = (index, docs)
         self.index, self.docs = self._indexes[corpus_path]
         self.num_results = num_results
@@ -100,28 +119,36 @@ class Bm25Search:
         k = min(self.num_results, len(self.docs))
         ids, scores = self.index.retrieve(tokens, k=k, show_progress=False, n_threads=1)
         hits = [self.docs[int(i)] for i, s in zip(ids[0], scores[0], strict=True) if s > 0]
-        return " | ".join(f"{d['title']}: {d['text']}" for d in hits) if hits else "No results found."
+        return (
+            " | ".join(f"{d['title']}: {d['text']}" for d in hits) if hits else "No results found."
+        )
 
 
 # The settings of each search backend, all required (defaults: options.py, Eval.search).
-SEARCH_SETTINGS: dict[str, tuple[str, ...]] = {"bm25": ("num_results",),
-                                               "web": ("endpoint", "api_key_env", "num_results", "timeout_s")}
+SEARCH_SETTINGS: dict[str, tuple[str, ...]] = {
+    "bm25": ("num_results",),
+    "web": ("endpoint", "api_key_env", "num_results", "timeout_s"),
+}
 
 
 def make_search(options: dict[str, Any], public_dir: Path) -> SearchBackend:
     """The backend the ``search`` eval option names: ``{backend: bm25, num_results}`` (over
-    ``public_dir/corpus.jsonl``) or ``{backend: web, endpoint, api_key_env, num_results, timeout_s}``.
+    ``public_dir/corpus.jsonl``) or ``{backend: web, endpoint, api_key_env, num_results,
+    timeout_s}``.
 
     Raises:
         EnvError: Unknown backend, or a missing or unknown setting of it.
 
     >>> make_search({"backend": "bm25", "num_results": 2, "timeout_s": 5}, Path("."))
+    ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    autorl.envs.base.EnvError: search backend 'bm25' has unknown timeout_s; it takes backend, num_results
+    autorl.envs.base.EnvError: search backend 'bm25' has unknown timeout_s; it takes backend, ...
     """
     if "backend" not in options:
-        raise EnvError(f"the search option needs a backend ({', '.join(SEARCH_SETTINGS)}), got {options!r}")
+        raise EnvError(
+            f"the search option needs a backend ({', '.join(SEARCH_SETTINGS)}), got {options!r}"
+        )
     backend = options["backend"]
     if backend not in SEARCH_SETTINGS:
         raise EnvError(f"unknown search backend {backend!r}; valid: {', '.join(SEARCH_SETTINGS)}")
@@ -130,8 +157,14 @@ def make_search(options: dict[str, Any], public_dir: Path) -> SearchBackend:
     if missing or unknown:
         problems = [f"lacks {', '.join(missing)}"] if missing else []
         problems += [f"has unknown {', '.join(unknown)}"] if unknown else []
-        raise EnvError(f"search backend {backend!r} {'; '.join(problems)}; it takes {', '.join(sorted(takes))}")
+        raise EnvError(
+            f"search backend {backend!r} {'; '.join(problems)}; it takes {', '.join(sorted(takes))}"
+        )
     if backend == "bm25":
         return Bm25Search(public_dir / "corpus.jsonl", int(options["num_results"]))
-    return WebSearch(str(options["endpoint"]), str(options["api_key_env"]), int(options["num_results"]),
-                     float(options["timeout_s"]))
+    return WebSearch(
+        str(options["endpoint"]),
+        str(options["api_key_env"]),
+        int(options["num_results"]),
+        float(options["timeout_s"]),
+    )

@@ -1,6 +1,7 @@
 """Data builders for gsm8k: public/train.jsonl for the agent, private/eval.jsonl for the grader.
 
-Each source's builder is named in ``task.yaml`` (``sources``); both write ``{"question", "answer"}`` rows.
+Each source's builder is named in ``task.yaml`` (``sources``); both write ``{"question",
+"answer"}`` rows.
 
 Sources:
     hub: ``openai/gsm8k`` config ``main``; train split -> train.jsonl (7,473 rows),
@@ -25,7 +26,12 @@ def _write_jsonl(path: Path, rows: Iterable[dict[str, str]]) -> int:
     count = 0
     with path.open("w", encoding="utf-8", newline="\n") as fh:
         for row in rows:
-            fh.write(json.dumps({"question": row["question"], "answer": row["answer"]}, ensure_ascii=False) + "\n")
+            fh.write(
+                json.dumps(
+                    {"question": row["question"], "answer": row["answer"]}, ensure_ascii=False
+                )
+                + "\n"
+            )
             count += 1
     return count
 
@@ -40,7 +46,8 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: FixtureBui
 
 
 def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> None:
-    """Write the hub splits (the seed is unused: they are fixed); ``options`` ``hub_path`` (the dataset
+    """Write the hub splits (the seed is unused: they are fixed); ``options`` ``hub_path`` (the
+    dataset
     repo; a local folder with the same layout works)."""
     import datasets  # heavy; only the hub source needs it
 

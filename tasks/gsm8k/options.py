@@ -30,11 +30,15 @@ class Eval:
     """``evaluate.py``'s options; these defaults are the fixture's."""
 
     num_shots: int = option(
-        0, "OpenCompass worked examples before the question (0-4); the tiny model's context is too short for 4"
+        0,
+        "OpenCompass worked examples before the question (0-4); the tiny model's context is too "
+        "short for 4",
     )
     max_new_tokens: int = option(48, "generation cap per answer")
     limit: int | None = option(None, "score only the first N eval items; null: all")
-    stop: list[str] = option(["Question:"], "cut the generation where the model invents the next question")
+    stop: list[str] = option(
+        ["Question:"], "cut the generation where the model invents the next question"
+    )
 
 
 @dataclass
@@ -47,4 +51,6 @@ class HubEval(Eval):
     )
 
 
-OPTIONS = TaskOptions(build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval})
+OPTIONS = TaskOptions(
+    build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval}
+)

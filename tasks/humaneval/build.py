@@ -39,7 +39,9 @@ def _check_private_not_public(public: list[dict[str, str]], private: list[dict[s
     for row in private:
         for key in ("question", "answer", "test"):
             if row[key] in public_text:
-                raise ValueError(f"fixture bug: eval {key} of {row['entry_point']} also appears in train")
+                raise ValueError(
+                    f"fixture bug: eval {key} of {row['entry_point']} also appears in train"
+                )
 
 
 def build_fixture(public: Path, private: Path, *, seed: int, options: FixtureBuild) -> None:
@@ -52,12 +54,16 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: FixtureBui
         options: ``train_size`` / ``eval_size``.
 
     Raises:
-        ValueError: The sizes ask for more problems than the fixture has, or eval text leaked into train.
+        ValueError: The sizes ask for more problems than the fixture has, or eval text leaked into
+            train.
     """
     train_size, eval_size = options.train_size, options.eval_size
     pool = fixture_problems()
     if train_size + eval_size > len(pool):
-        raise ValueError(f"the fixture has {len(pool)} problems; train_size + eval_size = {train_size + eval_size}")
+        raise ValueError(
+            f"the fixture has {len(pool)} problems; train_size + eval_size = "
+            f"{train_size + eval_size}"
+        )
     random.Random(seed).shuffle(pool)
     chosen = pool[: eval_size + train_size]
     for index, row in enumerate(chosen):
@@ -86,9 +92,19 @@ def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> N
     split_at = options.split_at
     data = datasets.load_dataset(options.hub_path, HUB_CONFIG, split="test")
     if len(data) <= split_at:
-        raise ValueError(f"{options.hub_path} test split has {len(data)} problems; "
-                         f"need more than split_at={split_at}")
-    rows = [{"question": r["prompt"], "answer": r["canonical_solution"], "task_id": r["task_id"],
-             "entry_point": r["entry_point"], "test": r["test"]} for r in data]
+        raise ValueError(
+            f"{options.hub_path} test split has {len(data)} problems; "
+            f"need more than split_at={split_at}"
+        )
+    rows = [
+        {
+            "question": r["prompt"],
+            "answer": r["canonical_solution"],
+            "task_id": r["task_id"],
+            "entry_point": r["entry_point"],
+            "test": r["test"],
+        }
+        for r in data
+    ]
     _write_jsonl(Path(public) / "train.jsonl", rows[:split_at])
     _write_jsonl(Path(private) / "eval.jsonl", rows[split_at:])

@@ -1,4 +1,5 @@
-"""Evaluator for humaneval: zero-shot chat prompt, greedy, pass@1 of the hidden tests, judged out of the code's reach.
+"""Evaluator for humaneval: zero-shot chat prompt, greedy, pass@1 of the hidden tests, judged out
+of the code's reach.
 
 The prompt is OpenCompass's ``humaneval_openai_sample_evals_gen_dcae0e`` user turn. Each
 completion's code is extracted (first markdown code block, else the whole reply) and joined to the
@@ -59,8 +60,10 @@ def judge_mode(requested: str | None, source: str = "<source>") -> Mode:
     if requested == "rlimits":
         return "rlimits"
     if requested not in (None, "namespaces"):
-        raise TaskError(f"humaneval eval option {MODE_OPTION} must be null, namespaces or rlimits, "
-                        f"not {requested!r}")
+        raise TaskError(
+            f"humaneval eval option {MODE_OPTION} must be null, namespaces or rlimits, "
+            f"not {requested!r}"
+        )
     problem = namespaces_problem()
     if problem is not None:
         setting = f"task.eval.{source}.{MODE_OPTION}"
@@ -71,31 +74,41 @@ def judge_mode(requested: str | None, source: str = "<source>") -> Mode:
 def sandbox_from_options(
     options: Eval, hidden: tuple[Path, ...] = (), source: str = "<source>"
 ) -> Sandbox:
-    """The sandbox the eval options ask for (``timeout_s``, ``memory_mb``, ``max_processes``, ``sandbox_mode``).
+    """The sandbox the eval options ask for (``timeout_s``, ``memory_mb``, ``max_processes``,
+    ``sandbox_mode``).
 
     ``timeout_s`` bounds one whole problem (both processes); the memory and process limits apply
     to each process; the mode is :func:`judge_mode`'s (``source`` names the setting in its message).
     """
     timeout = float(options.timeout_s)
-    limits = SandboxLimits(timeout_s=timeout, cpu_s=max(1, options.timeout_s), memory_bytes=options.memory_mb << 20,
-                           max_processes=options.max_processes)
+    limits = SandboxLimits(
+        timeout_s=timeout,
+        cpu_s=max(1, options.timeout_s),
+        memory_bytes=options.memory_mb << 20,
+        max_processes=options.max_processes,
+    )
     return Sandbox(limits, mode=judge_mode(options.sandbox_mode, source), hidden=hidden)
 
 
 def hidden_from_programs(private_dir: Path) -> tuple[Path, ...]:
-    """Folders of this machine that hold the eval problems' answers or tests, hidden from the programs.
+    """Folders of this machine that hold the eval problems' answers or tests, hidden from the
+    programs.
 
     The sandbox shows the rest of the filesystem read-only, so besides ``private_dir`` this covers
     every cached build of this task's data (all versions, sources and seeds: the layout is
     ``<cache>/humaneval/v<version>/<build>/private``), this task's folder (``fixture.py`` generates
-    every fixture problem with its answer) and the Hugging Face caches (the ``hub`` source's dataset).
+    every fixture problem with its answer) and the Hugging Face caches (the ``hub`` source's
+    dataset).
     """
     private = private_dir.resolve()
     hidden = [private, Path(__file__).resolve().parent]
     if len(private.parents) > 3 and private.parents[2].name == "humaneval":
         hidden.append(private.parents[2])
     hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
-    hidden += [hf_home, *[Path(os.environ[k]) for k in ("HF_DATASETS_CACHE", "HF_HUB_CACHE") if os.environ.get(k)]]
+    hidden += [
+        hf_home,
+        *[Path(os.environ[k]) for k in ("HF_DATASETS_CACHE", "HF_HUB_CACHE") if os.environ.get(k)],
+    ]
     return tuple(dict.fromkeys(path.resolve() for path in hidden))
 
 
@@ -127,25 +140,44 @@ def evaluate(engine: GenerationEngine, ctx: EvalContext) -> EvalResult:
         items = items[:limit]
     if not items:
         raise TaskError(f"no eval items in {private_dir / 'eval.jsonl'}")
-    sandbox = sandbox_from_options(options, hidden=hidden_from_programs(private_dir))  # no peeking at the tests
+    sandbox = sandbox_from_options(
+        options, hidden=hidden_from_programs(private_dir)
+    )  # no peeking at the tests
     with FunctionJudge(sandbox) as judge:
         try:
             judge.check()
-        except SandboxError as error:  # the agent-side kit's own error; autorl reports prerequisites as this
+        except (
+            SandboxError
+        ) as error:  # the agent-side kit's own error; autorl reports prerequisites as this
             raise PrerequisiteError(str(error)) from error
-        outputs = engine.generate_chat([build_conversation(i["question"]) for i in items],
-                                       max_new_tokens=max_new_tokens)
+        outputs = engine.generate_chat(
+            [build_conversation(i["question"]) for i in items], max_new_tokens=max_new_tokens
+        )
         if len(outputs) != len(items):
             raise TaskError(f"engine returned {len(outputs)} generations for {len(items)} prompts")
-        cases = [(Problem(i["question"], i["test"], i["entry_point"]), build_solution(i["question"], out or "",
-                                                                                       i["entry_point"]))
-                 for i, out in zip(items, outputs, strict=True)]
+        cases = [
+            (
+                Problem(i["question"], i["test"], i["entry_point"]),
+                build_solution(i["question"], out or "", i["entry_point"]),
+            )
+            for i, out in zip(items, outputs, strict=True)
+        ]
         verdicts = judge.judge_many(cases, workers=options.workers)
     passed = [v.passed for v in verdicts]
     # Details reach the agent through the grading API: nothing from the private split (no prompts,
-    # no test output or failure reasons, which would show the hidden asserts), only the model's own completions.
-    samples = [{"completion": out, "passed": v.passed, "timed_out": v.timed_out}
-               for out, v in list(zip(outputs, verdicts, strict=True))[:NUM_SAMPLES]]
-    details = {"passed": sum(passed), "timed_out": sum(v.timed_out for v in verdicts), "sandbox_mode": sandbox.mode,
-               "max_new_tokens": max_new_tokens, "samples": samples}
-    return EvalResult(score=100.0 * sum(passed) / len(items), num_examples=len(items), details=details)
+    # no test output or failure reasons, which would show the hidden asserts), only the model's own
+    # completions.
+    samples = [
+        {"completion": out, "passed": v.passed, "timed_out": v.timed_out}
+        for out, v in list(zip(outputs, verdicts, strict=True))[:NUM_SAMPLES]
+    ]
+    details = {
+        "passed": sum(passed),
+        "timed_out": sum(v.timed_out for v in verdicts),
+        "sandbox_mode": sandbox.mode,
+        "max_new_tokens": max_new_tokens,
+        "samples": samples,
+    }
+    return EvalResult(
+        score=100.0 * sum(passed) / len(items), num_examples=len(items), details=details
+    )

@@ -22,7 +22,9 @@ class FixtureBuild:
 class HubBuild:
     """``build.py`` ``build_hub``: openai/openai_humaneval's test split, cut in two."""
 
-    hub_path: str = option("openai/openai_humaneval", "dataset repo, or a local folder with its layout")
+    hub_path: str = option(
+        "openai/openai_humaneval", "dataset repo, or a local folder with its layout"
+    )
     split_at: int = option(82, "test problems [:split_at] go to train, the rest to eval")
 
 
@@ -53,4 +55,6 @@ class HubEval(Eval):
     workers: int = option(4, "problems judged at once")
 
 
-OPTIONS = TaskOptions(build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval})
+OPTIONS = TaskOptions(
+    build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval}
+)

@@ -7,7 +7,8 @@ Sources:
         synthetic goal per session in WebShop's instruction style (:mod:`.fixture`); sessions
         ``0..eval_size-1`` are the eval split (``private/goals.jsonl``, ids
         ``eval/<i>``), the next ``train_size`` the training split (``public/goals.jsonl``, ids
-        ``train/<i>``). Every goal text is unique, so no eval instruction appears in the public data.
+        ``train/<i>``). Every goal text is unique, so no eval instruction appears in the public
+        data.
     hub: WebShop itself holds the real data; only the session lists are written: eval =
         ``eval/0..99``, train = ``train/<first_train_session>..``. Which goals a session index names
         depends on the eval ``backend``: ``textenv`` (WebShop's text env with ``num_products=1000``
@@ -41,18 +42,32 @@ def build_fixture(public: Path, private: Path, *, seed: int, options: FixtureBui
         ValueError: Not enough distinct goals for the sizes asked.
     """
     eval_size = options.eval_size
-    products, goals = fixture_data(seed, catalogue_size=options.catalogue_size, eval_size=eval_size,
-                                   train_size=options.train_size)
+    products, goals = fixture_data(
+        seed,
+        catalogue_size=options.catalogue_size,
+        eval_size=eval_size,
+        train_size=options.train_size,
+    )
     _write(Path(public) / "catalogue.jsonl", products)
-    _write(Path(private) / "goals.jsonl", [{"episode_id": f"eval/{i}", **g} for i, g in enumerate(goals[:eval_size])])
-    _write(Path(public) / "goals.jsonl",
-           [{"episode_id": f"train/{eval_size + i}", **g} for i, g in enumerate(goals[eval_size:])])
+    _write(
+        Path(private) / "goals.jsonl",
+        [{"episode_id": f"eval/{i}", **g} for i, g in enumerate(goals[:eval_size])],
+    )
+    _write(
+        Path(public) / "goals.jsonl",
+        [{"episode_id": f"train/{eval_size + i}", **g} for i, g in enumerate(goals[eval_size:])],
+    )
 
 
 def build_hub(public: Path, private: Path, *, seed: int, options: HubBuild) -> None:
     """Write the session lists of WebShop's env (the seed is unused: WebShop fixes its goal order);
     ``options`` ``train_size``, ``eval_size``, ``first_train_session``."""
     first = options.first_train_session
-    _write(Path(private) / "goals.jsonl", [{"episode_id": f"eval/{i}"} for i in range(options.eval_size)])
-    _write(Path(public) / "goals.jsonl",
-           [{"episode_id": f"train/{first + i}"} for i in range(options.train_size)])
+    _write(
+        Path(private) / "goals.jsonl",
+        [{"episode_id": f"eval/{i}"} for i in range(options.eval_size)],
+    )
+    _write(
+        Path(public) / "goals.jsonl",
+        [{"episode_id": f"train/{first + i}"} for i in range(options.train_size)],
+    )

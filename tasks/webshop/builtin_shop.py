@@ -51,9 +51,13 @@ class Catalogue:
 
         self.products = {p["asin"]: p for p in products}
         self.order = [p["asin"] for p in products]
-        corpus = [" ".join([p["Title"], *p["Attributes"], p["Description"], p["query"]]) for p in products]
+        corpus = [
+            " ".join([p["Title"], *p["Attributes"], p["Description"], p["query"]]) for p in products
+        ]
         self.index = bm25s.BM25()
-        self.index.index(bm25s.tokenize(corpus, stopwords=None, show_progress=False), show_progress=False)
+        self.index.index(
+            bm25s.tokenize(corpus, stopwords=None, show_progress=False), show_progress=False
+        )
 
     @classmethod
     def load(cls, path: Path) -> Catalogue:
@@ -61,7 +65,11 @@ class Catalogue:
         if path not in cls._loaded:
             if not path.is_file():
                 raise EnvError(f"no WebShop catalogue at {path}; build the task data first")
-            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            rows = [
+                json.loads(line)
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ]
             cls._loaded[path] = cls(rows)
         return cls._loaded[path]
 
@@ -82,7 +90,9 @@ def load_goals(folder: Path) -> dict[str, Goal]:
     path = Path(folder) / "goals.jsonl"
     if not path.is_file():
         raise EnvError(f"no WebShop goals at {path}; build the task data first")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     return {row["episode_id"]: row for row in rows}
 
 
@@ -100,7 +110,8 @@ class _Session:
 
 
 class BuiltinWebShop:
-    """WebShop's text environment over a local catalogue (implements :class:`autorl.envs.base.Env`)."""
+    """WebShop's text environment over a local catalogue (implements
+    :class:`autorl.envs.base.Env`)."""
 
     def __init__(self) -> None:
         """No session yet."""
@@ -132,7 +143,7 @@ class BuiltinWebShop:
             return []
         if s.page == "results":
             start = (s.page_num - 1) * PAGE_SIZE
-            shown = [a.lower() for a in s.results[start:start + PAGE_SIZE]]
+            shown = [a.lower() for a in s.results[start : start + PAGE_SIZE]]
             nav = (
                 ["back to search"]
                 + (["< prev"] if s.page_num > 1 else [])
@@ -146,16 +157,23 @@ class BuiltinWebShop:
         return ["back to search", "< prev"]
 
     def page_parts(self) -> list[str]:
-        """The visible texts of the current page, in order (joined with [SEP] for the observation)."""
+        """The visible texts of the current page, in order (joined with [SEP] for the
+        observation)."""
         s, cat = self._state()
         instruction = ["Instruction:", s.goal["instruction_text"]]
         if s.page == "search":
             return ["WebShop", *instruction, "Search"]
         if s.page == "results":
             start = (s.page_num - 1) * PAGE_SIZE
-            parts = [*instruction, "Back to Search", f"Page {s.page_num} (Total results: {len(s.results)})"]
-            parts += (["< Prev"] if s.page_num > 1 else []) + (["Next >"] if start + PAGE_SIZE < len(s.results) else [])
-            for asin in s.results[start:start + PAGE_SIZE]:
+            parts = [
+                *instruction,
+                "Back to Search",
+                f"Page {s.page_num} (Total results: {len(s.results)})",
+            ]
+            parts += (["< Prev"] if s.page_num > 1 else []) + (
+                ["Next >"] if start + PAGE_SIZE < len(s.results) else []
+            )
+            for asin in s.results[start : start + PAGE_SIZE]:
                 product = cat.products[asin]
                 parts += [asin, product["Title"], f"${product['price']:.2f}"]
             return parts
@@ -164,14 +182,29 @@ class BuiltinWebShop:
             parts = [*instruction, "Back to Search", "< Prev"]
             for kind, values in product["options"].items():
                 parts += [kind, *values]
-            return parts + [product["Title"], f"Price: ${product['price']:.2f}", "Rating: N.A.", "Description",
-                            "Features", "Reviews", "Buy Now"]
+            return parts + [
+                product["Title"],
+                f"Price: ${product['price']:.2f}",
+                "Rating: N.A.",
+                "Description",
+                "Features",
+                "Reviews",
+                "Buy Now",
+            ]
         if s.page == "sub":
-            content = {"description": [product["Description"]], "features": list(product["BulletPoints"]),
-                       "reviews": ["No reviews yet."]}[s.subpage]
+            content = {
+                "description": [product["Description"]],
+                "features": list(product["BulletPoints"]),
+                "reviews": ["No reviews yet."],
+            }[s.subpage]
             return [*instruction, "Back to Search", "< Prev", *content]
-        return ["Thank you for shopping with us!", "Your code:", "None", "Your score (min 0.0, max 1.0)",
-                f"{s.reward['reward']:.4f}"]
+        return [
+            "Thank you for shopping with us!",
+            "Your code:",
+            "None",
+            "Your score (min 0.0, max 1.0)",
+            f"{s.reward['reward']:.4f}",
+        ]
 
     # ---- actions ----------------------------------------------------------------------------
 
@@ -225,9 +258,13 @@ class BuiltinWebShop:
             return f"search[{cat.products[target]['Title'].lower()}]"
         if s.page == "results":
             start = (s.page_num - 1) * PAGE_SIZE
-            if target in s.results[start:start + PAGE_SIZE]:
+            if target in s.results[start : start + PAGE_SIZE]:
                 return f"click[{target.lower()}]"
-            return "click[next >]" if target in s.results[start + PAGE_SIZE:] else "click[back to search]"
+            return (
+                "click[next >]"
+                if target in s.results[start + PAGE_SIZE :]
+                else "click[back to search]"
+            )
         if s.page == "item" and s.asin == target:
             for kind, value in s.goal["goal_options"].items():
                 if s.options.get(kind) != value:
@@ -242,13 +279,17 @@ class BuiltinWebShop:
 
     def _result(self, *, done: bool) -> StepResult:
         s, _ = self._state()
-        actions = (["search[<your query>]"] if s.page == "search" else []) + [f"click[{c}]" for c in self.clickables()]
+        actions = (["search[<your query>]"] if s.page == "search" else []) + [
+            f"click[{c}]" for c in self.clickables()
+        ]
         info: dict[str, Any] = {"page": s.page}
         if done:
             info |= s.reward
         elif self.expert:
             info["expert_action"] = self.expert_action()
-        return StepResult(SEP.join(self.page_parts()), s.reward.get("reward", 0.0), done, actions, info)
+        return StepResult(
+            SEP.join(self.page_parts()), s.reward.get("reward", 0.0), done, actions, info
+        )
 
     def close(self) -> None:
         """Forget the session."""

@@ -1,5 +1,6 @@
-"""WebShop environment (``backend`` option): the built-in catalogue shop, WebShop's own text env (the
-reference's way: synthetic goals, seed-233 shuffle) or a running WebShop web server (its human goals)."""
+"""WebShop environment (``backend`` option): the built-in catalogue shop, WebShop's own text env
+(the reference's way: synthetic goals, seed-233 shuffle) or a running WebShop web server (its human
+goals)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ BACKENDS = ("builtin", "textenv", "server")
 
 class WebShopEnv:
     """Dispatches to :class:`.builtin_shop.BuiltinWebShop`, :class:`.text_env.WebShopTextEnv` or
-    :class:`.server_client.WebShopServerEnv` by the episode's ``backend`` env option (the task's ``env``
+    :class:`.server_client.WebShopServerEnv` by the episode's ``backend`` env option (the task's
+    ``env``
     entry point)."""
 
     def __init__(self) -> None:
@@ -27,7 +29,9 @@ class WebShopEnv:
         ``episode.source.env_options`` are the task's complete eval options (``backend``,
         ``server_url``, ``server_timeout_s``); an incomplete or misspelt dict is refused here.
         """
-        kind = typed_options(Eval, episode.source.env_options, what="webshop eval", complete=True, error=EnvError).backend
+        kind = typed_options(
+            Eval, episode.source.env_options, what="webshop eval", complete=True, error=EnvError
+        ).backend
         if kind not in BACKENDS:
             raise EnvError(f"unknown WebShop backend {kind!r}; valid: {', '.join(BACKENDS)}")
         if kind != self.kind:

@@ -40,10 +40,13 @@ class Eval:
     )
     multi_turn: bool = option(
         True,
-        "one chat turn per step, so an episode's steps pack into one training sequence (README.md); "
+        "one chat turn per step, so an episode's steps pack into one training sequence "
+        "(README.md); "
         "false: the reference's single user prompt",
     )
-    success_threshold: float = option(0.5, "a session succeeds when its purchase reward is at least this")
+    success_threshold: float = option(
+        0.5, "a session succeeds when its purchase reward is at least this"
+    )
     concurrency: int = option(100, "sessions played at once")
     limit: int | None = option(None, "play only the first N eval sessions; null: all")
     backend: str = option(
@@ -63,9 +66,12 @@ class HubEval(Eval):
     max_new_tokens: int = option(100, "generation cap per action")
     multi_turn: bool = option(False, "the reference's single user prompt")
     backend: str = option(
-        "textenv", "the reference's sessions 0-99 (synthetic goals, seed-233 shuffle); server: human goals"
+        "textenv",
+        "the reference's sessions 0-99 (synthetic goals, seed-233 shuffle); server: human goals",
     )
     server_url: str | None = option("http://127.0.0.1:3000", "backend server: its base URL")
 
 
-OPTIONS = TaskOptions(build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval})
+OPTIONS = TaskOptions(
+    build={"fixture": FixtureBuild, "hub": HubBuild}, eval={"fixture": Eval, "hub": HubEval}
+)

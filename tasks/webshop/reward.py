@@ -1,4 +1,5 @@
-"""WebShop's data model and purchase reward (grader side: the built-in shop scores a purchase with it).
+"""WebShop's data model and purchase reward (grader side: the built-in shop scores a purchase with
+it).
 
 Products and goals have the fields of WebShop's ``items_shuffle`` / ``items_ins_v2`` data that
 the reward reads (``asin, name, Title, query, category, product_category, price, options,
@@ -19,7 +20,24 @@ from typing import Any
 Product = dict[str, Any]
 Goal = dict[str, Any]
 EXACT_MATCH_OPTS = ("size",)
-_STOP = {"a", "an", "the", "and", "or", "for", "with", "of", "in", "on", "to", "by", "pack", "set", "&", "-"}
+_STOP = {
+    "a",
+    "an",
+    "the",
+    "and",
+    "or",
+    "for",
+    "with",
+    "of",
+    "in",
+    "on",
+    "to",
+    "by",
+    "pack",
+    "set",
+    "&",
+    "-",
+}
 
 
 def _tokens(text: str) -> list[str]:
@@ -59,7 +77,11 @@ def type_reward(product: Product, target: Product) -> float:
     wanted = {x.strip() for x in target["product_category"].split("›")}
     category_match = len(mine & wanted) >= 2
     desired = _content_words(target["name"])
-    title_score = 0.2 if not desired else len(set(_content_words(product["name"])) & set(desired)) / len(desired)
+    title_score = (
+        0.2
+        if not desired
+        else len(set(_content_words(product["name"])) & set(desired)) / len(desired)
+    )
     r_type = 1.0 if (query_match or category_match or title_score > 0.2) else 0.5
     if title_score < 0.1:
         r_type = 0.1
@@ -70,11 +92,16 @@ def type_reward(product: Product, target: Product) -> float:
 
 def _in_text(value: str, product: Product) -> bool:
     value = value.lower()
-    return (value in product["Title"].lower() or value in " ".join(product["BulletPoints"]).lower()
-            or value in product["Description"].lower())
+    return (
+        value in product["Title"].lower()
+        or value in " ".join(product["BulletPoints"]).lower()
+        or value in product["Description"].lower()
+    )
 
 
-def get_reward(product: Product, goal: Goal, target: Product, price: float, options: dict[str, str]) -> dict[str, float]:
+def get_reward(
+    product: Product, goal: Goal, target: Product, price: float, options: dict[str, str]
+) -> dict[str, float]:
     """The purchase reward of buying ``product`` with ``options`` at ``price`` for ``goal``.
 
     Args:
@@ -90,11 +117,17 @@ def get_reward(product: Product, goal: Goal, target: Product, price: float, opti
     attrs = list(goal["attributes"])
     goal_options = [
         str(v).lower()
-        for v in (goal["goal_options"].values() if isinstance(goal["goal_options"], dict) else goal["goal_options"])
+        for v in (
+            goal["goal_options"].values()
+            if isinstance(goal["goal_options"], dict)
+            else goal["goal_options"]
+        )
     ]
     num_attr = 0
     for g_attr in attrs:
-        if any(token_set_ratio(p_attr, g_attr) > 85 for p_attr in product["Attributes"]) or _in_text(g_attr, product):
+        if any(
+            token_set_ratio(p_attr, g_attr) > 85 for p_attr in product["Attributes"]
+        ) or _in_text(g_attr, product):
             num_attr += 1
     num_opt = 0
     for kind, value in options.items():
@@ -108,5 +141,10 @@ def get_reward(product: Product, goal: Goal, target: Product, price: float, opti
     r_price = float(price <= goal["price_upper"]) if goal["price_upper"] > 0 else 0.0
     r_type = type_reward(product, target)
     total = (num_attr + num_opt + r_price) / (len(attrs) + len(goal_options) + 1) * r_type
-    return {"reward": total, "r_type": r_type, "r_att": num_attr / max(1, len(attrs)),
-            "r_option": num_opt / len(goal_options) if goal_options else 0.0, "r_price": r_price}
+    return {
+        "reward": total,
+        "r_type": r_type,
+        "r_att": num_attr / max(1, len(attrs)),
+        "r_option": num_opt / len(goal_options) if goal_options else 0.0,
+        "r_price": r_price,
+    }

@@ -1,4 +1,5 @@
-"""WebShop through a running WebShop web server (princeton-nlp/WebShop's ``web_agent_site`` app); grader side.
+"""WebShop through a running WebShop web server (princeton-nlp/WebShop's ``web_agent_site`` app);
+grader side.
 
 The client speaks the site's HTTP protocol as ReAct's WebShop harness does: pages are GET
 requests on ``/<session>``, ``/search_results/<session>/<keywords>/<page>``,
@@ -106,13 +107,21 @@ class WebShopServerEnv:
         """Open ``fixed_<i>`` of the episode's goal index."""
         import httpx
 
-        options = typed_options(Eval, episode.source.env_options, what="webshop eval", complete=True, error=EnvError)
+        options = typed_options(
+            Eval, episode.source.env_options, what="webshop eval", complete=True, error=EnvError
+        )
         url = options.server_url
         if not url:
-            raise EnvError("the WebShop server backend needs eval option server_url (e.g. http://127.0.0.1:3000)")
+            raise EnvError(
+                "the WebShop server backend needs eval option server_url (e.g. "
+                "http://127.0.0.1:3000)"
+            )
         index = episode.episode_id.split("/", 1)[1]
         if not index.isdigit():
-            raise EnvError(f"WebShop server episodes are goal indices like 'eval/7', got {episode.episode_id!r}")
+            raise EnvError(
+                "WebShop server episodes are goal indices like 'eval/7', got "
+                f"{episode.episode_id!r}"
+            )
         if self._http is None or self.base_url != url.rstrip("/"):
             self.base_url = url.rstrip("/")
             self._http = httpx.Client(timeout=float(options.server_timeout_s))
@@ -127,7 +136,7 @@ class WebShopServerEnv:
             "init": f"/{s['session']}",
             "search": f"/search_results/{s['session']}/{kw}/{s.get('page', 1)}",
             "item": f"/item_page/{s['session']}/{s.get('asin')}/{kw}/{s.get('page', 1)}/{opts}",
-            "item_sub": f"/item_sub_page/{s['session']}/{s.get('asin')}/{kw}/{s.get('page', 1)}/{s.get('sub_page')}/{opts}",
+            "item_sub": f"/item_sub_page/{s['session']}/{s.get('asin')}/{kw}/{s.get('page', 1)}/{s.get('sub_page')}/{opts}",  # noqa: E501
             "end": f"/done/{s['session']}/{s.get('asin')}/{opts}",
         }
         return self.base_url + paths[s["page_type"]]
@@ -138,10 +147,17 @@ class WebShopServerEnv:
             raise EnvError(f"WebShop server answered HTTP {response.status_code} for {self._url()}")
         self.page = parse_page(response.text)
         reward = self.page.reward or 0.0
-        clickables = [b.lower() for b in self.page.buttons] + [a.lower() for a in self.page.asins] + \
-                     [o.lower() for o in self.page.options]
-        actions = (["search[<your query>]"] if self.state["page_type"] == "init" else []) + [f"click[{c}]" for c in clickables]
-        return StepResult(SEP.join(self.page.texts), reward, done, actions, {"page": self.state["page_type"]})
+        clickables = (
+            [b.lower() for b in self.page.buttons]
+            + [a.lower() for a in self.page.asins]
+            + [o.lower() for o in self.page.options]
+        )
+        actions = (["search[<your query>]"] if self.state["page_type"] == "init" else []) + [
+            f"click[{c}]" for c in clickables
+        ]
+        return StepResult(
+            SEP.join(self.page.texts), reward, done, actions, {"page": self.state["page_type"]}
+        )
 
     def step(self, action: str) -> StepResult:
         """Apply ``search[…]``/``click[…]``; unavailable actions leave the page as it is."""
@@ -155,7 +171,12 @@ class WebShopServerEnv:
         low = arg.lower()
         buttons = {b.lower(): b for b in page.buttons}
         if verb == "search" and s["page_type"] == "init" and arg:
-            self.state = {"session": s["session"], "page_type": "search", "keywords": arg.lower(), "page": 1}
+            self.state = {
+                "session": s["session"],
+                "page_type": "search",
+                "keywords": arg.lower(),
+                "page": 1,
+            }
         elif verb == "click" and low in buttons:
             if low == "buy now" and s["page_type"] == "item":
                 s["page_type"] = "end"
@@ -173,9 +194,21 @@ class WebShopServerEnv:
                     s["page_type"] = "item"
             elif low in SUBPAGES and s["page_type"] == "item":
                 s["page_type"], s["sub_page"] = "item_sub", buttons[low]
-        elif verb == "click" and s["page_type"] == "search" and low in {a.lower() for a in page.asins}:
-            s["page_type"], s["asin"], s["options"] = "item", next(a for a in page.asins if a.lower() == low), {}
-        elif verb == "click" and s["page_type"] == "item" and low in {o.lower() for o in page.options}:
+        elif (
+            verb == "click"
+            and s["page_type"] == "search"
+            and low in {a.lower() for a in page.asins}
+        ):
+            s["page_type"], s["asin"], s["options"] = (
+                "item",
+                next(a for a in page.asins if a.lower() == low),
+                {},
+            )
+        elif (
+            verb == "click"
+            and s["page_type"] == "item"
+            and low in {o.lower() for o in page.options}
+        ):
             value = next(o for o in page.options if o.lower() == low)
             s.setdefault("options", {})[page.options[value]] = value
         return self._load(done=False)

@@ -1,9 +1,9 @@
 """WebShop through WebShop's own text environment, as the reference played it; grader side.
 
 The reference (rdagent 1.0.0 ``benchmarks/webshop/eval.py``) creates
-``web_agent_site.envs.web_agent_text_env.WebAgentTextEnv(observation_mode="text", num_products=1000)``
-with ``human_goals`` unset, so its simulated server draws WebShop's *synthetic* goals from the
-1,000-product catalogue and shuffles them with ``random.seed(233)``; session ``i`` is
+``web_agent_site.envs.web_agent_text_env.WebAgentTextEnv(observation_mode="text",
+num_products=1000)`` with ``human_goals`` unset, so its simulated server draws WebShop's *synthetic*
+goals from the 1,000-product catalogue and shuffles them with ``random.seed(233)``; session ``i`` is
 ``env.reset(session=i)``, goal ``i`` of that shuffled list. This backend does the same: episode
 ``eval/<i>`` or ``train/<i>`` is ``reset(session=i)``. The available actions are the reference's
 (``search[<your query>]`` when the page has a search bar, then ``click[<x>]`` per clickable) and a
@@ -26,7 +26,8 @@ _SHARED: dict[str, Any] = {}  # the process's simulated WebShop server, made by 
 
 
 def available_actions(avail: dict[str, Any]) -> list[str]:
-    """The reference's action list of a page (``_format_available_actions`` without its indentation).
+    """The reference's action list of a page (``_format_available_actions`` without its
+    indentation).
 
     >>> available_actions({"has_search_bar": True, "clickables": ["search"]})
     ['search[<your query>]', 'click[search]']
@@ -40,12 +41,19 @@ def _text_env() -> Any:
     try:
         from web_agent_site.envs.web_agent_text_env import WebAgentTextEnv  # type: ignore[import-not-found]
     except ImportError as err:
-        raise EnvError("the WebShop textenv backend needs princeton-nlp/WebShop's web_agent_site: clone "
-                       "https://github.com/princeton-nlp/WebShop, run its setup.sh (data, 1,000 products) and put "
-                       f"the clone on PYTHONPATH ({err})") from err
+        raise EnvError(
+            "the WebShop textenv backend needs princeton-nlp/WebShop's web_agent_site: clone "
+            "https://github.com/princeton-nlp/WebShop, run its setup.sh (data, 1,000 products) "
+            "and put "
+            f"the clone on PYTHONPATH ({err})"
+        ) from err
     if "server" in _SHARED:
-        return WebAgentTextEnv(observation_mode="text", num_products=NUM_PRODUCTS, server=_SHARED["server"])
-    env = WebAgentTextEnv(observation_mode="text", num_products=NUM_PRODUCTS)  # human_goals unset: synthetic goals
+        return WebAgentTextEnv(
+            observation_mode="text", num_products=NUM_PRODUCTS, server=_SHARED["server"]
+        )
+    env = WebAgentTextEnv(
+        observation_mode="text", num_products=NUM_PRODUCTS
+    )  # human_goals unset: synthetic goals
     _SHARED["server"] = env.server
     return env
 
@@ -58,14 +66,22 @@ class WebShopTextEnv:
         self.env: Any = None
 
     def _result(self, observation: str, reward: float, done: bool) -> StepResult:
-        return StepResult(observation, float(reward or 0.0), bool(done),
-                          [] if done else available_actions(self.env.get_available_actions()), {})
+        return StepResult(
+            observation,
+            float(reward or 0.0),
+            bool(done),
+            [] if done else available_actions(self.env.get_available_actions()),
+            {},
+        )
 
     def reset(self, episode: EpisodeSpec, data: EnvData) -> StepResult:
         """``reset(session=i)`` for episode ``eval/<i>`` or ``train/<i>``."""
         index = episode.episode_id.split("/", 1)[-1]
         if not index.isdigit():
-            raise EnvError(f"WebShop text-env episodes are goal indices like 'eval/7', got {episode.episode_id!r}")
+            raise EnvError(
+                "WebShop text-env episodes are goal indices like 'eval/7', got "
+                f"{episode.episode_id!r}"
+            )
         if self.env is None:
             self.env = _text_env()
         observation, _ = self.env.reset(session=int(index))

@@ -1,1 +1,2 @@
-"""alfworld, agent side: the scripted recipe, the ReAct prompt protocol and its few-shot examples."""
+"""alfworld, agent side: the scripted recipe, the ReAct prompt protocol and its few-shot
+examples."""

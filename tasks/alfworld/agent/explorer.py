@@ -21,20 +21,28 @@ from agent_kit.rollout import Episode
 
 # The goal sentences of ALFWorld's six task types (alfworld.gen.goal_library), most specific first.
 _GOALS = (
-    (r"put a clean (?P<obj>.+) in (?P<recep>.+)", "clean"), (r"clean some (?P<obj>.+) and put it in (?P<recep>.+)", "clean"),
-    (r"put a hot (?P<obj>.+) in (?P<recep>.+)", "heat"), (r"heat some (?P<obj>.+) and put it in (?P<recep>.+)", "heat"),
-    (r"put a cool (?P<obj>.+) in (?P<recep>.+)", "cool"), (r"cool some (?P<obj>.+) and put it in (?P<recep>.+)", "cool"),
-    (r"look at (?P<obj>.+) under the (?P<recep>.+)", "examine"), (r"examine the (?P<obj>.+) with the (?P<recep>.+)", "examine"),
-    (r"put two (?P<obj>.+) in (?P<recep>.+)", "puttwo"), (r"find two (?P<obj>.+) and put them in (?P<recep>.+)", "puttwo"),
-    (r"put a (?P<obj>.+) in (?P<recep>.+)", "put"), (r"put some (?P<obj>.+) on (?P<recep>.+)", "put"),
+    (r"put a clean (?P<obj>.+) in (?P<recep>.+)", "clean"),
+    (r"clean some (?P<obj>.+) and put it in (?P<recep>.+)", "clean"),
+    (r"put a hot (?P<obj>.+) in (?P<recep>.+)", "heat"),
+    (r"heat some (?P<obj>.+) and put it in (?P<recep>.+)", "heat"),
+    (r"put a cool (?P<obj>.+) in (?P<recep>.+)", "cool"),
+    (r"cool some (?P<obj>.+) and put it in (?P<recep>.+)", "cool"),
+    (r"look at (?P<obj>.+) under the (?P<recep>.+)", "examine"),
+    (r"examine the (?P<obj>.+) with the (?P<recep>.+)", "examine"),
+    (r"put two (?P<obj>.+) in (?P<recep>.+)", "puttwo"),
+    (r"find two (?P<obj>.+) and put them in (?P<recep>.+)", "puttwo"),
+    (r"put a (?P<obj>.+) in (?P<recep>.+)", "put"),
+    (r"put some (?P<obj>.+) on (?P<recep>.+)", "put"),
 )
-# Where each transformation happens (the command's verb is the goal's kind: "clean apple 1 with sinkbasin 1").
+# Where each transformation happens (the command's verb is the goal's kind: "clean apple 1 with
+# sinkbasin 1").
 _APPLIANCES = {"clean": "sinkbasin", "heat": "microwave", "cool": "fridge"}
 
 
 @dataclass(frozen=True)
 class Goal:
-    """What an episode asks: the object type, the target receptacle type (the lamp for ``examine``), the kind."""
+    """What an episode asks: the object type, the target receptacle type (the lamp for
+    ``examine``), the kind."""
 
     obj: str
     recep: str
@@ -62,13 +70,18 @@ def parse_goal(first_observation: str) -> Goal | None:
 def receptacles(first_observation: str) -> list[str]:
     """The receptacles a reset observation lists, in its order.
 
-    >>> receptacles("Looking quickly around you, you see a cabinet 2, a desk 1, and a sinkbasin 1.\\nYour task is to: x.")
+    >>> receptacles("Looking quickly around you, you see a cabinet 2, a desk 1, and a sinkbasin 1."
+    ...             "\\nYour task is to: x.")
     ['cabinet 2', 'desk 1', 'sinkbasin 1']
     """
     match = re.search(r"you see (.+?)\.\n", first_observation + "\n")
     if not match:
         return []
-    return [re.sub(r"^(and )?an? ", "", part.strip()) for part in match.group(1).split(",") if part.strip()]
+    return [
+        re.sub(r"^(and )?an? ", "", part.strip())
+        for part in match.group(1).split(",")
+        if part.strip()
+    ]
 
 
 @dataclass
@@ -81,7 +94,9 @@ class _Progress:
     transformed: bool = False
     placed: list[str] = field(default_factory=list)
     lamp_at: str | None = None
-    seen: dict[str, str] = field(default_factory=dict)  # an instance of the goal's object -> where it was seen
+    seen: dict[str, str] = field(
+        default_factory=dict
+    )  # an instance of the goal's object -> where it was seen
 
 
 def _progress(goal: Goal, history: list[tuple[str, str]]) -> _Progress:
@@ -91,7 +106,10 @@ def _progress(goal: Goal, history: list[tuple[str, str]]) -> _Progress:
             state.at = action.removeprefix("go to ")
             state.visited.append(state.at)
         elif action.startswith("take ") and observation.startswith("You pick up"):
-            state.holding, state.transformed = action.removeprefix("take ").split(" from ")[0], False
+            state.holding, state.transformed = (
+                action.removeprefix("take ").split(" from ")[0],
+                False,
+            )
         elif action.startswith(("clean ", "heat ", "cool ")) and observation.startswith("You "):
             state.transformed = True
         elif action.startswith("move ") and observation.startswith("You move") and state.holding:
@@ -145,9 +163,13 @@ def next_action(episode: Episode) -> str | None:
             return _search(rooms, state, goal, admissible)
         target = _first_of_type(goal.recep, rooms)
         return go_or(f"move {state.holding} to {target}", target)
-    takes = sorted(a for a in admissible if re.fullmatch(rf"take {re.escape(goal.obj)} \d+ from .+", a)
-                   and a.removeprefix("take ").split(" from ")[0] not in state.placed
-                   and _kind(a.split(" from ")[1]) != goal.recep)
+    takes = sorted(
+        a
+        for a in admissible
+        if re.fullmatch(rf"take {re.escape(goal.obj)} \d+ from .+", a)
+        and a.removeprefix("take ").split(" from ")[0] not in state.placed
+        and _kind(a.split(" from ")[1]) != goal.recep
+    )
     if takes:
         return takes[0]
     # An instance seen earlier (the second of ``puttwo`` may lie where the first did).
