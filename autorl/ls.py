@@ -23,8 +23,13 @@ from autorl.plugins import PLUGIN_PATH_ENV, activate, plugin_dirs
 from autorl.registry import list_options
 
 _KINDS = {
-    "tasks": "task", "agents": "agent", "drivers": "driver", "models": "model",
-    "clusters": "cluster", "engines": "engine", "sandboxes": "sandbox",
+    "tasks": "task",
+    "agents": "agent",
+    "drivers": "driver",
+    "models": "model",
+    "clusters": "cluster",
+    "engines": "engine",
+    "sandboxes": "sandbox",
 }
 
 
@@ -35,16 +40,25 @@ def _parser() -> argparse.ArgumentParser:
         description="List the registered tasks, agents, drivers, models, clusters, engines or "
         "sandbox backends, "
         "autorl's and the plugins'.",
-        epilog="examples:\n  python -m autorl.ls tasks\n  python -m autorl.ls agents --names --cli\n"
+        epilog="examples:\n  python -m autorl.ls tasks\n"
+        "  python -m autorl.ls agents --names --cli\n"
         "  python -m autorl.ls tasks --plugins ~/my_plugin",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("kind", choices=sorted(_KINDS))
-    parser.add_argument("--plugins", action="append", default=[], metavar="DIR",
-                        help=f"a plugin folder (repeatable), added to those in ${PLUGIN_PATH_ENV}")
+    parser.add_argument(
+        "--plugins",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help=f"a plugin folder (repeatable), added to those in ${PLUGIN_PATH_ENV}",
+    )
     parser.add_argument("--names", action="store_true", help="print only the names, one a line")
-    parser.add_argument("--cli", action="store_true",
-                        help="agents: only the coding-agent CLIs (adapters built on CLIAgent)")
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="agents: only the coding-agent CLIs (adapters built on CLIAgent)",
+    )
     return parser
 
 

@@ -4,9 +4,15 @@ A plugin folder holds any of::
 
     my_plugin/
       tasks/<id>/              task folders, same contract as autorl's tasks/ (tasks/README.md)
-      conf/<group>/<name>.yaml options of the config groups agent, driver, model, task, cluster
-      myagents/ or mymod.py    Python modules at its root, e.g. the adapter a plugin's
-                               conf/agent/foo.yaml names (adapter: myagents.foo:FooAgent)
+      conf/<group>/<name>.yaml options of the config groups (autorl.registry.OPTION_GROUPS)
+      myagents/ or mymod.py    Python modules at its root, e.g. the class an option names
+
+Every kind of plugin code is added the same way, by one option file naming its class, which
+:class:`autorl.registry.OptionRegistry` reads: an agent (``conf/agent/foo.yaml``: ``adapter:
+myagents.foo:FooAgent``; a CLI adapter brings its stream parser, ``CLIAgent.parser``), an engine
+(``conf/engine/foo.yaml``: ``implementation: mymod:FooEngine``) and a sandbox backend
+(``conf/sandbox/foo.yaml``: ``implementation: mymod:FooSeal``). Drivers, models and clusters are
+options without code of their own.
 
 Plugins are named by the environment variable ``AUTORL_PLUGIN_PATH`` (folders joined with
 ``os.pathsep``, like ``PYTHONPATH``) and by the config key ``plugins`` (``plugins=[/a,/b]`` on the
@@ -40,22 +46,34 @@ from autorl.errors import ConfigError
 from autorl.task_code import PLUGIN_PATH_ENV, TASKS_DIR, add_tasks_dir, env_plugin_dirs
 
 __all__ = [
-    "CONFIG_KEY", "PLUGIN_PATH_ENV", "activate", "active_dirs", "conf_search_path", "from_overrides",
-    "module_names", "plugin_dirs", "runtime_env_vars", "searchpath_overrides", "task_dirs",
+    "CONFIG_KEY",
+    "PLUGIN_PATH_ENV",
+    "activate",
+    "active_dirs",
+    "conf_search_path",
+    "from_overrides",
+    "module_names",
+    "plugin_dirs",
+    "runtime_env_vars",
+    "searchpath_overrides",
+    "task_dirs",
 ]
 
 CONFIG_KEY = "plugins"
 CONTENTS = ("tasks", "conf")  # the folders a plugin may hold besides its Python code
 _WHAT_A_PLUGIN_HOLDS = (
-    "a plugin folder holds tasks/<id>/ task folders, conf/<group>/*.yaml options "
-    "(groups: agent, driver, model, task, cluster) and/or Python modules at its root (*.py, or packages with __init__.py)"
+    "a plugin folder holds tasks/<id>/ task folders, conf/<group>/*.yaml options (groups: agent, "
+    "driver, model, cluster, engine, sandbox) and/or Python modules at its root (*.py, or packages "
+    "with __init__.py)"
 )
 
 
 def module_names(folder: Path) -> list[str]:
-    """The top-level Python modules at a plugin's root: ``*.py`` files and packages with ``__init__.py``.
+    """The top-level Python modules at a plugin's root: ``*.py`` files and packages with
+    ``__init__.py``.
 
-    ``tasks/`` and ``conf/`` are never modules (task folders are imported as ``autorl.task_code.<id>``).
+    ``tasks/`` and ``conf/`` are never modules (task folders are imported as
+    ``autorl.task_code.<id>``).
     """
     names = {p.stem for p in folder.glob("*.py") if p.stem.isidentifier()}
     names |= {p.parent.name for p in folder.glob("*/__init__.py") if p.parent.name.isidentifier()}
@@ -66,14 +84,21 @@ def _check_folder(raw: str | Path, origin: str) -> Path:
     """Resolve one plugin folder and check that it exists and holds something a plugin may hold."""
     folder = Path(raw).expanduser().resolve()
     if not folder.is_dir():
-        raise ConfigError(f"plugin folder {raw!s} (from {origin}) does not exist or is not a folder; {_WHAT_A_PLUGIN_HOLDS}")
+        raise ConfigError(
+            f"plugin folder {raw!s} (from {origin}) does not exist or is not a folder; "
+            f"{_WHAT_A_PLUGIN_HOLDS}"
+        )
     if not any((folder / name).is_dir() for name in CONTENTS) and not module_names(folder):
-        raise ConfigError(f"plugin folder {folder} (from {origin}) holds no tasks/, conf/ or Python code; {_WHAT_A_PLUGIN_HOLDS}")
+        raise ConfigError(
+            f"plugin folder {folder} (from {origin}) holds no tasks/, conf/ or Python code; "
+            f"{_WHAT_A_PLUGIN_HOLDS}"
+        )
     return folder
 
 
 def plugin_dirs(extra: Sequence[str | Path] = ()) -> list[Path]:
-    """The plugin folders named by ``AUTORL_PLUGIN_PATH`` and then by ``extra`` (the config key's list).
+    """The plugin folders named by ``AUTORL_PLUGIN_PATH`` and then by ``extra`` (the config key's
+    list).
 
     Args:
         extra: More folders, e.g. :func:`from_overrides` of the command line; relative ones are
@@ -111,17 +136,27 @@ def _check_modules(folders: Sequence[Path]) -> None:
     for folder in folders:
         for name in module_names(folder):
             if name in owner:
-                raise ConfigError(f"plugins {owner[name]} and {folder} both have a Python module {name!r}; rename one")
+                raise ConfigError(
+                    f"plugins {owner[name]} and {folder} both have a Python module {name!r}; "
+                    "rename one"
+                )
             owner[name] = folder
             try:
                 spec = importlib.util.find_spec(name)
             except (ImportError, ValueError):
                 spec = None
-            locations = [spec.origin or "", *(spec.submodule_search_locations or [])] if spec else []
-            if spec is not None and not any(Path(p).resolve().is_relative_to(folder) for p in locations if p):
-                where = spec.origin or ", ".join(spec.submodule_search_locations or []) or "built in"
+            locations = (
+                [spec.origin or "", *(spec.submodule_search_locations or [])] if spec else []
+            )
+            if spec is not None and not any(
+                Path(p).resolve().is_relative_to(folder) for p in locations if p
+            ):
+                where = (
+                    spec.origin or ", ".join(spec.submodule_search_locations or []) or "built in"
+                )
                 raise ConfigError(
-                    f"plugin {folder}: its Python module {name!r} would shadow the installed module of that name "
+                    f"plugin {folder}: its Python module {name!r} would shadow the installed "
+                    "module of that name "
                     f"({where}); rename the plugin's module"
                 )
 
@@ -131,8 +166,9 @@ def activate(dirs: Sequence[str | Path]) -> list[Path]:
 
     Sets ``AUTORL_PLUGIN_PATH`` to the folders already active plus ``dirs``, makes each plugin's
     ``tasks/`` importable as ``autorl.task_code.<id>`` and puts each folder with Python modules on
-    ``sys.path`` (after what is installed). Child processes see the variable; Ray workers get it, with the folders on
-    their ``PYTHONPATH``, from :func:`autorl.cluster.connect` (:func:`runtime_env_vars`).
+    ``sys.path`` (after what is installed). Child processes see the variable; Ray workers get it,
+    with the folders on their ``PYTHONPATH``, from :func:`autorl.cluster.connect`
+    (:func:`runtime_env_vars`).
 
     Args:
         dirs: Plugin folders, usually ``plugin_dirs(from_overrides(argv))``.
@@ -151,7 +187,9 @@ def activate(dirs: Sequence[str | Path]) -> list[Path]:
         if (folder / "tasks").is_dir():
             add_tasks_dir(folder / "tasks")
         if module_names(folder) and str(folder) not in sys.path:
-            sys.path.append(str(folder))  # last: a plugin never shadows an installed module (checked above)
+            sys.path.append(
+                str(folder)
+            )  # last: a plugin never shadows an installed module (checked above)
     return folders
 
 
@@ -172,7 +210,8 @@ def conf_search_path(dirs: Sequence[Path] | None = None) -> list[str]:
         dirs: Plugin folders; ``None``: the active ones (:func:`active_dirs`).
     """
     plugins = active_dirs() if dirs is None else dirs
-    # Not Path.as_uri(): Hydra takes what follows file:// as the path as is, without percent-decoding.
+    # Not Path.as_uri(): Hydra takes what follows file:// as the path as is, without
+    # percent-decoding.
     return [f"file://{d / 'conf'}" for d in plugins if (d / "conf").is_dir()]
 
 
@@ -220,26 +259,35 @@ def from_overrides(argv: Sequence[str]) -> list[str]:
         try:
             (override,) = OverridesParser.create().parse_overrides([arg])
         except OverrideParseException as error:
-            raise ConfigError(f"cannot parse {arg!r} ({str(error).splitlines()[0]}); write plugins=[/path/a,/path/b] "
-                              "and quote a path with spaces or a ~: plugins=['~/my plugin']") from error
+            raise ConfigError(
+                f"cannot parse {arg!r} ({str(error).splitlines()[0]}); write "
+                "plugins=[/path/a,/path/b] "
+                "and quote a path with spaces or a ~: plugins=['~/my plugin']"
+            ) from error
         if override.is_delete():
             found = []
             continue
         if override.is_sweep_override():
-            raise ConfigError(f"{arg!r}: plugins is a list, not a sweep axis; write {CONFIG_KEY}=[{arg.split('=', 1)[1]}]")
+            raise ConfigError(
+                f"{arg!r}: plugins is a list, not a sweep axis; write "
+                f"{CONFIG_KEY}=[{arg.split('=', 1)[1]}]"
+            )
         value = override.value()
         values = value if isinstance(value, list) else [value]
         if not all(isinstance(v, str) for v in values):
-            raise ConfigError(f"{arg!r}: plugins must be folder paths, e.g. plugins=[/home/me/my_plugin]")
+            raise ConfigError(
+                f"{arg!r}: plugins must be folder paths, e.g. plugins=[/home/me/my_plugin]"
+            )
         found = [str(v) for v in values]
     return found
 
 
 def runtime_env_vars(dirs: Sequence[Path] | None = None) -> dict[str, str]:
-    """The ``env_vars`` of a Ray runtime env that gives workers the plugins (``{}`` without plugins).
+    """The ``env_vars`` of a Ray runtime env that gives workers the plugins (``{}`` without
+    plugins).
 
-    ``AUTORL_PLUGIN_PATH`` for :mod:`autorl.task_code`, and the folders that hold Python modules ahead
-    of the worker's own ``PYTHONPATH`` (Ray expands ``${PYTHONPATH}`` on the worker).
+    ``AUTORL_PLUGIN_PATH`` for :mod:`autorl.task_code`, and the folders that hold Python modules
+    ahead of the worker's own ``PYTHONPATH`` (Ray expands ``${PYTHONPATH}`` on the worker).
 
     Args:
         dirs: Plugin folders; ``None``: the active ones (:func:`active_dirs`).
@@ -249,7 +297,8 @@ def runtime_env_vars(dirs: Sequence[Path] | None = None) -> dict[str, str]:
         return {}
     env = {PLUGIN_PATH_ENV: os.pathsep.join(map(str, plugins))}
     # Only folders with Python code: on the path, a plugin's tasks/ would import as the namespace
-    # package ``tasks`` (grader-side code) in every process that inherits the variable, agents included.
+    # package ``tasks`` (grader-side code) in every process that inherits the variable, agents
+    # included.
     if code := [str(d) for d in plugins if module_names(d)]:
         env["PYTHONPATH"] = f"{os.pathsep.join(code)}{os.pathsep}${{PYTHONPATH}}"
     return env

@@ -29,7 +29,8 @@ from autorl.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 AXES = ("agent", "driver", "task", "model", "seed")
-GROUPS = ("agent", "driver", "task", "model", "cluster")  # chosen by `group=name` (cfg.<group>.name)
+# The groups chosen by `group=name` (cfg.<group>.name).
+GROUPS = ("agent", "driver", "task", "model", "cluster")
 # Every config group folder: the chosen ones, ``engine``, each of whose options is composed into
 # ``grader.engines.<name>`` (``grader.engine`` picks the one that scores), and ``sandbox``, whose
 # options are the backends ``sandbox.mode`` names (read by autorl.seal.launch.SANDBOXES).
@@ -77,7 +78,9 @@ def load_object(target: str, *, package: str | None = None, what: str = "object"
         raise
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise ConfigError(f"{what}: module {full!r} has no attribute {attr!r} (from {target!r})")
+            raise ConfigError(
+                f"{what}: module {full!r} has no attribute {attr!r} (from {target!r})"
+            )
         obj = getattr(obj, part)
     return obj
 
@@ -147,7 +150,9 @@ class OptionRegistry(Registry[T]):
         builtins: Entries that need no option file.
     """
 
-    def __init__(self, kind: str, group: str, key: str, builtins: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, kind: str, group: str, key: str, builtins: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(kind, builtins or {})
         self.group = group
         self.key = key
@@ -232,10 +237,15 @@ def conf_dirs() -> list[tuple[Path, Path | None]]:
         conf = plugin / "conf"
         if not conf.is_dir():
             continue
-        strays = sorted(p.name for p in conf.iterdir() if p.name not in OPTION_GROUPS and not p.name.startswith("."))
+        strays = sorted(
+            p.name
+            for p in conf.iterdir()
+            if p.name not in OPTION_GROUPS and not p.name.startswith(".")
+        )
         if strays:
             raise ConfigError(
-                f"plugin {plugin}: conf/ may hold only the config group folders {', '.join(OPTION_GROUPS)}, "
+                f"plugin {plugin}: conf/ may hold only the config group folders "
+                f"{', '.join(OPTION_GROUPS)}, "
                 f"found {', '.join(strays)}; move each option to conf/<group>/<name>.yaml"
             )
         found.append((conf, plugin))
@@ -245,16 +255,19 @@ def conf_dirs() -> list[tuple[Path, Path | None]]:
 def list_options(group: str) -> list[Option]:
     """Return the options of ``group`` sorted by name: autorl's and every active plugin's.
 
-    Files whose name starts with ``_`` are shared bases that options include (``defaults: [_base]``),
-    not options. A plugin option may not take a name that autorl or another plugin has: Hydra
-    would compose the first file on its search path (autorl's) and ignore the plugin's in silence.
+    Files whose name starts with ``_`` are shared bases that options include
+    (``defaults: [_base]``), not options. A plugin option may not take a name that autorl or
+    another plugin has: Hydra would compose the first file on its search path (autorl's) and
+    ignore the plugin's in silence.
 
     Raises:
         ConfigError: ``group`` is not a config group, or two files give one option name (the message
             names both files).
     """
     if group not in OPTION_GROUPS:
-        raise ConfigError(f"unknown config group {group!r}; valid groups: {', '.join(OPTION_GROUPS)}")
+        raise ConfigError(
+            f"unknown config group {group!r}; valid groups: {', '.join(OPTION_GROUPS)}"
+        )
     if group == "task":
         return _task_options()
     options: dict[str, Option] = {}
@@ -264,8 +277,10 @@ def list_options(group: str) -> list[Option]:
                 continue
             if path.stem in options:
                 raise ConfigError(
-                    f"config option {group}={path.stem} is defined twice: {options[path.stem].path} and {path}; "
-                    "a plugin's options need names of their own: rename the plugin's file and its name: key"
+                    f"config option {group}={path.stem} is defined twice: "
+                    f"{options[path.stem].path} and {path}; "
+                    "a plugin's options need names of their own: rename the plugin's file and its "
+                    "name: key"
                 )
             data = yaml.safe_load(path.read_text()) or {}
             description = str(data.get("description") or "")
@@ -304,7 +319,8 @@ def check_names(group: str, names: list[str]) -> None:
 
 def _task_options() -> list[Option]:
     """The task group's options: one per task folder (``tasks/<id>/task.yaml``), autorl's and the
-    plugins'; a task has no file under ``conf/`` (:func:`autorl.task_options.register_task_configs`).
+    plugins'; a task has no file under ``conf/``
+    (:func:`autorl.task_options.register_task_configs`).
 
     Raises:
         ConfigError: A plugin still has a ``conf/task/`` folder, whose files would not be read.
@@ -315,13 +331,19 @@ def _task_options() -> list[Option]:
     for conf, plugin in conf_dirs():
         if plugin is not None and (conf / "task").is_dir():
             raise ConfigError(
-                f"plugin {plugin}: a task is one folder, tasks/<id>/, and has no conf/task/ file; move the "
-                "run defaults of each file in conf/task/ into its tasks/<id>/task.yaml (run: source, budget_s, "
-                "env_pool) and its build and eval options into tasks/<id>/options.py (tasks/README.md)"
+                f"plugin {plugin}: a task is one folder, tasks/<id>/, and has no conf/task/ file; "
+                "move the run defaults of each file in conf/task/ into its tasks/<id>/task.yaml "
+                "(run: source, budget_s, env_pool) and its build and eval options into "
+                "tasks/<id>/options.py (tasks/README.md)"
             )
     plugins = {(folder / "tasks").resolve(): folder for folder in active_dirs()}
     return [
-        Option("task", spec.id, f"[{spec.level}] {spec.description}", spec.folder / "task.yaml",
-               plugins.get(spec.folder.parent.resolve()))
+        Option(
+            "task",
+            spec.id,
+            f"[{spec.level}] {spec.description}",
+            spec.folder / "task.yaml",
+            plugins.get(spec.folder.parent.resolve()),
+        )
         for spec in discover_tasks().values()
     ]

@@ -1,1 +1,2 @@
-"""Agent adapters: how each agent is launched in a workspace. Registered by ``conf/agent/*.yaml``."""
+"""Agent adapters: how each agent is launched in a workspace. Registered by
+``conf/agent/*.yaml``."""

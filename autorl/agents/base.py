@@ -31,7 +31,9 @@ class LaunchContext:
     env: dict[str, str]
     # The cell folder (outside the workspace), for files the agent must not see.
     cell_dir: Path | None = None
-    seed: int = 0  # the cell's seed: agents that take one (the scripted agent) vary their runs by it
+    seed: int = (
+        0  # the cell's seed: agents that take one (the scripted agent) vary their runs by it
+    )
     task_agent_dir: Path | None = None  # a copy of the task's agent-side package (tasks/<id>/agent)
     task_recipe: str | None = None  # the task's scripted recipe, "module:attr" inside that package
     # Set when the agent is resumed (agent.reprompt): what it is told instead of the task prompt
@@ -64,7 +66,8 @@ class AgentLaunch:
     """The agent's command line, its full environment, and the host paths it needs to read.
 
     ``read_only`` lists what a sealed cell must bind read-only for ``command`` to run (a CLI's
-    install folder); the workspace, HOME, base model, toolchain and task agent code are bound anyway.
+    install folder); the workspace, HOME, base model, toolchain and task agent code are bound
+    anyway.
     """
 
     command: list[str]

@@ -31,18 +31,35 @@ class ClaudeCodeAgent(CLIAgent):
         config_dir = home_dir(home, ".claude")
         bash_ms = str(ctx.tool_timeout_s * 1000)
         env = {
-            "ANTHROPIC_BASE_URL": url, "ANTHROPIC_API_KEY": token, "ANTHROPIC_MODEL": model,
-            "ANTHROPIC_SMALL_FAST_MODEL": model, "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
-            "ANTHROPIC_DEFAULT_SONNET_MODEL": model, "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
-            "CLAUDE_CONFIG_DIR": str(config_dir), "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_ERROR_REPORTING": "1",
-            "IS_SANDBOX": "1", "BASH_DEFAULT_TIMEOUT_MS": bash_ms, "BASH_MAX_TIMEOUT_MS": bash_ms,
+            "ANTHROPIC_BASE_URL": url,
+            "ANTHROPIC_API_KEY": token,
+            "ANTHROPIC_MODEL": model,
+            "ANTHROPIC_SMALL_FAST_MODEL": model,
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+            "ANTHROPIC_DEFAULT_SONNET_MODEL": model,
+            "ANTHROPIC_DEFAULT_OPUS_MODEL": model,
+            "CLAUDE_CONFIG_DIR": str(config_dir),
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "IS_SANDBOX": "1",
+            "BASH_DEFAULT_TIMEOUT_MS": bash_ms,
+            "BASH_MAX_TIMEOUT_MS": bash_ms,
         }
         # A resumed agent continues its last conversation in this workspace (in CLAUDE_CONFIG_DIR).
         resume = ["--continue"] if ctx.continuation_prompt is not None else []
         argv = [
-            binary, "--print", "--verbose", "--output-format", "stream-json",
-            "--dangerously-skip-permissions", *resume, "--model", model,
-            *cli_config(ctx).extra_args, ctx.continuation_prompt or prompt,
+            binary,
+            "--print",
+            "--verbose",
+            "--output-format",
+            "stream-json",
+            "--dangerously-skip-permissions",
+            *resume,
+            "--model",
+            model,
+            *cli_config(ctx).extra_args,
+            ctx.continuation_prompt or prompt,
         ]
         return CliCommand(argv, env)

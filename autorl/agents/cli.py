@@ -12,8 +12,9 @@ Install with ``python -m autorl.agents.install <agent> ...``.
 
 A pip CLI's venv is made with ``install.python`` (e.g. ``python3.12``), resolved by
 :func:`resolve_python`: a path, a working command on ``PATH``, then pyenv's and uv's installed
-versions (pyenv puts a ``python3.12`` shim on ``PATH`` that fails unless 3.12 is the selected version).
-A sealed cell needs the install folder, and for a venv its base interpreter's prefix, inside the
+versions (pyenv puts a ``python3.12`` shim on ``PATH`` that fails unless 3.12 is the selected
+version). A sealed cell needs the install folder, and for a venv its base interpreter's prefix,
+inside the
 sandbox: :func:`install_paths`.
 """
 
@@ -40,10 +41,25 @@ from autorl.seal.toolchain import venv_base_prefix
 REPO_DIR = Path(__file__).resolve().parents[2]
 # Provider credentials and endpoints a CLI would otherwise pick up from the node's environment.
 PROVIDER_ENV = (
-    "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN",
-    "ANTHROPIC_BASE_URL", "CLAUDE_CODE_OAUTH_TOKEN", "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL",
-    "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_GENAI_USE_VERTEXAI", "CODEX_API_KEY", "LLM_API_KEY", "LLM_BASE_URL",
-    "LLM_MODEL", "OPENROUTER_API_KEY", "AZURE_API_KEY", "AZURE_OPENAI_API_KEY",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_BASE",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GOOGLE_GEMINI_BASE_URL",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_GENAI_USE_VERTEXAI",
+    "CODEX_API_KEY",
+    "LLM_API_KEY",
+    "LLM_BASE_URL",
+    "LLM_MODEL",
+    "OPENROUTER_API_KEY",
+    "AZURE_API_KEY",
+    "AZURE_OPENAI_API_KEY",
 )
 
 
@@ -78,7 +94,8 @@ def installed_path(agent_cfg: CliAgentConfig) -> Path:
 
 
 def installed_version(agent_cfg: CliAgentConfig) -> str | None:
-    """The version of the agent's CLI installed in :func:`install_dir`; None when it is not installed there."""
+    """The version of the agent's CLI installed in :func:`install_dir`; None when it is not
+    installed there."""
     install = agent_cfg.install
     prefix = install_dir(agent_cfg)
     if not installed_path(agent_cfg).exists():
@@ -89,7 +106,7 @@ def installed_version(agent_cfg: CliAgentConfig) -> str | None:
     # pip: the wheel's .dist-info folder is named after the normalized project name and its version.
     project = re.sub(r"[-_.]+", "_", install.package).lower()
     for info in prefix.glob(f"lib/python*/site-packages/{project}-*.dist-info"):
-        return info.name[len(project) + 1:-len(".dist-info")]
+        return info.name[len(project) + 1 : -len(".dist-info")]
     return None
 
 
@@ -108,7 +125,8 @@ def install_paths(agent_cfg: CliAgentConfig) -> list[Path]:
             base = venv_base_prefix(prefix)
         except OSError as error:
             raise ConfigError(
-                f"agent {agent_cfg.name!r}: {prefix / 'pyvenv.cfg'} is unreadable ({error}); reinstall the CLI: "
+                f"agent {agent_cfg.name!r}: {prefix / 'pyvenv.cfg'} is unreadable ({error}); "
+                "reinstall the CLI: "
                 f"python -m autorl.agents.install {agent_cfg.name} --force"
             ) from error
         if base is not None:
@@ -126,9 +144,12 @@ def install_commands(agent_cfg: CliAgentConfig, python: str | None = None) -> li
     ``npm install`` there keeps it.
 
     >>> from autorl.agent_schema import InstallConfig
-    >>> npm = InstallConfig(manager=InstallManager.npm, package="@openai/codex", version="1.0", bin="codex")
-    >>> install_commands(CliAgentConfig(name="codex", agents_dir="/x", install=npm))
-    [['npm', 'install', '--prefix', '/x/codex', '--no-audit', '--no-fund', '--save-exact', '@openai/codex@1.0']]
+    >>> npm = InstallConfig(
+    ...     manager=InstallManager.npm, package="@openai/codex", version="1.0", bin="codex"
+    ... )
+    >>> [command] = install_commands(CliAgentConfig(name="codex", agents_dir="/x", install=npm))
+    >>> " ".join(command)
+    'npm install --prefix /x/codex --no-audit --no-fund --save-exact @openai/codex@1.0'
 
     Raises:
         ConfigError: a pip CLI without ``install.python`` (the interpreter of its venv).
@@ -136,28 +157,53 @@ def install_commands(agent_cfg: CliAgentConfig, python: str | None = None) -> li
     install = agent_cfg.install
     prefix = install_dir(agent_cfg)
     if install.manager == InstallManager.npm:
-        npm_install = ["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--save-exact"]
+        npm_install = [
+            "npm",
+            "install",
+            "--prefix",
+            str(prefix),
+            "--no-audit",
+            "--no-fund",
+            "--save-exact",
+        ]
         return [[*npm_install, f"{install.package}@{install.version}"]]
-    # uv installs into the venv (it resolves and unpacks a large CLI like OpenHands in seconds where pip
-    # takes minutes) with the machine's pip settings (autorl.uv_pip); it is a dependency of autorl.
-    return [[python or _python_spec(agent_cfg), "-m", "venv", "--without-pip", str(prefix)],
-            [sys.executable, "-m", "autorl.uv_pip", "install", "--quiet", "--python", str(prefix / "bin" / "python"),
-             f"{install.package}=={install.version}"]]
+    # uv installs into the venv (it resolves and unpacks a large CLI like OpenHands in seconds where
+    # pip takes minutes) with the machine's pip settings (autorl.uv_pip); it is a dependency of
+    # autorl.
+    return [
+        [python or _python_spec(agent_cfg), "-m", "venv", "--without-pip", str(prefix)],
+        [
+            sys.executable,
+            "-m",
+            "autorl.uv_pip",
+            "install",
+            "--quiet",
+            "--python",
+            str(prefix / "bin" / "python"),
+            f"{install.package}=={install.version}",
+        ],
+    ]
 
 
 def _python_spec(agent_cfg: CliAgentConfig) -> str:
     if not agent_cfg.install.python:
         raise ConfigError(
-            f"agent {agent_cfg.name!r}: a pip CLI needs install.python, the interpreter its venv is made with (e.g. python3.12)"
+            f"agent {agent_cfg.name!r}: a pip CLI needs install.python, the interpreter its venv "
+            "is made with (e.g. python3.12)"
         )
     return agent_cfg.install.python
 
 
 def _python_version(python: str) -> str | None:
-    """``"3.12"`` for an interpreter that runs; None for one that does not (e.g. a pyenv shim of an unselected version)."""
+    """``"3.12"`` for an interpreter that runs; None for one that does not (e.g. a pyenv shim of
+    an unselected version)."""
     try:
-        done = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -167,11 +213,14 @@ def _version_key(path: Path) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", path.parent.parent.name))
 
 
-def python_candidates(spec: str, home: Path | None = None, environ: dict[str, str] | None = None) -> list[Path]:
-    """Interpreters named ``spec`` (``pythonX.Y``) that version managers installed off ``PATH``, newest first.
+def python_candidates(
+    spec: str, home: Path | None = None, environ: dict[str, str] | None = None
+) -> list[Path]:
+    """Interpreters named ``spec`` (``pythonX.Y``) that version managers installed off ``PATH``,
+    newest first.
 
-    pyenv's versions (``$PYENV_ROOT/versions/X.Y.*``, default ``~/.pyenv``) and uv's managed
-    Pythons (``~/.local/share/uv/python/cpython-X.Y.*``); prereleases and free-threaded builds are skipped.
+    pyenv's versions (``$PYENV_ROOT/versions/X.Y.*``, default ``~/.pyenv``) and uv's managed Pythons
+    (``~/.local/share/uv/python/cpython-X.Y.*``); prereleases and free-threaded builds are skipped.
     """
     match = re.fullmatch(r"python(\d+\.\d+)", spec)
     if match is None:
@@ -179,10 +228,20 @@ def python_candidates(spec: str, home: Path | None = None, environ: dict[str, st
     env = os.environ if environ is None else environ
     home = Path.home() if home is None else home
     version = re.escape(match.group(1))
-    roots = [(Path(env.get("PYENV_ROOT") or home / ".pyenv") / "versions", rf"{version}\.\d+"),
-             (home / ".local" / "share" / "uv" / "python", rf"cpython-{version}\.\d+-[a-z0-9_]+-[a-z0-9_]+-[a-z]+")]
-    found = [folder / "bin" / spec for root, pattern in roots if root.is_dir() for folder in root.iterdir()
-             if re.fullmatch(pattern, folder.name) and (folder / "bin" / spec).is_file()]
+    roots = [
+        (Path(env.get("PYENV_ROOT") or home / ".pyenv") / "versions", rf"{version}\.\d+"),
+        (
+            home / ".local" / "share" / "uv" / "python",
+            rf"cpython-{version}\.\d+-[a-z0-9_]+-[a-z0-9_]+-[a-z]+",
+        ),
+    ]
+    found = [
+        folder / "bin" / spec
+        for root, pattern in roots
+        if root.is_dir()
+        for folder in root.iterdir()
+        if re.fullmatch(pattern, folder.name) and (folder / "bin" / spec).is_file()
+    ]
     return sorted(found, key=_version_key, reverse=True)
 
 
@@ -197,19 +256,25 @@ def resolve_python(agent_cfg: CliAgentConfig) -> str:
     wanted = re.fullmatch(r"python(\d+\.\d+)", Path(spec).name)
     tried: list[str] = []
     on_path = spec if "/" in spec else shutil.which(spec)
-    candidates = ([Path(on_path)] if on_path else []) + ([] if "/" in spec else python_candidates(spec))
+    candidates = ([Path(on_path)] if on_path else []) + (
+        [] if "/" in spec else python_candidates(spec)
+    )
     for candidate in candidates:
         version = _python_version(str(candidate))
         if version is not None and (wanted is None or version == wanted.group(1)):
             return str(candidate)
-        tried.append(f"{candidate} ({'does not run' if version is None else f'is Python {version}'})")
+        tried.append(
+            f"{candidate} ({'does not run' if version is None else f'is Python {version}'})"
+        )
     if not candidates:
         tried.append(f"{spec} (not on PATH, nor in ~/.pyenv/versions or uv's Pythons)")
     version = wanted.group(1) if wanted else ""
     raise ConfigError(
-        f"agent {agent_cfg.name!r} is installed into a venv made with install.python={spec}, and no working "
+        f"agent {agent_cfg.name!r} is installed into a venv made with install.python={spec}, and "
+        "no working "
         f"interpreter was found: tried {'; '.join(tried)}. Install Python {version or spec} (e.g. "
-        f"`pyenv install {version}`, `uv python install {version}` or `apt-get install python{version}`), or name one: "
+        f"`pyenv install {version}`, `uv python install {version}` or `apt-get install "
+        f"python{version}`), or name one: "
         f"python -m autorl.agents.install {agent_cfg.name} --python /path/to/python{version}"
     )
 
@@ -223,7 +288,9 @@ def find_binary(agent_cfg: CliAgentConfig) -> str:
     if agent_cfg.binary:
         path = Path(agent_cfg.binary).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise ConfigError(f"agent {agent_cfg.name!r}: agent.binary={path} is not an executable file")
+            raise ConfigError(
+                f"agent {agent_cfg.name!r}: agent.binary={path} is not an executable file"
+            )
         return str(path)
     installed = installed_path(agent_cfg)
     if installed.exists():
@@ -234,8 +301,10 @@ def find_binary(agent_cfg: CliAgentConfig) -> str:
         return on_path
     command = " && ".join(" ".join(c) for c in install_commands(agent_cfg))
     raise ConfigError(
-        f"the {agent_cfg.name} CLI ({install.package}) is not installed: looked for {installed} and "
-        f"{install.bin!r} on PATH. Install it with `python -m autorl.agents.install {agent_cfg.name}` "
+        f"the {agent_cfg.name} CLI ({install.package}) is not installed: looked for {installed} "
+        "and "
+        f"{install.bin!r} on PATH. Install it with `python -m autorl.agents.install "
+        f"{agent_cfg.name}` "
         f"({command}), or set agent.binary=/path/to/{install.bin}"
     )
 
@@ -259,11 +328,13 @@ def cli_config(ctx: LaunchContext) -> CliAgentConfig:
     """The launch's agent config as a CLI agent's.
 
     Raises:
-        ConfigError: the agent's conf file does not build on the CLI base (``conf/agent/_cli_base.yaml``).
+        ConfigError: the agent's conf file does not build on the CLI base
+            (``conf/agent/_cli_base.yaml``).
     """
     if not isinstance(ctx.agent_cfg, CliAgentConfig):
         raise ConfigError(
-            f"agent {ctx.agent_cfg.name!r} has a CLI adapter but its conf/agent file does not start "
+            f"agent {ctx.agent_cfg.name!r} has a CLI adapter but its conf/agent file does not "
+            "start "
             "with `defaults: [_cli_base, _self_]` (autorl/agent_schema.py CliAgentConfig)"
         )
     return ctx.agent_cfg
@@ -340,17 +411,25 @@ class CLIAgent:
             prompt = build_prompt(ctx.workspace, agent.mode, ctx.budget_s)
         if ctx.cell_dir is not None:
             # prompt.md, then prompt.resume1.md, ...: what the agent was told, in order.
-            name = "prompt.md" if ctx.continuation_prompt is None else f"prompt.resume{ctx.resume_index}.md"
+            name = (
+                "prompt.md"
+                if ctx.continuation_prompt is None
+                else f"prompt.resume{ctx.resume_index}.md"
+            )
             (ctx.cell_dir / name).write_text(prompt)
         home = Path(ctx.env["HOME"])
         # PWD too: the node's (the sweep's own folder) would lead OpenCode, which takes its project
-        # folder from PWD before its working directory, to work in the repository, not the workspace.
-        env = {k: v for k, v in ctx.env.items() if k not in PROVIDER_ENV} | {"PWD": str(ctx.workspace)}
+        # folder from PWD before its working directory, to work in the repository, not the
+        # workspace.
+        env = {k: v for k, v in ctx.env.items() if k not in PROVIDER_ENV} | {
+            "PWD": str(ctx.workspace)
+        }
         built = self.command(binary, prompt, ctx, home)
         return AgentLaunch(built.argv, env | built.env, read_only=cli_read_only(agent, binary))
 
     def command(self, binary: str, prompt: str, ctx: LaunchContext, home: Path) -> CliCommand:
-        """The command line and the extra environment of this CLI (config files go under ``home``)."""
+        """The command line and the extra environment of this CLI (config files go under
+        ``home``)."""
         raise NotImplementedError
 
     @staticmethod

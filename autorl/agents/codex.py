@@ -46,15 +46,33 @@ class CodexAgent(CLIAgent):
             'name = "autorl driver gateway"\n'
             f"base_url = {_toml(url + '/v1')}\n"
             f"env_key = {_toml(GATEWAY_TOKEN_ENV)}\n"
-            'wire_api = "responses"\n'
+            'wire_api = "responses"\n',
         )
         flags = ["--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]
         if ctx.continuation_prompt is not None:
             # `exec resume --last` picks the newest session recorded in CODEX_HOME for the current
             # directory (the agent runs in the workspace; `resume` has no --cd).
-            command = [binary, "exec", "resume", "--last", *flags, "--model", model, *cli_config(ctx).extra_args,
-                       ctx.continuation_prompt]
+            command = [
+                binary,
+                "exec",
+                "resume",
+                "--last",
+                *flags,
+                "--model",
+                model,
+                *cli_config(ctx).extra_args,
+                ctx.continuation_prompt,
+            ]
         else:
-            command = [binary, "exec", *flags, "--cd", str(ctx.workspace), "--model", model,
-                       *cli_config(ctx).extra_args, prompt]
+            command = [
+                binary,
+                "exec",
+                *flags,
+                "--cd",
+                str(ctx.workspace),
+                "--model",
+                model,
+                *cli_config(ctx).extra_args,
+                prompt,
+            ]
         return CliCommand(command, {"CODEX_HOME": str(codex_home)})

@@ -31,7 +31,8 @@ class CommandAgent:
         return None
 
     def launch(self, ctx: LaunchContext) -> AgentLaunch:
-        """Copy ``agent.files`` into the agent's HOME and return ``agent.command`` with its placeholders filled.
+        """Copy ``agent.files`` into the agent's HOME and return ``agent.command`` with its
+        placeholders filled.
 
         Raises:
             ConfigError: if the config is not a command agent's, the command is empty, or a file
@@ -40,23 +41,34 @@ class CommandAgent:
         agent = ctx.agent_cfg
         if not isinstance(agent, CommandAgentConfig):
             raise ConfigError(
-                f"agent {agent.name!r} uses the command adapter: its conf/agent file must start with "
+                f"agent {agent.name!r} uses the command adapter: its conf/agent file must start "
+                "with "
                 "`defaults: [_command, _self_]`"
             )
         if not agent.command:
-            raise ConfigError(f"agent.command is empty: give the command line to run as the agent, e.g. {_EXAMPLE}")
+            raise ConfigError(
+                "agent.command is empty: give the command line to run as the agent, e.g. "
+                f"{_EXAMPLE}"
+            )
         home = Path(ctx.env.get("HOME") or ctx.workspace)
         for raw in agent.files:
             source = Path(raw)
             if not source.is_absolute():
-                raise ConfigError(f"agent.files: {raw!r} is not an absolute path; give host paths, e.g. {_EXAMPLE}")
+                raise ConfigError(
+                    f"agent.files: {raw!r} is not an absolute path; give host paths, e.g. "
+                    f"{_EXAMPLE}"
+                )
             if not source.is_file():
                 raise ConfigError(f"agent.files: {raw} is not an existing file on this node")
             # Readable by the agent whatever uid it runs as; it owns HOME, not these copies.
             dest = home / source.name
             shutil.copyfile(source, dest)
             dest.chmod(0o644)
-        places = {"{home}": str(home), "{workspace}": str(ctx.workspace), "{python}": ctx.python or sys.executable}
+        places = {
+            "{home}": str(home),
+            "{workspace}": str(ctx.workspace),
+            "{python}": ctx.python or sys.executable,
+        }
         command = []
         for arg in agent.command:
             for placeholder, value in places.items():

@@ -5,8 +5,8 @@ the Gemini API.
 ``$HOME/.gemini/settings.json`` selects API-key auth and turns telemetry, usage statistics and
 update checks off. The workspace is trusted (``GEMINI_CLI_TRUST_WORKSPACE``), else ``--yolo`` is
 downgraded to asking for approval, which nobody would give. The shell tool's inactivity timeout
-(``tools.shell.inactivityTimeout``, 300 s by default) is the launch's ``tool_timeout_s``. A resumed agent
-(``agent.reprompt``) runs ``--resume latest`` with the continuation prompt.
+(``tools.shell.inactivityTimeout``, 300 s by default) is the launch's ``tool_timeout_s``. A resumed
+agent (``agent.reprompt``) runs ``--resume latest`` with the continuation prompt.
 """
 
 from __future__ import annotations
@@ -38,12 +38,24 @@ class GeminiCliAgent(CLIAgent):
             "tools": {"shell": {"inactivityTimeout": ctx.tool_timeout_s}},
         }
         write_home_file(settings_dir / "settings.json", json.dumps(settings, indent=2))
-        env = {"GEMINI_API_KEY": token, "GOOGLE_GEMINI_BASE_URL": url, "GEMINI_SANDBOX": "false",
-               "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+        env = {
+            "GEMINI_API_KEY": token,
+            "GOOGLE_GEMINI_BASE_URL": url,
+            "GEMINI_SANDBOX": "false",
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        }
         # A resumed agent continues the newest session of this workspace (kept under ~/.gemini/tmp).
         resume = ["--resume", "latest"] if ctx.continuation_prompt is not None else []
         command = [
-            binary, "--yolo", "--model", str(ctx.driver_cfg.model), "--output-format", "stream-json", *resume,
-            *cli_config(ctx).extra_args, "--prompt", ctx.continuation_prompt or prompt,
+            binary,
+            "--yolo",
+            "--model",
+            str(ctx.driver_cfg.model),
+            "--output-format",
+            "stream-json",
+            *resume,
+            *cli_config(ctx).extra_args,
+            "--prompt",
+            ctx.continuation_prompt or prompt,
         ]
         return CliCommand(command, env)

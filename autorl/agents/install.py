@@ -21,7 +21,13 @@ import subprocess
 import sys
 
 from autorl.agent_schema import CliAgentConfig, InstallManager
-from autorl.agents.cli import install_commands, install_dir, installed_path, installed_version, resolve_python
+from autorl.agents.cli import (
+    install_commands,
+    install_dir,
+    installed_path,
+    installed_version,
+    resolve_python,
+)
 from autorl.config import compose
 from autorl.errors import AutorlError
 from autorl.registry import check_names
@@ -29,11 +35,20 @@ from autorl.registry import check_names
 
 def main(argv: list[str] | None = None) -> int:
     """Install (or print how to install) the named agents' CLIs; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m autorl.agents.install", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m autorl.agents.install", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("agents", nargs="+", help="agent names (python -m autorl.ls agents)")
-    parser.add_argument("--print", action="store_true", dest="dry", help="print the commands, run nothing")
-    parser.add_argument("--force", action="store_true", help="reinstall even when the pinned version is installed")
-    parser.add_argument("--python", help="pip CLIs: the interpreter their venv is made with (default: install.python)")
+    parser.add_argument(
+        "--print", action="store_true", dest="dry", help="print the commands, run nothing"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="reinstall even when the pinned version is installed"
+    )
+    parser.add_argument(
+        "--python",
+        help="pip CLIs: the interpreter their venv is made with (default: install.python)",
+    )
     args = parser.parse_args(argv)
     try:
         check_names("agent", args.agents)
@@ -46,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{cfg.name}: built in, nothing to install")
             continue
         if args.python and cfg.install.manager == InstallManager.pip:
-            cfg = dataclasses.replace(cfg, install=dataclasses.replace(cfg.install, python=args.python))
+            cfg = dataclasses.replace(
+                cfg, install=dataclasses.replace(cfg.install, python=args.python)
+            )
         pinned = cfg.install.version
         if not (args.dry or args.force) and installed_version(cfg) == pinned:
             print(f"{cfg.name} {pinned}: already installed ({installed_path(cfg)})")
@@ -64,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: installing {cfg.name} failed", file=sys.stderr)
                 return 1
         if not args.dry and installed_version(cfg) != pinned:
-            print(f"error: {cfg.name} {pinned} is not at {installed_path(cfg)} after installing it", file=sys.stderr)
+            print(
+                f"error: {cfg.name} {pinned} is not at {installed_path(cfg)} after installing it",
+                file=sys.stderr,
+            )
             return 1
     return 0
 

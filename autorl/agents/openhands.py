@@ -2,12 +2,12 @@
 completions through its bundled LiteLLM.
 
 The LLM settings come from the environment (``--override-with-envs``): ``LLM_MODEL``
-``openai/<driver model>`` (LiteLLM's name for an OpenAI-compatible endpoint), ``LLM_BASE_URL``
-the gateway's ``/v1`` and ``LLM_API_KEY`` the gateway token. Its state lives in the cell's HOME
-(``~/.openhands``). OpenHands needs Python >= 3.12, so it is installed into a venv of its own.
-Its terminal tool never cuts a command (a quiet one returns to the model, still running), so the
-launch's ``tool_timeout_s`` has nothing to set here.
-A resumed agent (``agent.reprompt``) runs ``--resume --last`` with the continuation prompt as its task.
+``openai/<driver model>`` (LiteLLM's name for an OpenAI-compatible endpoint), ``LLM_BASE_URL`` the
+gateway's ``/v1`` and ``LLM_API_KEY`` the gateway token. Its state lives in the cell's HOME
+(``~/.openhands``). OpenHands needs Python >= 3.12, so it is installed into a venv of its own. Its
+terminal tool never cuts a command (a quiet one returns to the model, still running), so the
+launch's ``tool_timeout_s`` has nothing to set here. A resumed agent (``agent.reprompt``) runs
+``--resume --last`` with the continuation prompt as its task.
 """
 
 from __future__ import annotations
@@ -28,11 +28,25 @@ class OpenHandsAgent(CLIAgent):
         """``openhands --headless --json`` with its LLM pointed at the gateway."""
         url, token = self.gateway(ctx)
         home_dir(home, ".openhands")
-        env = {"LLM_MODEL": f"openai/{ctx.driver_cfg.model}", "LLM_BASE_URL": f"{url}/v1", "LLM_API_KEY": token,
-               # The bundled LiteLLM would fetch its price map from GitHub at start.
-               "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"}
-        # A resumed agent continues the newest conversation (kept in ~/.openhands) with the new task text.
+        env = {
+            "LLM_MODEL": f"openai/{ctx.driver_cfg.model}",
+            "LLM_BASE_URL": f"{url}/v1",
+            "LLM_API_KEY": token,
+            # The bundled LiteLLM would fetch its price map from GitHub at start.
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "OPENHANDS_SUPPRESS_BANNER": "1",
+        }
+        # A resumed agent continues the newest conversation (kept in ~/.openhands) with the new task
+        # text.
         resume = ["--resume", "--last"] if ctx.continuation_prompt is not None else []
-        command = [binary, "--headless", "--json", "--override-with-envs", *resume, *cli_config(ctx).extra_args,
-                   "--task", ctx.continuation_prompt or prompt]
+        command = [
+            binary,
+            "--headless",
+            "--json",
+            "--override-with-envs",
+            *resume,
+            *cli_config(ctx).extra_args,
+            "--task",
+            ctx.continuation_prompt or prompt,
+        ]
         return CliCommand(command, env)

@@ -41,7 +41,11 @@ def missing_requirements(
         variable = driver.api_key_env
         if variable and not env.get(variable):
             problems.setdefault(f"key:{variable}", missing_key_message(driver.name, variable))
-        if check_binaries and isinstance(agent, CliAgentConfig) and f"cli:{agent.name}" not in problems:
+        if (
+            check_binaries
+            and isinstance(agent, CliAgentConfig)
+            and f"cli:{agent.name}" not in problems
+        ):
             try:
                 find_binary(agent)
             except ConfigError as error:

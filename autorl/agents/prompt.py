@@ -18,16 +18,21 @@ from autorl.errors import ConfigError
 
 MODES: dict[str, str] = {
     "free": (
-        "Mode: free. Any post-training method is allowed (SFT, LoRA, DPO, GRPO, PPO, rejection sampling, ...). "
+        "Mode: free. Any post-training method is allowed (SFT, LoRA, DPO, GRPO, PPO, rejection "
+        "sampling, ...). "
         "Choose whatever you expect to raise the score most within the budget."
     ),
     "sft_only": (
-        "Mode: SFT only. Use supervised fine-tuning only (full or LoRA fine-tuning on the training data, or on data "
-        "you derive from it). Do not use reinforcement-learning or preference methods (GRPO, PPO, RLOO, DPO, ...)."
+        "Mode: SFT only. Use supervised fine-tuning only (full or LoRA fine-tuning on the training "
+        "data, or on data "
+        "you derive from it). Do not use reinforcement-learning or preference methods (GRPO, PPO, "
+        "RLOO, DPO, ...)."
     ),
     "rl_oriented": (
-        "Mode: RL-oriented. The goal is reinforcement learning: your final submissions should come from an RL method "
-        "(GRPO, PPO, RLOO, ...) with a reward you build from the task (for example exact-match on the training answers). "
+        "Mode: RL-oriented. The goal is reinforcement learning: your final submissions should come "
+        "from an RL method "
+        "(GRPO, PPO, RLOO, ...) with a reward you build from the task (for example exact-match on "
+        "the training answers). "
         "A short SFT warm-up before RL is allowed."
     ),
 }
@@ -66,8 +71,9 @@ def tool_timeout_s(budget_s: float | None) -> int:
 
 
 def build_prompt(workspace: Path, mode: str, budget: float | None) -> str:
-    """The full task prompt for an agent working in ``workspace`` in operating mode ``mode`` (``agent.mode``)
-    with a time budget of ``budget`` seconds (None: unknown; the prompt then points at ``GET /time``).
+    """The full task prompt for an agent working in ``workspace`` in operating mode ``mode``
+    (``agent.mode``) with a time budget of ``budget`` seconds (None: unknown; the prompt then points
+    at ``GET /time``).
 
     Raises:
         ConfigError: if ``mode`` is not one of :data:`MODES`.
@@ -77,23 +83,31 @@ def build_prompt(workspace: Path, mode: str, budget: float | None) -> str:
         raise ConfigError(f"agent.mode must be one of {', '.join(MODES)}, got {mode!r}")
     entries = sorted(p.name + ("/" if p.is_dir() else "") for p in workspace.iterdir())
     budget_line = (
-        f"You have {budget:.0f} seconds of wall-clock time in total, counted from `start_time` in run_meta.json; "
-        "check what is left with `curl -s -H \"Authorization: Bearer $GRADING_TOKEN\" $GRADING_SERVER_URL/time`. "
+        f"You have {budget:.0f} seconds of wall-clock time in total, counted from `start_time` in "
+        "run_meta.json; "
+        'check what is left with `curl -s -H "Authorization: Bearer $GRADING_TOKEN" '
+        "$GRADING_SERVER_URL/time`. "
         "Every process you start is stopped when the time is up, so submit early and often."
-        if budget is not None else "Check the remaining time with `GET $GRADING_SERVER_URL/time`."
+        if budget is not None
+        else "Check the remaining time with `GET $GRADING_SERVER_URL/time`."
     )
     parts = [
         _ROLE,
         MODES[mode],
         f"# Task (description.md)\n\n{(workspace / 'description.md').read_text()}",
         f"# Instructions (instructions.md)\n\n{(workspace / 'instructions.md').read_text()}",
-        f"# Your workspace (the current directory)\n\n{', '.join(entries)}\n\nTraining data:\n{_data_sample(workspace / 'data')}",
+        f"# Your workspace (the current directory)\n\n{', '.join(entries)}\n\nTraining "
+        f"data:\n{_data_sample(workspace / 'data')}",
         "# Time budget\n\n" + budget_line,
         "# How to work\n\n"
-        "1. Read the files above; write your training code in code/ (for example code/train.py) and run it.\n"
-        "2. Save each trained model as a full model folder under output/ (output/v1, output/v2, ...), with its tokenizer.\n"
-        "3. Submit it: `curl -s -X POST \"$GRADING_SERVER_URL/submit\" -H \"Authorization: Bearer $GRADING_TOKEN\" "
-        "-H 'Content-Type: application/json' -d '{\"model_path\": \"output/v1\"}'` and read the score.\n"
+        "1. Read the files above; write your training code in code/ (for example code/train.py) "
+        "and run it.\n"
+        "2. Save each trained model as a full model folder under output/ (output/v1, output/v2, "
+        "...), with its tokenizer.\n"
+        '3. Submit it: `curl -s -X POST "$GRADING_SERVER_URL/submit" -H "Authorization: Bearer '
+        '$GRADING_TOKEN" '
+        "-H 'Content-Type: application/json' -d '{\"model_path\": \"output/v1\"}'` and read the "
+        "score.\n"
         "4. Iterate: improve the method, submit again; the best valid submission counts.\n"
         "Start with a simple approach that gets a valid score quickly, then improve it.",
     ]

@@ -24,7 +24,9 @@ from autorl.agent_schema import RepromptConfig
 RESUMABLE_EXITS = frozenset({"exited"})
 
 
-def should_resume(exit_class: str, remaining_s: float, cfg: RepromptConfig, resumes_done: int) -> bool:
+def should_resume(
+    exit_class: str, remaining_s: float, cfg: RepromptConfig, resumes_done: int
+) -> bool:
     """Whether an agent that just ended with ``exit_class`` is started again.
 
     Yes when reprompting is on, fewer than ``cfg.max`` resumes were made, the agent ended by itself
@@ -41,7 +43,12 @@ def should_resume(exit_class: str, remaining_s: float, cfg: RepromptConfig, resu
         ConfigError: see :meth:`autorl.agent_schema.RepromptConfig.check`.
     """
     cfg.check()
-    return cfg.max > 0 and resumes_done < cfg.max and exit_class in RESUMABLE_EXITS and remaining_s > cfg.min_remaining_s
+    return (
+        cfg.max > 0
+        and resumes_done < cfg.max
+        and exit_class in RESUMABLE_EXITS
+        and remaining_s > cfg.min_remaining_s
+    )
 
 
 def _clock(seconds: float) -> str:
@@ -55,11 +62,12 @@ def continuation_prompt(remaining_s: float, budget_s: float, resumes_done: int) 
     It stands on its own (where the task and the grading API are), in case the CLI cannot find
     its earlier session.
 
-    >>> print(continuation_prompt(5430, 7200, 0).splitlines()[0])
-    You stopped, but your time budget is not used up: 1h 30m (5430 seconds) of 7200 seconds remain (resume 1).
+    >>> print(continuation_prompt(5430, 7200, 0).splitlines()[0].split(": ", 1)[1])
+    1h 30m (5430 seconds) of 7200 seconds remain (resume 1).
 
     Raises:
-        ValueError: a negative ``remaining_s`` or ``resumes_done``, or a budget that is not positive.
+        ValueError: a negative ``remaining_s`` or ``resumes_done``, or a budget that is not
+            positive.
     """
     if remaining_s < 0 or budget_s <= 0 or resumes_done < 0:
         raise ValueError(
@@ -67,13 +75,17 @@ def continuation_prompt(remaining_s: float, budget_s: float, resumes_done: int) 
             f"got {remaining_s}, {budget_s}, {resumes_done}"
         )
     return (
-        f"You stopped, but your time budget is not used up: {_clock(remaining_s)} ({remaining_s:.0f} seconds) of "
+        f"You stopped, but your time budget is not used up: {_clock(remaining_s)} "
+        f"({remaining_s:.0f} seconds) of "
         f"{budget_s:.0f} seconds remain (resume {resumes_done + 1}).\n"
-        "Your workspace is as you left it: the task in description.md and instructions.md, your code in code/, "
-        "your models in output/; your earlier submissions still count and the best valid one is your score.\n"
+        "Your workspace is as you left it: the task in description.md and instructions.md, your "
+        "code in code/, "
+        "your models in output/; your earlier submissions still count and the best valid one is "
+        "your score.\n"
         "Keep working: improve the model and submit better versions through the grading API "
-        "(`curl -s -X POST \"$GRADING_SERVER_URL/submit\" -H \"Authorization: Bearer $GRADING_TOKEN\" "
+        '(`curl -s -X POST "$GRADING_SERVER_URL/submit" -H "Authorization: Bearer $GRADING_TOKEN" '
         "-H 'Content-Type: application/json' -d '{\"model_path\": \"output/vN\"}'`). "
-        "Check the time left with `curl -s -H \"Authorization: Bearer $GRADING_TOKEN\" $GRADING_SERVER_URL/time`; "
+        'Check the time left with `curl -s -H "Authorization: Bearer $GRADING_TOKEN" '
+        "$GRADING_SERVER_URL/time`; "
         "every process you start is stopped when the time is up.\n"
     )

@@ -44,8 +44,16 @@ class DriverSession:
         endpoints: Where the gateway listens and the URL the agent gets for it (a sealed cell's).
     """
 
-    def __init__(self, cell_id: str, cell_dir: Path, agent_cfg: AgentConfig, driver_cfg: DriverConfig,
-                 sink: SessionSink, host: str, endpoints: Endpoints | None = None) -> None:
+    def __init__(
+        self,
+        cell_id: str,
+        cell_dir: Path,
+        agent_cfg: AgentConfig,
+        driver_cfg: DriverConfig,
+        sink: SessionSink,
+        host: str,
+        endpoints: Endpoints | None = None,
+    ) -> None:
         self.cell_id = cell_id
         self.cell_dir = cell_dir
         self.agent_cfg = agent_cfg
@@ -57,7 +65,8 @@ class DriverSession:
         self.follower: TraceFollower | None = None
 
     def agent_env(self, env: dict[str, str]) -> dict[str, str]:
-        """``env`` without provider keys, plus the gateway's URL and token when the agent needs a driver.
+        """``env`` without provider keys, plus the gateway's URL and token when the agent needs a
+        driver.
 
         Raises:
             ConfigError: if the driver's key variable is unset (the gateway cannot start).
@@ -67,10 +76,14 @@ class DriverSession:
         if not self.agent_cfg.needs_driver:
             return clean
         sock = self.endpoints.bind("gateway") if self.endpoints is not None else None
-        self.gateway = CellGateway(self.driver_cfg, self.cell_id, self.sink, host=self.host, sock=sock)
+        self.gateway = CellGateway(
+            self.driver_cfg, self.cell_id, self.sink, host=self.host, sock=sock
+        )
         variables = self.gateway.start()
         if self.endpoints is not None:
-            variables[GATEWAY_URL_ENV] = self.endpoints.agent_url("gateway", variables[GATEWAY_URL_ENV])
+            variables[GATEWAY_URL_ENV] = self.endpoints.agent_url(
+                "gateway", variables[GATEWAY_URL_ENV]
+            )
         return clean | variables
 
     def follow(self, adapter: AgentAdapter) -> None:
@@ -83,15 +96,22 @@ class DriverSession:
             self.follower.start()
 
     def close(self) -> dict[str, Any]:
-        """Finish the trace and the gateway; returns the cell's driver usage fields (gateway side)."""
+        """Finish the trace and the gateway; returns the cell's driver usage fields (gateway
+        side)."""
         usage: dict[str, Any] = {}
         try:
             if self.follower is not None:
                 stats = self.follower.stop()
                 summary = TraceSummary(
-                    cell_id=self.cell_id, agent=self.agent_cfg.name, events=stats.events, messages=stats.messages,
-                    tool_calls=stats.tool_calls, tokens_in=stats.tokens_in, tokens_out=stats.tokens_out,
-                    unparsed_lines=stats.unparsed_lines, path=str(self.cell_dir / TRACE_FILE),
+                    cell_id=self.cell_id,
+                    agent=self.agent_cfg.name,
+                    events=stats.events,
+                    messages=stats.messages,
+                    tool_calls=stats.tool_calls,
+                    tokens_in=stats.tokens_in,
+                    tokens_out=stats.tokens_out,
+                    unparsed_lines=stats.unparsed_lines,
+                    path=str(self.cell_dir / TRACE_FILE),
                 )
                 self.sink.record_trace(summary)
         finally:

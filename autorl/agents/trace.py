@@ -89,7 +89,9 @@ class TraceParser:
         if not isinstance(event, dict):
             self.stats.unparsed_lines += 1
             return []
-        raw_type = event["type"] if "type" in event else event.get("kind")  # OpenHands names its events by `kind`
+        raw_type = (
+            event["type"] if "type" in event else event.get("kind")
+        )  # OpenHands names its events by `kind`
         try:
             produced = self.parse_event(event)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -124,10 +126,15 @@ class TraceParser:
                 stats.step_out += int(item["tokens_out"])
 
 
-def parse_file(log_path: Path, trace_path: Path, stream: str | StreamParser, agent: str) -> TraceStats:
+def parse_file(
+    log_path: Path, trace_path: Path, stream: str | StreamParser, agent: str
+) -> TraceStats:
     """Parse a whole output file into ``trace_path`` (replacing it); returns the stats."""
     parser = TraceParser(stream, agent)
-    with open(log_path, encoding="utf-8", errors="replace") as src, open(trace_path, "w", encoding="utf-8") as out:
+    with (
+        open(log_path, encoding="utf-8", errors="replace") as src,
+        open(trace_path, "w", encoding="utf-8") as out,
+    ):
         for line in src:
             for event in parser.line(line):
                 out.write(json.dumps(event) + "\n")
@@ -139,7 +146,9 @@ def parse_file(log_path: Path, trace_path: Path, stream: str | StreamParser, age
 class TraceFollower:
     """Tails ``agent.log`` on a thread while the agent runs and appends to ``trace.jsonl``."""
 
-    def __init__(self, log_path: Path, trace_path: Path, stream: str | StreamParser, agent: str) -> None:
+    def __init__(
+        self, log_path: Path, trace_path: Path, stream: str | StreamParser, agent: str
+    ) -> None:
         """Prepare; :meth:`start` begins tailing."""
         self.log_path = log_path
         self.trace_path = trace_path
@@ -150,7 +159,8 @@ class TraceFollower:
         self._thread = threading.Thread(target=self._run, name="agent-trace", daemon=True)
 
     def start(self) -> None:
-        """Start tailing (the log may not exist yet; what an earlier attempt left in it is skipped)."""
+        """Start tailing (the log may not exist yet; what an earlier attempt left in it is
+        skipped)."""
         self.trace_path.write_text("")
         self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._thread.start()
@@ -184,7 +194,9 @@ class TraceFollower:
         if pieces:
             pieces[0] = self._pending + pieces[0]
             # The last piece is a line still being written; at the end it is a line of its own.
-            self._pending = pieces.pop()[: MAX_LINE_BYTES + 1]  # past the cap: unparsed once it ends
+            self._pending = pieces.pop()[
+                : MAX_LINE_BYTES + 1
+            ]  # past the cap: unparsed once it ends
         elif final:
             pieces, self._pending = [self._pending], b""
         for raw in pieces:

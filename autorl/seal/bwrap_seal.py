@@ -28,7 +28,12 @@ from autorl.seal.toolchain import check_toolchain, toolchain_dir, toolchain_moun
 SOCKETS_INSIDE = Path("/run/autorl")  # where the cell's service sockets appear in its sandbox
 # What a sealed agent keeps of the node's environment: locale and time zone only.
 _NODE_ENV_KEPT = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
-_GPU_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+_GPU_CONTROL_DEVICES = (
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+)
 _AGENT_USER = "agent"
 
 
@@ -41,9 +46,12 @@ def resolve_bwrap(configured: str) -> str:
     found = shutil.which(configured)
     if found is None:
         raise PrerequisiteError(
-            f"bubblewrap not found (sandbox.bwrap={configured}): cells run their agent in a bubblewrap "
-            "sandbox. Install it (Debian/Ubuntu: apt-get install bubblewrap) or point sandbox.bwrap at it; "
-            "to run agents unsealed (debugging only, recorded with every result) pass sandbox.mode=none"
+            f"bubblewrap not found (sandbox.bwrap={configured}): cells run their agent in a "
+            "bubblewrap "
+            "sandbox. Install it (Debian/Ubuntu: apt-get install bubblewrap) or point "
+            "sandbox.bwrap at it; "
+            "to run agents unsealed (debugging only, recorded with every result) pass "
+            "sandbox.mode=none"
         )
     return str(Path(found).resolve())
 
@@ -66,8 +74,8 @@ class BwrapSeal(CellSeal):
         check_toolchain(self._toolchain)
         self.python = str(toolchain_python(self._toolchain))
         if os.geteuid() == 0:
-            # Distinct per cell folder (sweep and cell), so that no two cells' agents share a uid on a
-            # node, not even the same cell of two sweeps running side by side.
+            # Distinct per cell folder (sweep and cell), so that no two cells' agents share a uid on
+            # a node, not even the same cell of two sweeps running side by side.
             folder = str(cell_dir.resolve())
             self.uid = cfg.sandbox.uid_base + zlib.crc32(folder.encode()) % 100_000
 
@@ -83,12 +91,16 @@ class BwrapSeal(CellSeal):
         return "bwrap" if self.isolated_network else "bwrap+host-network"
 
     def base_env(self, node_env: Mapping[str, str], home: Path) -> dict[str, str]:
-        """Locale and time zone of the node's environment, the toolchain's PATH and the agent's HOME."""
+        """Locale and time zone of the node's environment, the toolchain's PATH and the agent's
+        HOME."""
         env = {key: node_env[key] for key in _NODE_ENV_KEPT if key in node_env}
         env.setdefault("LANG", "C.UTF-8")
         env |= {
             "PATH": f"{self._toolchain / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": str(home), "USER": _AGENT_USER, "LOGNAME": _AGENT_USER, "TMPDIR": "/tmp",
+            "HOME": str(home),
+            "USER": _AGENT_USER,
+            "LOGNAME": _AGENT_USER,
+            "TMPDIR": "/tmp",
             "HF_HOME": str(home / ".cache" / "huggingface"),
         }
         if self.isolated_network:
@@ -98,13 +110,24 @@ class BwrapSeal(CellSeal):
             env["CUDA_VISIBLE_DEVICES"] = node_env["CUDA_VISIBLE_DEVICES"]
         return env
 
-    def wrap(self, command: list[str], *, workspace: Path, home: Path, base_model: Path,
-             read_only: Iterable[Path]) -> list[str]:
+    def wrap(
+        self,
+        command: list[str],
+        *,
+        workspace: Path,
+        home: Path,
+        base_model: Path,
+        read_only: Iterable[Path],
+    ) -> list[str]:
         """The bubblewrap command line that runs ``command`` in the cell's sandbox."""
         self.sandbox_dir.mkdir(mode=0o755, exist_ok=True)
         # The base model at the path the workspace's models/<base> link names, and at its real path.
         models = {Path(os.path.abspath(base_model)), base_model.resolve()}
-        mounts = [Mount(workspace, writable=True), Mount(home, writable=True), *(Mount(p) for p in models)]
+        mounts = [
+            Mount(workspace, writable=True),
+            Mount(home, writable=True),
+            *(Mount(p) for p in models),
+        ]
         mounts += [Mount(path) for path in {*toolchain_mounts(self._toolchain), *read_only}]
         mounts += [Mount(path, device=True) for path in self._gpu_devices()]
         if self.isolated_network:
@@ -112,15 +135,24 @@ class BwrapSeal(CellSeal):
             shutil.copyfile(forward.__file__, forwarder)
             # The sockets at a short path inside (the unix socket path limit), read-only.
             mounts += [Mount(self.cell_dir / "sockets", inside=SOCKETS_INSIDE), Mount(forwarder)]
-            spec_forwards = [f"--forward={SERVICE_PORTS[name]}={SOCKETS_INSIDE / path.name}"
-                             for name, path in sorted(self._sockets.items())]
+            spec_forwards = [
+                f"--forward={SERVICE_PORTS[name]}={SOCKETS_INSIDE / path.name}"
+                for name, path in sorted(self._sockets.items())
+            ]
             command = [self.python, "-I", "-S", str(forwarder), *spec_forwards, "--", *command]
-        spec = SandboxSpec(self._bwrap, tuple(_outermost(mounts)), workspace, self.cfg.sandbox.network,
-                           self.uid, self._identity_files(home))
+        spec = SandboxSpec(
+            self._bwrap,
+            tuple(_outermost(mounts)),
+            workspace,
+            self.cfg.sandbox.network,
+            self.uid,
+            self._identity_files(home),
+        )
         return bwrap_command(spec, command)
 
-    def contain(self, command: list[str], *, read_only: Iterable[Path],
-                writable: Iterable[Path]) -> list[str]:
+    def contain(
+        self, command: list[str], *, read_only: Iterable[Path], writable: Iterable[Path]
+    ) -> list[str]:
         """``command`` in a sandbox of its own as the agent's uid, with only the given folders,
         and no network.
 
@@ -128,14 +160,19 @@ class BwrapSeal(CellSeal):
         nowhere.
         """
         mounts = [*(Mount(p) for p in read_only), *(Mount(p, writable=True) for p in writable)]
-        spec = SandboxSpec(self._bwrap, tuple(_outermost(mounts)), Path("/"), SandboxNetwork.none, self.uid)
+        spec = SandboxSpec(
+            self._bwrap, tuple(_outermost(mounts)), Path("/"), SandboxNetwork.none, self.uid
+        )
         return bwrap_command(spec, command)
 
     def cgroup(self) -> CellCgroup | None:
         """A new cgroup with the cell's memory, CPU and process limits."""
         cell = self.cfg.cell
-        limits = CgroupLimits(memory_bytes=int(cell.memory_gb * (1 << 30)), cpus=cell.cpus or None,
-                              max_processes=cell.max_processes)
+        limits = CgroupLimits(
+            memory_bytes=int(cell.memory_gb * (1 << 30)),
+            cpus=cell.cpus or None,
+            max_processes=cell.max_processes,
+        )
         # Unique per attempt: a retried cell on the same node must not meet its earlier cgroup.
         return CellCgroup.create(f"autorl-{self.cell_id}-{uuid.uuid4().hex[:8]}", limits)
 
@@ -143,7 +180,8 @@ class BwrapSeal(CellSeal):
         """passwd, group and hosts of the sandbox: the agent's user, root, localhost."""
         uid = self.uid if self.uid is not None else os.getuid()
         files = {
-            "passwd": f"root:x:0:0:root:/root:/usr/sbin/nologin\n{_AGENT_USER}:x:{uid}:{uid}:agent:{home}:/bin/bash\n",
+            "passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+            f"{_AGENT_USER}:x:{uid}:{uid}:agent:{home}:/bin/bash\n",
             "group": f"root:x:0:\n{_AGENT_USER}:x:{uid}:\n",
             "hosts": "127.0.0.1 localhost\n::1 localhost\n",
         }
@@ -169,7 +207,10 @@ def _outermost(mounts: list[Mount]) -> list[Mount]:
     """``mounts`` without read-only paths already inside another mount (a writable one wins)."""
     kept: list[Mount] = []
     for mount in sorted(mounts, key=lambda m: (len(m.dest.parts), not m.writable)):
-        if any(mount.dest == k.dest or mount.dest.is_relative_to(k.dest) for k in kept) and not mount.writable:
+        if (
+            any(mount.dest == k.dest or mount.dest.is_relative_to(k.dest) for k in kept)
+            and not mount.writable
+        ):
             continue
         kept.append(mount)
     return kept

@@ -1,4 +1,5 @@
-"""The cell's cgroup (docs/design.md#a-cells-life, docs/threat-model.md): every process of the agent is in it, limited and killable as one.
+"""The cell's cgroup (docs/design.md#a-cells-life, docs/threat-model.md): every process of the agent
+is in it, limited and killable as one.
 
 A :class:`CellCgroup` is created under the *current process's* cgroup (the Workspace actor's), in
 each hierarchy it needs; the agent's first process joins it between fork and exec
@@ -74,12 +75,19 @@ class CgroupLimits:
 
     def __post_init__(self) -> None:
         """Reject limits the kernel would refuse or that could never run anything."""
-        for name, value in (("memory_bytes", self.memory_bytes), ("cpus", self.cpus), ("max_processes", self.max_processes)):
+        for name, value in (
+            ("memory_bytes", self.memory_bytes),
+            ("cpus", self.cpus),
+            ("max_processes", self.max_processes),
+        ):
             if value is not None and not value > 0:
-                raise ValueError(f"CgroupLimits.{name} must be positive or None (unlimited), got {value!r}")
+                raise ValueError(
+                    f"CgroupLimits.{name} must be positive or None (unlimited), got {value!r}"
+                )
 
     def controllers(self) -> tuple[str, ...]:
-        """The controllers these limits need (``freezer`` always: the group is frozen to kill it)."""
+        """The controllers these limits need (``freezer`` always: the group is frozen to kill
+        it)."""
         needed = ["freezer"]
         if self.memory_bytes is not None:
             needed.append("memory")
@@ -98,7 +106,8 @@ class CgroupSupport:
         version: ``"v1"``, ``"v2"`` or ``None`` (no cgroup filesystem mounted).
         controllers: The controllers of :data:`CONTROLLERS` a cell's cgroup can use here.
         missing: Each unusable controller, with a one-line reason that says how to fix it.
-        parents: Where a cell's cgroup would be created, per usable controller (v2: the same folder).
+        parents: Where a cell's cgroup would be created, per usable controller (v2: the same
+            folder).
     """
 
     version: Version | None
@@ -125,7 +134,8 @@ def _write(path: Path, value: str) -> None:
 
 
 def _counter(path: Path, key: str) -> int | None:
-    """The value of ``key`` in a flat-keyed file (``memory.events``, ``pids.events``, ``memory.oom_control``)."""
+    """The value of ``key`` in a flat-keyed file (``memory.events``, ``pids.events``,
+    ``memory.oom_control``)."""
     try:
         for line in _read(path).splitlines():
             parts = line.split()
@@ -158,7 +168,8 @@ def _mounts(proc_self: Path) -> list[_Mount]:
 
 
 def _visible(mount: _Mount, path: str) -> Path | None:
-    """Where cgroup ``path`` of the mount's hierarchy appears in the filesystem (containers mount a subtree)."""
+    """Where cgroup ``path`` of the mount's hierarchy appears in the filesystem (containers mount
+    a subtree)."""
     relative = os.path.relpath(path, mount.root)
     if relative == os.pardir or relative.startswith(os.pardir + os.sep):
         return None
@@ -166,13 +177,16 @@ def _visible(mount: _Mount, path: str) -> Path | None:
 
 
 def _probe(parent: Path) -> str | None:
-    """``None`` if a child cgroup can be made under ``parent`` (made and removed at once), else why not."""
+    """``None`` if a child cgroup can be made under ``parent`` (made and removed at once), else
+    why not."""
     probe = parent / f"autorl-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         probe.mkdir()
     except OSError as error:
-        return (f"cannot create a cgroup under {parent} ({error.strerror}); run the sweep as root or "
-                "delegate that cgroup to the sweep's user")
+        return (
+            f"cannot create a cgroup under {parent} ({error.strerror}); run the sweep as root or "
+            "delegate that cgroup to the sweep's user"
+        )
     with contextlib.suppress(OSError):
         probe.rmdir()
     return None
@@ -187,7 +201,11 @@ def cgroup_support(*, proc_self: Path = _PROC_SELF, probe: bool = True) -> Cgrou
     """
     try:
         mounts = _mounts(proc_self)
-        memberships = [line.split(":", 2) for line in _read(proc_self / "cgroup").splitlines() if line.count(":") >= 2]
+        memberships = [
+            line.split(":", 2)
+            for line in _read(proc_self / "cgroup").splitlines()
+            if line.count(":") >= 2
+        ]
     except OSError as error:
         reason = f"cannot read this process's cgroups ({error}); is /proc mounted?"
         return CgroupSupport(None, (), dict.fromkeys(CONTROLLERS, reason))
@@ -198,7 +216,10 @@ def cgroup_support(*, proc_self: Path = _PROC_SELF, probe: bool = True) -> Cgrou
     own = next((path for hid, ctrls, path in memberships if hid == "0" and not ctrls), None)
     if unified and own is not None:
         return _support_v2(unified, own, probe)
-    reason = "no cgroup filesystem is mounted (see /proc/self/mountinfo); mount cgroup v2 at /sys/fs/cgroup"
+    reason = (
+        "no cgroup filesystem is mounted (see /proc/self/mountinfo); "
+        "mount cgroup v2 at /sys/fs/cgroup"
+    )
     return CgroupSupport(None, (), dict.fromkeys(CONTROLLERS, reason))
 
 
@@ -211,16 +232,22 @@ def _support_v1(mounts: list[_Mount], memberships: list[list[str]], probe: bool)
         hierarchy = [m for m in mounts if name in m.options]
         own = next((path for _, ctrls, path in memberships if name in ctrls.split(",")), None)
         if not hierarchy:
-            missing[name] = (f"no cgroup v1 hierarchy with the {name} controller is mounted (mixed v1/v2 "
-                             f"setups are not supported); mount one at /sys/fs/cgroup/{name}")
+            missing[name] = (
+                f"no cgroup v1 hierarchy with the {name} controller is mounted (mixed v1/v2 "
+                f"setups are not supported); mount one at /sys/fs/cgroup/{name}"
+            )
             continue
         if own is None:
             missing[name] = f"this process is in no {name} cgroup (see /proc/self/cgroup)"
             continue
-        parent = next((p for p in (_visible(m, own) for m in hierarchy) if p is not None and p.is_dir()), None)
+        parent = next(
+            (p for p in (_visible(m, own) for m in hierarchy) if p is not None and p.is_dir()), None
+        )
         if parent is None:
-            missing[name] = (f"this process's {name} cgroup {own} is not visible under "
-                             f"{', '.join(str(m.point) for m in hierarchy)}")
+            missing[name] = (
+                f"this process's {name} cgroup {own} is not visible under "
+                f"{', '.join(str(m.point) for m in hierarchy)}"
+            )
             continue
         if probe:
             if parent not in probed:
@@ -234,9 +261,12 @@ def _support_v1(mounts: list[_Mount], memberships: list[list[str]], probe: bool)
 
 
 def _support_v2(mounts: list[_Mount], own: str, probe: bool) -> CgroupSupport:
-    parent = next((p for p in (_visible(m, own) for m in mounts) if p is not None and p.is_dir()), None)
+    parent = next(
+        (p for p in (_visible(m, own) for m in mounts) if p is not None and p.is_dir()), None
+    )
     if parent is None:
-        reason = f"this process's cgroup {own} is not visible under {', '.join(str(m.point) for m in mounts)}"
+        points = ", ".join(str(m.point) for m in mounts)
+        reason = f"this process's cgroup {own} is not visible under {points}"
         return CgroupSupport("v2", (), dict.fromkeys(CONTROLLERS, reason))
     problem = _probe(parent) if probe else None
     try:
@@ -251,34 +281,43 @@ def _support_v2(mounts: list[_Mount], own: str, probe: bool) -> CgroupSupport:
         if problem is not None:
             missing[name] = problem
         elif name == "freezer":
-            # Freezing is part of v2's core (cgroup.freeze, kernel >= 5.2); the root cgroup has no such file.
+            # Freezing is part of v2's core (cgroup.freeze, kernel >= 5.2); the root cgroup has no
+            # such file.
             if is_root or (parent / "cgroup.freeze").exists():
                 usable.append(name)
             else:
-                missing[name] = f"{parent / 'cgroup.freeze'} is missing (cgroup v2 freezing needs Linux >= 5.2)"
+                missing[name] = (
+                    f"{parent / 'cgroup.freeze'} is missing (cgroup v2 freezing needs Linux >= 5.2)"
+                )
         elif name in enabled:
             usable.append(name)
         else:
-            missing[name] = (f"the {name} controller is not enabled in {parent / 'cgroup.subtree_control'}; "
-                             f"enable it (echo +{name} > that file, possible only while the cgroup has no "
-                             "processes) or delegate a cgroup to the sweep (systemd: Delegate=yes)")
+            missing[name] = (
+                f"the {name} controller is not enabled in {parent / 'cgroup.subtree_control'}; "
+                f"enable it (echo +{name} > that file, possible only while the cgroup has no "
+                "processes) or delegate a cgroup to the sweep (systemd: Delegate=yes)"
+            )
     return CgroupSupport("v2", tuple(usable), missing, dict.fromkeys(usable, parent))
 
 
 class CellCgroup:
-    """One cell's cgroup: created with its limits, joined by the agent, frozen and killed at the budget.
+    """One cell's cgroup: created with its limits, joined by the agent, frozen and killed at the
+    budget.
 
     Example (as root, on a node with cgroups)::
 
-        group = CellCgroup.create("autorl-cell-1234", CgroupLimits(memory_bytes=8 << 30, cpus=1, max_processes=512))
-        proc = subprocess.Popen(command, preexec_fn=group.enter)
+        group = CellCgroup.create("autorl-cell-1234", CgroupLimits(memory_bytes=8 << 30, cpus=1,
+        max_processes=512)) proc = subprocess.Popen(command, preexec_fn=group.enter)
         ...  # at the budget:
         group.kill(timeout_s=10)
         group.remove()
     """
 
-    def __init__(self, name: str, version: Version, dirs: dict[str, Path], limits: CgroupLimits) -> None:
-        """Use :meth:`create`; this only holds the folders (``dirs``: controller -> the group's folder)."""
+    def __init__(
+        self, name: str, version: Version, dirs: dict[str, Path], limits: CgroupLimits
+    ) -> None:
+        """Use :meth:`create`; this only holds the folders (``dirs``: controller -> the group's
+        folder)."""
         self.name = name
         self.version: Version = version
         self.limits = limits
@@ -290,7 +329,8 @@ class CellCgroup:
 
     @classmethod
     def create(cls, name: str, limits: CgroupLimits, *, proc_self: Path = _PROC_SELF) -> CellCgroup:
-        """Create cgroup ``name`` under this process's cgroup in every hierarchy ``limits`` need, with those limits.
+        """Create cgroup ``name`` under this process's cgroup in every hierarchy ``limits`` need,
+        with those limits.
 
         Args:
             name: The group's folder name, unique on the node (e.g. ``autorl-<cell id>``).
@@ -303,13 +343,17 @@ class CellCgroup:
                 made; the message names it and how to fix it.
         """
         if not _NAME.fullmatch(name):
-            raise ValueError(f"cgroup name {name!r} must be one path component of letters, digits, '.', '_' or '-'")
+            raise ValueError(
+                f"cgroup name {name!r} must be one path component of letters, digits, '.', '_' or "
+                "'-'"
+            )
         support = cgroup_support(proc_self=proc_self, probe=False)
         needed = limits.controllers()
         problems = support.problems(needed)
         if support.version is None or problems:
             raise PrerequisiteError(
-                f"the cell's cgroup cannot be created: {'; '.join(problems)}. Fix the node's cgroups, {_OPT_OUT}"
+                f"the cell's cgroup cannot be created: {'; '.join(problems)}. Fix the node's "
+                f"cgroups, {_OPT_OUT}"
             )
         dirs = {ctrl: support.parents[ctrl] / name for ctrl in needed}
         made: list[Path] = []
@@ -318,10 +362,13 @@ class CellCgroup:
                 try:
                     folder.mkdir()
                 except FileExistsError:
-                    # A leftover of a crashed run is replaced (fresh counters, not frozen) if nothing runs in it.
+                    # A leftover of a crashed run is replaced (fresh counters, not frozen) if
+                    # nothing runs in it.
                     if _read(folder / "cgroup.procs").split():
-                        raise PrerequisiteError(f"cgroup {folder} already exists and has processes; "
-                                                "cell cgroup names must be unique on a node") from None
+                        raise PrerequisiteError(
+                            f"cgroup {folder} already exists and has processes; "
+                            "cell cgroup names must be unique on a node"
+                        ) from None
                     folder.rmdir()
                     folder.mkdir()
                 made.append(folder)
@@ -331,7 +378,9 @@ class CellCgroup:
             for folder in made:
                 with contextlib.suppress(OSError):
                     folder.rmdir()
-            raise PrerequisiteError(f"cannot create or configure cgroup {name} ({error}); {_OPT_OUT}") from error
+            raise PrerequisiteError(
+                f"cannot create or configure cgroup {name} ({error}); {_OPT_OUT}"
+            ) from error
         logger.debug("cgroup %s (%s) created: %s", name, support.version, limits)
         return group
 
@@ -340,15 +389,22 @@ class CellCgroup:
         if self.version == "v1":
             if limits.memory_bytes is not None:
                 _write(self.dirs["memory"] / "memory.limit_in_bytes", str(limits.memory_bytes))
-                # memsw (memory + swap) exists only where swap is accounted; the same value means no swap.
+                # memsw (memory + swap) exists only where swap is accounted; the same value means no
+                # swap.
                 if (parents["memory"] / "memory.memsw.limit_in_bytes").exists():
-                    _write(self.dirs["memory"] / "memory.memsw.limit_in_bytes", str(limits.memory_bytes))
+                    _write(
+                        self.dirs["memory"] / "memory.memsw.limit_in_bytes",
+                        str(limits.memory_bytes),
+                    )
             if limits.cpus is not None:
                 try:
                     period = int(_read(self.dirs["cpu"] / "cpu.cfs_period_us"))
                 except (OSError, ValueError):
                     period = _V2_CPU_PERIOD_US  # the kernel's default period
-                _write(self.dirs["cpu"] / "cpu.cfs_quota_us", str(max(1000, round(limits.cpus * period))))
+                _write(
+                    self.dirs["cpu"] / "cpu.cfs_quota_us",
+                    str(max(1000, round(limits.cpus * period))),
+                )
             if limits.max_processes is not None:
                 _write(self.dirs["pids"] / "pids.max", str(limits.max_processes))
             return
@@ -360,12 +416,16 @@ class CellCgroup:
             except OSError as error:  # no swap accounting on this kernel: nothing to forbid
                 logger.debug("cgroup %s: memory.swap.max not set (%s)", self.name, error)
         if limits.cpus is not None:
-            _write(folder / "cpu.max", f"{max(1000, round(limits.cpus * _V2_CPU_PERIOD_US))} {_V2_CPU_PERIOD_US}")
+            _write(
+                folder / "cpu.max",
+                f"{max(1000, round(limits.cpus * _V2_CPU_PERIOD_US))} {_V2_CPU_PERIOD_US}",
+            )
         if limits.max_processes is not None:
             _write(folder / "pids.max", str(limits.max_processes))
 
     def enter(self) -> None:
-        """Move the calling process into the group (every hierarchy): the ``preexec_fn`` between fork and exec."""
+        """Move the calling process into the group (every hierarchy): the ``preexec_fn`` between
+        fork and exec."""
         pid = str(os.getpid()).encode()
         for path in self._procs_files:
             fd = os.open(path, os.O_WRONLY)
@@ -375,7 +435,8 @@ class CellCgroup:
                 os.close(fd)
 
     def pids(self) -> set[int]:
-        """The processes in the group now (exited ones are not listed, even before they are reaped)."""
+        """The processes in the group now (exited ones are not listed, even before they are
+        reaped)."""
         found: set[int] = set()
         for folder in self._folders:
             with contextlib.suppress(FileNotFoundError):
@@ -398,9 +459,11 @@ class CellCgroup:
         return True
 
     def freeze(self, timeout_s: float = 5.0) -> bool:
-        """Freeze every process of the group; whether the kernel reports it frozen within ``timeout_s``.
+        """Freeze every process of the group; whether the kernel reports it frozen within
+        ``timeout_s``.
 
-        A task in uninterruptible sleep can keep the group ``FREEZING`` for a while; the caller goes on.
+        A task in uninterruptible sleep can keep the group ``FREEZING`` for a while; the caller goes
+        on.
         """
         if self.version == "v1":
             state = self.dirs["freezer"] / "freezer.state"
@@ -429,7 +492,8 @@ class CellCgroup:
             time.sleep(0.01)
 
     def kill(self, timeout_s: float = 10.0) -> bool:
-        """SIGKILL every process of the group, so none survives; whether it is empty within ``timeout_s``.
+        """SIGKILL every process of the group, so none survives; whether it is empty within
+        ``timeout_s``.
 
         The group is frozen first: a process cannot fork, exit-and-respawn or detach while its
         siblings are being killed. A killed frozen task dies when the group is thawed. With v2's
@@ -451,8 +515,12 @@ class CellCgroup:
             if self.wait_empty(max(0.0, min(1.0, deadline - time.monotonic()))):
                 return True
             if time.monotonic() >= deadline:
-                logger.error("cgroup %s: processes %s still alive %.0f s after SIGKILL", self.name,
-                             sorted(self.pids()), timeout_s)
+                logger.error(
+                    "cgroup %s: processes %s still alive %.0f s after SIGKILL",
+                    self.name,
+                    sorted(self.pids()),
+                    timeout_s,
+                )
                 return False
 
     def limit_hit(self, *, main_sigkilled: bool = False) -> str | None:
@@ -505,7 +573,12 @@ class CellCgroup:
         """Use the group in a ``with`` block; it is removed at its end."""
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         """Remove the group (killing what is left in it)."""
         self.remove()
 

@@ -42,11 +42,14 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 def _handler(socket_path: str):  # type: ignore[no-untyped-def]  # asyncio's callback type
     # asyncio holds a connection's handler task only while the client is connected (Python 3.11's
     # StreamReaderProtocol drops it in connection_lost): a client that hangs up while its request is
-    # still being served left the task unreferenced, garbage-collected mid-flight ("Task was destroyed
-    # but it is pending!") with its upstream connection never closed. Held here until it ends.
+    # still being served left the task unreferenced, garbage-collected mid-flight ("Task was
+    # destroyed but it is pending!") with its upstream connection never closed. Held here until it
+    # ends.
     running: set[asyncio.Task[None]] = set()
 
-    async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+    async def handle(
+        client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    ) -> None:
         task = asyncio.current_task()
         if task is not None:
             running.add(task)
@@ -56,7 +59,9 @@ def _handler(socket_path: str):  # type: ignore[no-untyped-def]  # asyncio's cal
         except OSError:
             client_writer.close()
             return
-        await asyncio.gather(_pipe(client_reader, upstream_writer), _pipe(upstream_reader, client_writer))
+        await asyncio.gather(
+            _pipe(client_reader, upstream_writer), _pipe(upstream_reader, client_writer)
+        )
         for writer in (client_writer, upstream_writer):
             with contextlib.suppress(OSError):
                 writer.close()
@@ -65,7 +70,9 @@ def _handler(socket_path: str):  # type: ignore[no-untyped-def]  # asyncio's cal
 
 
 async def _serve(forwards: list[tuple[int, str]], command: list[str]) -> int:
-    servers = [await asyncio.start_server(_handler(path), "127.0.0.1", port) for port, path in forwards]
+    servers = [
+        await asyncio.start_server(_handler(path), "127.0.0.1", port) for port, path in forwards
+    ]
     # The listeners are up before the command starts, so its first request finds them.
     proc = subprocess.Popen(command)  # noqa: S603 - the agent's own command, inside its sandbox
     loop = asyncio.get_running_loop()
@@ -88,7 +95,7 @@ def _parse(argv: list[str]) -> tuple[list[tuple[int, str]], list[str]]:
     for item in args.forward:
         port, _, path = item.partition("=")
         forwards.append((int(port), path))
-    command = argv[split + 1:]
+    command = argv[split + 1 :]
     if not command:
         raise SystemExit("forward.py: no command after `--`")
     return forwards, command

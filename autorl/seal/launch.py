@@ -11,8 +11,8 @@ the default) and ``none`` (:class:`Unsealed`, debugging only). The Workspace act
   agent uses for each (:meth:`CellSeal.agent_url`): unix sockets in ``<cell>/sockets`` when the
   backend isolates the cell's network (:attr:`CellSeal.isolated_network`), else loopback TCP;
 - the agent's base environment (:meth:`CellSeal.base_env`), the interpreter for agent-side
-  Python (:attr:`CellSeal.python`), the final command line (:meth:`CellSeal.wrap`), a host tool
-  run on the agent's files (:meth:`CellSeal.contain`) and the cell's cgroup (:meth:`CellSeal.cgroup`);
+  Python (:attr:`CellSeal.python`), the final command line (:meth:`CellSeal.wrap`), a host tool run
+  on the agent's files (:meth:`CellSeal.contain`) and the cell's cgroup (:meth:`CellSeal.cgroup`);
 - what keeps this node from running it, before any cell starts (:meth:`CellSeal.problems`, read
   by :mod:`autorl.seal.preflight`: nothing is silently downgraded).
 
@@ -72,13 +72,21 @@ class SandboxBackend(Protocol):
         """Give the agent's uid the folders it writes (workspace, HOME)."""
         ...
 
-    def wrap(self, command: list[str], *, workspace: Path, home: Path, base_model: Path,
-             read_only: Iterable[Path]) -> list[str]:
+    def wrap(
+        self,
+        command: list[str],
+        *,
+        workspace: Path,
+        home: Path,
+        base_model: Path,
+        read_only: Iterable[Path],
+    ) -> list[str]:
         """The command that runs the agent's ``command`` in the cell's sandbox."""
         ...
 
-    def contain(self, command: list[str], *, read_only: Iterable[Path],
-                writable: Iterable[Path]) -> list[str]:
+    def contain(
+        self, command: list[str], *, read_only: Iterable[Path], writable: Iterable[Path]
+    ) -> list[str]:
         """``command``, a host tool working on the agent's files, contained as the agent."""
         ...
 
@@ -175,7 +183,8 @@ class CellSeal:
     # ---- the agent's side ------------------------------------------------------------------
 
     def base_env(self, node_env: Mapping[str, str], home: Path) -> dict[str, str]:
-        """The agent's environment before the benchmark's and the adapter's variables: the node's."""
+        """The agent's environment before the benchmark's and the adapter's variables: the
+        node's."""
         return dict(node_env)
 
     def hand_over(self, *folders: Path) -> None:
@@ -188,13 +197,21 @@ class CellSeal:
                     continue  # the base model link and the read-only data copy stay root's
                 os.lchown(path, self.uid, self.uid)
 
-    def wrap(self, command: list[str], *, workspace: Path, home: Path, base_model: Path,
-             read_only: Iterable[Path]) -> list[str]:
+    def wrap(
+        self,
+        command: list[str],
+        *,
+        workspace: Path,
+        home: Path,
+        base_model: Path,
+        read_only: Iterable[Path],
+    ) -> list[str]:
         """The command that runs ``command`` in the cell's sandbox: ``command`` itself here."""
         return command
 
-    def contain(self, command: list[str], *, read_only: Iterable[Path],
-                writable: Iterable[Path]) -> list[str]:
+    def contain(
+        self, command: list[str], *, read_only: Iterable[Path], writable: Iterable[Path]
+    ) -> list[str]:
         """``command`` (a host tool working on the agent's files, e.g. git on ``code/``) contained
         as the agent: ``command`` itself here."""
         return command
@@ -212,4 +229,6 @@ class Unsealed(CellSeal):
 
 
 # sandbox.mode -> backend class, from each conf/sandbox/<name>.yaml (autorl's and the plugins').
-SANDBOXES: OptionRegistry[type[CellSeal]] = OptionRegistry("sandbox backend", "sandbox", "implementation")
+SANDBOXES: OptionRegistry[type[CellSeal]] = OptionRegistry(
+    "sandbox backend", "sandbox", "implementation"
+)

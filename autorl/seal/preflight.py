@@ -25,8 +25,8 @@ from agent_kit.sandbox import namespaces_problem, namespaces_required
 from autorl.errors import ConfigError, PrerequisiteError
 from autorl.schema import RunConfig
 from autorl.seal.bwrap import Mount, SandboxSpec, bwrap_command
-from autorl.seal.cgroups import cgroup_support
 from autorl.seal.bwrap_seal import resolve_bwrap
+from autorl.seal.cgroups import cgroup_support
 from autorl.seal.launch import SANDBOXES
 from autorl.seal.toolchain import check_toolchain, toolchain_dir
 
@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 
 # The eval option of a task whose evaluator judges code in agent_kit.sandbox (e.g. humaneval).
 JUDGE_MODE_OPTION = "sandbox_mode"
-OPT_OUT = "or run agents unsealed (debugging only, recorded with every result) with sandbox.mode=none"
+OPT_OUT = (
+    "or run agents unsealed (debugging only, recorded with every result) with sandbox.mode=none"
+)
 
 
 def _probe(bwrap: str, cfg: RunConfig) -> str | None:
@@ -45,10 +47,19 @@ def _probe(bwrap: str, cfg: RunConfig) -> str | None:
         uid = cfg.sandbox.uid_base if os.geteuid() == 0 else None
         if uid is not None:
             os.chown(workspace, uid, uid)
-        spec = SandboxSpec(bwrap, (Mount(workspace, writable=True),), workspace, cfg.sandbox.network, uid)
+        spec = SandboxSpec(
+            bwrap, (Mount(workspace, writable=True),), workspace, cfg.sandbox.network, uid
+        )
         argv = bwrap_command(spec, ["/bin/sh", "-c", f"touch {workspace}/ok"])
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, env={"PATH": "/usr/bin:/bin"})
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+                env={"PATH": "/usr/bin:/bin"},
+            )
         except (OSError, subprocess.TimeoutExpired) as error:
             return str(error)
         if done.returncode != 0 or not (workspace / "ok").exists():
@@ -78,12 +89,22 @@ def bwrap_problems(cfg: RunConfig) -> list[str]:
         return [str(error)]
     failure = _probe(bwrap, cfg)
     if failure is not None:
-        how = ("util-linux's setpriv at /usr/bin/setpriv" if os.geteuid() == 0
-               else "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)")
-        problems.append(f"bubblewrap ({bwrap}) cannot create a cell's sandbox here ({failure}); it needs {how}; {OPT_OUT}")
+        how = (
+            "util-linux's setpriv at /usr/bin/setpriv"
+            if os.geteuid() == 0
+            else "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
+            "user.max_user_namespaces > 0)"
+        )
+        problems.append(
+            f"bubblewrap ({bwrap}) cannot create a cell's sandbox here ({failure}); it needs "
+            f"{how}; {OPT_OUT}"
+        )
     support = cgroup_support()
     for missing in support.problems():
-        problems.append(f"cgroups: {missing}; the cell's budget, memory, CPU and process limits need them; {OPT_OUT}")
+        problems.append(
+            f"cgroups: {missing}; the cell's budget, memory, CPU and process limits need them; "
+            f"{OPT_OUT}"
+        )
     try:
         check_toolchain(toolchain_dir(cfg.sandbox.toolchain))
     except PrerequisiteError as error:

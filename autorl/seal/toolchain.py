@@ -1,16 +1,18 @@
-"""The agent's toolchain: a Python environment of its own, for training, without autorl or ``tasks/``.
+"""The agent's toolchain: a Python environment of its own, for training, without autorl or
+``tasks/``.
 
 A sealed agent trains with this venv's interpreter, not with the project's: it holds torch (the CPU
-build, through ``constraints.txt``), transformers, tokenizers, safetensors, huggingface-hub, trl, peft,
-datasets and accelerate at the pins of ``pyproject.toml``, and nothing of this repository. The agent-side
-code (``agent_kit/`` and the task's ``agent/`` package) is not installed in it either: the cell gets a
-read-only copy on ``PYTHONPATH`` (:func:`autorl.workspace.layout.copy_agent_code`). It has no pip:
-inside the sandbox there is nothing to install from.
+build, through ``constraints.txt``), transformers, tokenizers, safetensors, huggingface-hub, trl,
+peft, datasets and accelerate at the pins of ``pyproject.toml``, and nothing of this repository. The
+agent-side code (``agent_kit/`` and the task's ``agent/`` package) is not installed in it either:
+the cell gets a read-only copy on ``PYTHONPATH`` (:func:`autorl.workspace.layout.copy_agent_code`).
+It has no pip: inside the sandbox there is nothing to install from.
 
-The venv's interpreter is a link to the project's base interpreter (``home`` in ``pyvenv.cfg``), so the
-sandbox binds both, read-only (:func:`toolchain_mounts`). ``toolchain.json`` in the venv records what it
-was built from (the pins, ``constraints.txt``, the base interpreter); :func:`check_toolchain` compares it
-with what the repository asks for now, so a pin change means a rebuild::
+The venv's interpreter is a link to the project's base interpreter (``home`` in ``pyvenv.cfg``), so
+the sandbox binds both, read-only (:func:`toolchain_mounts`). ``toolchain.json`` in the venv records
+what it was built from (the pins, ``constraints.txt``, the base interpreter);
+:func:`check_toolchain` compares it with what the repository asks for now, so a pin change means a
+rebuild::
 
     python -m autorl.seal.toolchain [--dir DIR]      # or: make test-deps
 
@@ -42,13 +44,23 @@ ENV_VAR = "AUTORL_TOOLCHAIN_DIR"
 STAMP = "toolchain.json"
 # What an agent trains with (issue #11): the libraries, and the ones among their dependencies that
 # pyproject.toml pins as well, so that the toolchain's versions are the project's.
-PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "huggingface-hub", "trl", "peft", "datasets",
-            "accelerate")
+PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "safetensors",
+    "huggingface-hub",
+    "trl",
+    "peft",
+    "datasets",
+    "accelerate",
+)
 _STAMP_FORMAT = 1
 
 
 def toolchain_dir(configured: str | None = None) -> Path:
-    """Where the toolchain venv is: ``configured``, else ``$AUTORL_TOOLCHAIN_DIR``, else ``<repo>/.cache/toolchain``.
+    """Where the toolchain venv is: ``configured``, else ``$AUTORL_TOOLCHAIN_DIR``, else
+    ``<repo>/.cache/toolchain``.
 
     >>> toolchain_dir("/opt/tc")
     PosixPath('/opt/tc')
@@ -65,13 +77,19 @@ def toolchain_python(directory: Path) -> Path:
 def build_command(directory: Path) -> str:
     """The command that (re)builds the toolchain at ``directory``."""
     default = directory == DEFAULT_DIR
-    return f"{sys.executable} -m autorl.seal.toolchain" + ("" if default else f" --dir {directory}") + \
-        (" (or: make test-deps)" if default else "")
+    return (
+        f"{sys.executable} -m autorl.seal.toolchain"
+        + ("" if default else f" --dir {directory}")
+        + (" (or: make test-deps)" if default else "")
+    )
 
 
 def _name(requirement: str) -> str:
-    """The normalised distribution name of a requirement string (``Foo_Bar[x]==1`` -> ``foo-bar``)."""
-    return re.sub(r"[-_.]+", "-", re.split(r"[\s\[=<>!~;@]", requirement.strip(), maxsplit=1)[0]).lower()
+    """The normalised distribution name of a requirement string (``Foo_Bar[x]==1`` ->
+    ``foo-bar``)."""
+    return re.sub(
+        r"[-_.]+", "-", re.split(r"[\s\[=<>!~;@]", requirement.strip(), maxsplit=1)[0]
+    ).lower()
 
 
 def pinned_requirements(pyproject: Path = PYPROJECT) -> list[str]:
@@ -80,12 +98,16 @@ def pinned_requirements(pyproject: Path = PYPROJECT) -> list[str]:
     Raises:
         PrerequisiteError: One of them is not among the project's dependencies.
     """
-    dependencies: list[str] = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    dependencies: list[str] = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"][
+        "dependencies"
+    ]
     by_name = {_name(dep): dep.strip() for dep in dependencies}
     missing = [name for name in PACKAGES if name not in by_name]
     if missing:
-        raise PrerequisiteError(f"{pyproject} [project].dependencies does not pin {', '.join(missing)}, which the "
-                                "agent toolchain installs; add them, or drop them from autorl.seal.toolchain.PACKAGES")
+        raise PrerequisiteError(
+            f"{pyproject} [project].dependencies does not pin {', '.join(missing)}, which the "
+            "agent toolchain installs; add them, or drop them from autorl.seal.toolchain.PACKAGES"
+        )
     return [by_name[name] for name in PACKAGES]
 
 
@@ -96,8 +118,12 @@ def _base_python() -> Path:
 
 def expected_stamp() -> dict[str, Any]:
     """What ``toolchain.json`` must say for the toolchain to match this repository."""
-    return {"format": _STAMP_FORMAT, "requirements": pinned_requirements(),
-            "constraints": CONSTRAINTS.read_text(encoding="utf-8"), "base_python": str(_base_python())}
+    return {
+        "format": _STAMP_FORMAT,
+        "requirements": pinned_requirements(),
+        "constraints": CONSTRAINTS.read_text(encoding="utf-8"),
+        "base_python": str(_base_python()),
+    }
 
 
 def _read_stamp(directory: Path) -> dict[str, Any] | None:
@@ -114,11 +140,17 @@ def _stale_reason(directory: Path) -> str | None:
         return f"no toolchain at {directory} ({toolchain_python(directory)} does not exist)"
     stamp = _read_stamp(directory)
     if stamp is None:
-        return f"the toolchain at {directory} is unfinished or not one ({directory / STAMP} is missing or unreadable)"
+        return (
+            f"the toolchain at {directory} is unfinished or not one "
+            f"({directory / STAMP} is missing or unreadable)"
+        )
     expected = expected_stamp()
     changed = [key for key in expected if stamp.get(key) != expected[key]]
     if changed:
-        return f"the toolchain at {directory} was built for other {', '.join(changed)} than the repository's now"
+        return (
+            f"the toolchain at {directory} was built for other {', '.join(changed)} "
+            "than the repository's now"
+        )
     return None
 
 
@@ -126,7 +158,8 @@ def check_toolchain(directory: Path) -> None:
     """Fail unless the toolchain at ``directory`` exists and matches the repository's pins.
 
     Raises:
-        PrerequisiteError: Missing, unfinished or stale; the message gives the command that builds it.
+        PrerequisiteError: Missing, unfinished or stale; the message gives the command that
+            builds it.
     """
     reason = _stale_reason(directory)
     if reason is not None:
@@ -135,7 +168,8 @@ def check_toolchain(directory: Path) -> None:
 
 def venv_base_prefix(venv: Path) -> Path | None:
     """The prefix of a venv's base interpreter (the parent of ``home`` in its ``pyvenv.cfg``, e.g.
-    ``~/.pyenv/versions/3.11.7``): what a sandbox must bind, beside the venv, for its ``python`` to run.
+    ``~/.pyenv/versions/3.11.7``): what a sandbox must bind, beside the venv, for its ``python`` to
+    run.
 
     Returns:
         None when ``pyvenv.cfg`` has no ``home`` line.
@@ -144,13 +178,19 @@ def venv_base_prefix(venv: Path) -> Path | None:
         OSError: ``pyvenv.cfg`` is not readable.
     """
     lines = (venv / "pyvenv.cfg").read_text(encoding="utf-8").splitlines()
-    homes = [value.strip() for key, _, value in (line.partition("=") for line in lines) if key.strip() == "home"]
-    # home is the base interpreter's bin/ folder; its parent is the prefix with the stdlib and libpython.
+    homes = [
+        value.strip()
+        for key, _, value in (line.partition("=") for line in lines)
+        if key.strip() == "home"
+    ]
+    # home is the base interpreter's bin/ folder; its parent is the prefix with the stdlib and
+    # libpython.
     return Path(homes[0]).resolve().parent if homes else None
 
 
 def toolchain_mounts(directory: Path) -> list[Path]:
-    """What a sandbox binds read-only for the toolchain's interpreter to run: the venv and its base prefix.
+    """What a sandbox binds read-only for the toolchain's interpreter to run: the venv and its base
+    prefix.
 
     Raises:
         PrerequisiteError: The venv has no readable ``pyvenv.cfg`` with a ``home`` line.
@@ -158,20 +198,25 @@ def toolchain_mounts(directory: Path) -> list[Path]:
     try:
         prefix = venv_base_prefix(directory)
     except OSError as error:
-        raise PrerequisiteError(f"{directory / 'pyvenv.cfg'} is not readable ({error}); build the toolchain with: "
-                                f"{build_command(directory)}") from error
+        raise PrerequisiteError(
+            f"{directory / 'pyvenv.cfg'} is not readable ({error}); build the toolchain with: "
+            f"{build_command(directory)}"
+        ) from error
     if prefix is None:
-        raise PrerequisiteError(f"{directory / 'pyvenv.cfg'} has no 'home = ...' line; rebuild the toolchain with: "
-                                f"{build_command(directory)}")
+        raise PrerequisiteError(
+            f"{directory / 'pyvenv.cfg'} has no 'home = ...' line; rebuild the toolchain with: "
+            f"{build_command(directory)}"
+        )
     return [directory.absolute(), prefix]
 
 
 def build_toolchain(directory: Path, *, force: bool = False) -> bool:
     """Create (or recreate) the toolchain venv at ``directory`` unless it is up to date.
 
-    The venv is made from the project's base interpreter without pip; uv, with the machine's pip settings
-    (:mod:`autorl.uv_pip`), installs :func:`pinned_requirements` into it with ``-c constraints.txt``. The
-    stamp is written last, so an interrupted build is never taken for a finished one.
+    The venv is made from the project's base interpreter without pip; uv, with the machine's pip
+    settings (:mod:`autorl.uv_pip`), installs :func:`pinned_requirements` into it with ``-c
+    constraints.txt``. The stamp is written last, so an interrupted build is never taken for a
+    finished one.
 
     Returns:
         True when it built, False when the toolchain was already up to date (its stamp is touched).
@@ -188,26 +233,46 @@ def build_toolchain(directory: Path, *, force: bool = False) -> bool:
     directory.parent.mkdir(parents=True, exist_ok=True)
     steps = [
         [str(_base_python()), "-m", "venv", "--without-pip", str(directory)],
-        [sys.executable, "-m", "autorl.uv_pip", "install", "-q", "--python", str(toolchain_python(directory)),
-         "-c", str(CONSTRAINTS), *stamp["requirements"]],
+        [
+            sys.executable,
+            "-m",
+            "autorl.uv_pip",
+            "install",
+            "-q",
+            "--python",
+            str(toolchain_python(directory)),
+            "-c",
+            str(CONSTRAINTS),
+            *stamp["requirements"],
+        ],
     ]
     for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, check=False)  # noqa: S603 - fixed argv
+        # noqa: S603 - fixed argv
+        done = subprocess.run(step, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise PrerequisiteError(f"building the agent toolchain at {directory} failed: {' '.join(step)} exited "
-                                    f"{done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}")
+            raise PrerequisiteError(
+                f"building the agent toolchain at {directory} failed: {' '.join(step)} exited "
+                f"{done.returncode}:\n{(done.stdout + done.stderr)[-3000:]}"
+            )
     (directory / STAMP).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
     return True
 
 
 def _size_mb(directory: Path) -> float:
-    return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file() and not p.is_symlink()) / 1e6
+    return (
+        sum(p.stat().st_size for p in directory.rglob("*") if p.is_file() and not p.is_symlink())
+        / 1e6
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m autorl.seal.toolchain [--dir DIR] [--force]``: build the toolchain if needed."""
-    parser = argparse.ArgumentParser(prog="python -m autorl.seal.toolchain", description=__doc__.split("\n")[0])
-    parser.add_argument("--dir", default=None, help=f"where (default: ${ENV_VAR}, else {DEFAULT_DIR})")
+    parser = argparse.ArgumentParser(
+        prog="python -m autorl.seal.toolchain", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--dir", default=None, help=f"where (default: ${ENV_VAR}, else {DEFAULT_DIR})"
+    )
     parser.add_argument("--force", action="store_true", help="rebuild even when up to date")
     args = parser.parse_args(argv)
     directory = toolchain_dir(args.dir)
@@ -218,8 +283,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if built:
-        print(f"agent toolchain built at {directory} in {time.monotonic() - started:.0f} s "
-              f"({_size_mb(directory):.0f} MB); python: {toolchain_python(directory)}")
+        print(
+            f"agent toolchain built at {directory} in {time.monotonic() - started:.0f} s "
+            f"({_size_mb(directory):.0f} MB); python: {toolchain_python(directory)}"
+        )
     else:
         print(f"agent toolchain at {directory} is up to date")
     return 0

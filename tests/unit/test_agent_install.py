@@ -72,7 +72,10 @@ def _installable() -> dict[str, CliAgentConfig]:
 
 
 def test_each_cli_has_an_install_folder_of_its_own(tmp_path: Path) -> None:
-    configs = {name: dataclasses.replace(cfg, agents_dir=str(tmp_path)) for name, cfg in _installable().items()}
+    configs = {
+        name: dataclasses.replace(cfg, agents_dir=str(tmp_path))
+        for name, cfg in _installable().items()
+    }
     assert {"codex", "gemini-cli", "openhands"} <= set(configs)
     folders = {name: install_dir(cfg) for name, cfg in configs.items()}
     assert folders == {name: tmp_path / name for name in configs}  # distinct, named after the agent
@@ -81,14 +84,20 @@ def test_each_cli_has_an_install_folder_of_its_own(tmp_path: Path) -> None:
         commands = install_commands(cfg)
         if cfg.install.manager == InstallManager.npm:
             [command] = commands
-            assert command[command.index("--prefix") + 1] == str(folders[name]) and "--no-save" not in command
+            assert (
+                command[command.index("--prefix") + 1] == str(folders[name])
+                and "--no-save" not in command
+            )
         else:  # pip: a venv of its own, filled by uv
             python = commands[1][commands[1].index("--python") + 1]
-            assert commands[0][-1] == str(folders[name]) and python == str(folders[name] / "bin" / "python")
+            assert commands[0][-1] == str(folders[name]) and python == str(
+                folders[name] / "bin" / "python"
+            )
 
 
-def test_installing_a_second_cli_keeps_the_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_installing_a_second_cli_keeps_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     configs = {name: cfg for name, cfg in _installable().items() if name in ("codex", "gemini-cli")}
     fake_bin = tmp_path / "fake-bin"
     fake_bin.mkdir()
@@ -97,31 +106,44 @@ def test_installing_a_second_cli_keeps_the_first(tmp_path: Path, monkeypatch: py
     log = tmp_path / "npm.log"
     monkeypatch.setenv("PATH", f"{fake_bin}:/usr/bin:/bin")
     monkeypatch.setenv("FAKE_NPM_LOG", str(log))
-    monkeypatch.setenv("FAKE_NPM_BINS", json.dumps({c.install.package: c.install.bin for c in configs.values()}))
+    monkeypatch.setenv(
+        "FAKE_NPM_BINS", json.dumps({c.install.package: c.install.bin for c in configs.values()})
+    )
     monkeypatch.setenv("AUTORL_AGENTS_DIR", str(tmp_path / "agents"))
 
     assert install.main(["codex"]) == 0
     assert install.main(["codex", "gemini-cli"]) == 0
     for name, cfg in configs.items():
         assert installed_version(cfg) == cfg.install.version, name
-        assert find_binary(cfg) == str(tmp_path / "agents" / name / "node_modules" / ".bin" / cfg.install.bin)
+        assert find_binary(cfg) == str(
+            tmp_path / "agents" / name / "node_modules" / ".bin" / cfg.install.bin
+        )
     assert len(log.read_text().splitlines()) == 2  # codex was already installed the second time
     assert "codex 0.169.0: already installed" in capsys.readouterr().out
 
     assert install.main(["codex", "--force"]) == 0  # reinstalls, and gemini-cli stays
-    assert len(log.read_text().splitlines()) == 3 and installed_version(configs["gemini-cli"]) == "0.61.0"
+    assert (
+        len(log.read_text().splitlines()) == 3
+        and installed_version(configs["gemini-cli"]) == "0.61.0"
+    )
 
 
-def test_the_old_shared_prefix_would_lose_the_first_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_old_shared_prefix_would_lose_the_first_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The stand-in npm reproduces the bug that one folder per agent fixes."""
     fake = tmp_path / "npm"
     fake.write_text(f"#!{sys.executable}\n{FAKE_NPM}")
     fake.chmod(0o755)
     monkeypatch.setenv("FAKE_NPM_LOG", str(tmp_path / "npm.log"))
-    monkeypatch.setenv("FAKE_NPM_BINS", json.dumps({"@openai/codex": "codex", "@google/gemini-cli": "gemini"}))
+    monkeypatch.setenv(
+        "FAKE_NPM_BINS", json.dumps({"@openai/codex": "codex", "@google/gemini-cli": "gemini"})
+    )
     shared = tmp_path / "shared"
     for spec in ("@openai/codex@0.169.0", "@google/gemini-cli@0.61.0"):
-        subprocess.run([str(fake), "install", "--prefix", str(shared), "--no-save", spec], check=True)
+        subprocess.run(
+            [str(fake), "install", "--prefix", str(shared), "--no-save", spec], check=True
+        )
     assert not (shared / "node_modules" / ".bin" / "codex").exists()
     assert (shared / "node_modules" / ".bin" / "gemini").exists()
 
@@ -130,8 +152,9 @@ def test_the_old_shared_prefix_would_lose_the_first_cli(tmp_path: Path, monkeypa
 
 VERSION = f"{sys.version_info[0]}.{sys.version_info[1]}"
 SPEC = f"python{VERSION}"
-# What pyenv puts on PATH for every installed version: a shim that fails unless that version is selected.
-PYENV_SHIM = "#!/bin/sh\necho \"pyenv: $(basename $0): command not found\" >&2\nexit 127\n"
+# What pyenv puts on PATH for every installed version: a shim that fails unless that version is
+# selected.
+PYENV_SHIM = '#!/bin/sh\necho "pyenv: $(basename $0): command not found" >&2\nexit 127\n'
 
 
 def _pip_cli(python: str) -> CliAgentConfig:
@@ -150,7 +173,8 @@ def _executable(path: Path, text: str | None = None, target: str | None = None) 
 
 
 def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shim: bool = True) -> Path:
-    """PATH with only a failing pyenv-style shim for SPEC; HOME and PYENV_ROOT empty; returns the pyenv root."""
+    """PATH with only a failing pyenv-style shim for SPEC; HOME and PYENV_ROOT empty; returns the
+    pyenv root."""
     bin_dir = tmp_path / "path-bin"
     bin_dir.mkdir()
     if shim:
@@ -163,13 +187,23 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shim: bool = True)
 
 
 def test_a_failing_pyenv_shim_on_path_falls_back_to_the_newest_working_pyenv_version(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _isolate(monkeypatch, tmp_path)
     good = _executable(root / "versions" / f"{VERSION}.1" / "bin" / SPEC, target=sys.executable)
-    _executable(root / "versions" / f"{VERSION}.10" / "bin" / SPEC, "#!/bin/sh\nexit 1\n")  # newest, but broken
-    _executable(root / "versions" / f"{VERSION}.2t" / "bin" / SPEC, target=sys.executable)  # free-threaded: not chosen
-    _executable(root / "versions" / "2.7.18" / "bin" / SPEC, target=sys.executable)  # another version's folder
-    assert [p.parent.parent.name for p in python_candidates(SPEC)] == [f"{VERSION}.10", f"{VERSION}.1"]
+    _executable(
+        root / "versions" / f"{VERSION}.10" / "bin" / SPEC, "#!/bin/sh\nexit 1\n"
+    )  # newest, but broken
+    _executable(
+        root / "versions" / f"{VERSION}.2t" / "bin" / SPEC, target=sys.executable
+    )  # free-threaded: not chosen
+    _executable(
+        root / "versions" / "2.7.18" / "bin" / SPEC, target=sys.executable
+    )  # another version's folder
+    assert [p.parent.parent.name for p in python_candidates(SPEC)] == [
+        f"{VERSION}.10",
+        f"{VERSION}.1",
+    ]
     assert resolve_python(_pip_cli(SPEC)) == str(good)
     [venv, _] = install_commands(_pip_cli(SPEC), str(good))
     assert venv[:3] == [str(good), "-m", "venv"]
@@ -178,18 +212,24 @@ def test_a_failing_pyenv_shim_on_path_falls_back_to_the_newest_working_pyenv_ver
 def test_uv_managed_pythons_are_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _isolate(monkeypatch, tmp_path)
     uv = tmp_path / "home" / ".local" / "share" / "uv" / "python"
-    good = _executable(uv / f"cpython-{VERSION}.4-linux-x86_64-gnu" / "bin" / SPEC, target=sys.executable)
+    good = _executable(
+        uv / f"cpython-{VERSION}.4-linux-x86_64-gnu" / "bin" / SPEC, target=sys.executable
+    )
     assert resolve_python(_pip_cli(SPEC)) == str(good)
 
 
-def test_a_working_interpreter_on_path_comes_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_working_interpreter_on_path_comes_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _isolate(monkeypatch, tmp_path, shim=False)
     on_path = _executable(tmp_path / "path-bin" / SPEC, target=sys.executable)
     _executable(root / "versions" / f"{VERSION}.1" / "bin" / SPEC, target=sys.executable)
     assert resolve_python(_pip_cli(SPEC)) == str(on_path)
 
 
-def test_an_interpreter_of_another_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interpreter_of_another_version_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _isolate(monkeypatch, tmp_path, shim=False)
     # A python3.99 that runs, but is this Python: named for a version it is not.
     _executable(tmp_path / "path-bin" / "python3.99", target=sys.executable)
@@ -197,8 +237,9 @@ def test_an_interpreter_of_another_version_is_refused(tmp_path: Path, monkeypatc
         resolve_python(_pip_cli("python3.99"))
 
 
-def test_no_interpreter_names_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_interpreter_names_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     _isolate(monkeypatch, tmp_path)
     monkeypatch.setenv("AUTORL_AGENTS_DIR", str(tmp_path / "agents"))
     with pytest.raises(ConfigError) as error:
@@ -214,10 +255,14 @@ def test_no_interpreter_names_what_to_install(tmp_path: Path, monkeypatch: pytes
 
 def test_a_sealed_cell_binds_the_venv_and_its_base_interpreter(tmp_path: Path) -> None:
     cfg = dataclasses.replace(_pip_cli(SPEC), agents_dir=str(tmp_path))
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(install_dir(cfg))], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(install_dir(cfg))], check=True
+    )
     assert install_paths(cfg) == [tmp_path / "openhands", Path(sys.base_prefix).resolve()]
     binary = _executable(installed_path(cfg), "#!/bin/sh\n")
-    assert cli_read_only(cfg, str(binary)) == tuple(install_paths(cfg))  # what the CLI adapters bind
+    assert cli_read_only(cfg, str(binary)) == tuple(
+        install_paths(cfg)
+    )  # what the CLI adapters bind
     npm = dataclasses.replace(_installable()["codex"], agents_dir=str(tmp_path))
     assert install_paths(npm) == [tmp_path / "codex"]
     (tmp_path / "openhands" / "pyvenv.cfg").unlink()

@@ -57,7 +57,9 @@ def _cli(agent: str) -> CliAgentConfig:
     return cfg
 
 
-def _launch(agent: str, tmp_path: Path, driver: str = "gpt-5", **agent_overrides: Any) -> tuple[Any, Path, Path]:
+def _launch(
+    agent: str, tmp_path: Path, driver: str = "gpt-5", **agent_overrides: Any
+) -> tuple[Any, Path, Path]:
     cfg = compose([f"agent={agent}", f"driver={driver}"])
     assert isinstance(cfg.agent, CliAgentConfig)
     binary = _fake_cli(tmp_path / "bin" / cfg.agent.install.bin)
@@ -65,8 +67,15 @@ def _launch(agent: str, tmp_path: Path, driver: str = "gpt-5", **agent_overrides
     ws = _workspace(tmp_path)
     home = tmp_path / "cell" / "home"
     home.mkdir()
-    env = {"HOME": str(home), "PATH": os.environ["PATH"], "OPENAI_API_KEY": "sk-real", "ANTHROPIC_API_KEY": "sk-ant",
-           GATEWAY_URL_ENV: GATEWAY, GATEWAY_TOKEN_ENV: TOKEN, "GRADING_TOKEN": "g"}
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ["PATH"],
+        "OPENAI_API_KEY": "sk-real",
+        "ANTHROPIC_API_KEY": "sk-ant",
+        GATEWAY_URL_ENV: GATEWAY,
+        GATEWAY_TOKEN_ENV: TOKEN,
+        "GRADING_TOKEN": "g",
+    }
     ctx = LaunchContext(ws, agent_cfg, cfg.driver, env, tmp_path / "cell", budget_s=900)
     launch = load_adapter(agent_cfg).launch(ctx)
     return launch, ws, home
@@ -74,16 +83,33 @@ def _launch(agent: str, tmp_path: Path, driver: str = "gpt-5", **agent_overrides
 
 def test_registry_lists_the_five_clis_and_scripted() -> None:
     assert set(option_names("agent")) >= {*CLI_AGENTS, "scripted"}
-    assert {"gpt-5", "gpt-5.4", "gpt-5.2", "gpt-4o", "claude-opus-4.6", "claude-sonnet-4.5", "gemini-2.5-flash",
-            "local", "none"} <= set(option_names("driver"))
+    assert {
+        "gpt-5",
+        "gpt-5.4",
+        "gpt-5.2",
+        "gpt-4o",
+        "claude-opus-4.6",
+        "claude-sonnet-4.5",
+        "gemini-2.5-flash",
+        "local",
+        "none",
+    } <= set(option_names("driver"))
 
 
 @pytest.mark.parametrize("agent", CLI_AGENTS)
-def test_every_cli_gets_the_prompt_its_gateway_and_no_provider_key(agent: str, tmp_path: Path) -> None:
-    launch, ws, home = _launch(agent, tmp_path, driver="claude-sonnet-4.5" if agent == "claude-code" else "gpt-5")
+def test_every_cli_gets_the_prompt_its_gateway_and_no_provider_key(
+    agent: str, tmp_path: Path
+) -> None:
+    launch, ws, home = _launch(
+        agent, tmp_path, driver="claude-sonnet-4.5" if agent == "claude-code" else "gpt-5"
+    )
     assert launch.command[0].endswith(_cli(agent).install.bin)
     prompt = launch.command[-1]
-    assert "Solve grade-school math." in prompt and "Submit to the grading API." in prompt and "900 seconds" in prompt
+    assert (
+        "Solve grade-school math." in prompt
+        and "Submit to the grading API." in prompt
+        and "900 seconds" in prompt
+    )
     assert (tmp_path / "cell" / "prompt.md").read_text() == prompt
     assert "OPENAI_API_KEY" not in launch.env
     assert "sk-real" not in json.dumps(launch.env) and "sk-ant" not in json.dumps(launch.env)
@@ -91,8 +117,11 @@ def test_every_cli_gets_the_prompt_its_gateway_and_no_provider_key(agent: str, t
     # Every config file the CLI gets is inside the cell's HOME.
     written = [p for p in home.rglob("*") if p.is_file()]
     assert all(str(p).startswith(str(home)) for p in written)
-    assert not any(p.is_file() for p in ws.rglob("*")
-                   if p.parent == ws and p.name not in ("description.md", "instructions.md", "run_meta.json"))
+    assert not any(
+        p.is_file()
+        for p in ws.rglob("*")
+        if p.parent == ws and p.name not in ("description.md", "instructions.md", "run_meta.json")
+    )
 
 
 def test_codex_provider_points_at_the_gateway(tmp_path: Path) -> None:
@@ -100,9 +129,14 @@ def test_codex_provider_points_at_the_gateway(tmp_path: Path) -> None:
     config = tomllib.loads((home / ".codex" / "config.toml").read_text())
     provider = config["model_providers"][config["model_provider"]]
     assert provider["base_url"] == f"{GATEWAY}/v1" and provider["wire_api"] == "responses"
-    assert launch.env[provider["env_key"]] == TOKEN and launch.env["CODEX_HOME"] == str(home / ".codex")
+    assert launch.env[provider["env_key"]] == TOKEN and launch.env["CODEX_HOME"] == str(
+        home / ".codex"
+    )
     assert config["web_search"] == "disabled" and config["model"] == "gpt-5"
-    assert launch.command[1:4] == ["exec", "--json", "--skip-git-repo-check"] and str(ws) in launch.command
+    assert (
+        launch.command[1:4] == ["exec", "--json", "--skip-git-repo-check"]
+        and str(ws) in launch.command
+    )
 
 
 def test_claude_code_env(tmp_path: Path) -> None:
@@ -110,37 +144,63 @@ def test_claude_code_env(tmp_path: Path) -> None:
     env = launch.env
     assert env["ANTHROPIC_BASE_URL"] == GATEWAY and env["ANTHROPIC_API_KEY"] == TOKEN
     assert env["ANTHROPIC_SMALL_FAST_MODEL"] == env["ANTHROPIC_MODEL"] == "claude-sonnet-4-5"
-    assert env["CLAUDE_CONFIG_DIR"] == str(home / ".claude") and env["BASH_MAX_TIMEOUT_MS"] == "900000"
-    assert launch.command[3:5] == ["--output-format", "stream-json"] and "--dangerously-skip-permissions" in launch.command
+    assert (
+        env["CLAUDE_CONFIG_DIR"] == str(home / ".claude") and env["BASH_MAX_TIMEOUT_MS"] == "900000"
+    )
+    assert (
+        launch.command[3:5] == ["--output-format", "stream-json"]
+        and "--dangerously-skip-permissions" in launch.command
+    )
 
 
 def test_gemini_cli_settings(tmp_path: Path) -> None:
     launch, _, home = _launch("gemini-cli", tmp_path, driver="gemini-2.5-flash")
     settings = json.loads((home / ".gemini" / "settings.json").read_text())
-    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key" and settings["telemetry"]["enabled"] is False
+    assert (
+        settings["security"]["auth"]["selectedType"] == "gemini-api-key"
+        and settings["telemetry"]["enabled"] is False
+    )
     assert launch.env["GOOGLE_GEMINI_BASE_URL"] == GATEWAY and launch.env["GEMINI_API_KEY"] == TOKEN
-    assert launch.command[-2] == "--prompt" and launch.command[4:6] == ["--output-format", "stream-json"]
+    assert launch.command[-2] == "--prompt" and launch.command[4:6] == [
+        "--output-format",
+        "stream-json",
+    ]
 
 
 def test_opencode_config(tmp_path: Path) -> None:
     launch, _, home = _launch("opencode", tmp_path)
     config = json.loads((home / ".config" / "opencode" / "opencode.json").read_text())
     provider = config["provider"]["autorl"]
-    assert provider["options"] == {"baseURL": f"{GATEWAY}/v1", "apiKey": f"{{env:{GATEWAY_TOKEN_ENV}}}"}
+    assert provider["options"] == {
+        "baseURL": f"{GATEWAY}/v1",
+        "apiKey": f"{{env:{GATEWAY_TOKEN_ENV}}}",
+    }
     assert config["model"] == "autorl/gpt-5" and config["permission"]["bash"] == "allow"
-    assert launch.env["XDG_CONFIG_HOME"] == str(home / ".config") and launch.command[1:4] == ["run", "--format", "json"]
+    assert launch.env["XDG_CONFIG_HOME"] == str(home / ".config") and launch.command[1:4] == [
+        "run",
+        "--format",
+        "json",
+    ]
 
 
 def test_openhands_env(tmp_path: Path) -> None:
     launch, _, _ = _launch("openhands", tmp_path)
-    assert launch.env["LLM_MODEL"] == "openai/gpt-5" and launch.env["LLM_BASE_URL"] == f"{GATEWAY}/v1"
-    assert launch.env["LLM_API_KEY"] == TOKEN and launch.command[1:4] == ["--headless", "--json", "--override-with-envs"]
+    assert (
+        launch.env["LLM_MODEL"] == "openai/gpt-5" and launch.env["LLM_BASE_URL"] == f"{GATEWAY}/v1"
+    )
+    assert launch.env["LLM_API_KEY"] == TOKEN and launch.command[1:4] == [
+        "--headless",
+        "--json",
+        "--override-with-envs",
+    ]
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_modes_are_prompt_variants(mode: str, tmp_path: Path) -> None:
     prompt = build_prompt(_workspace(tmp_path), mode, 900)
-    assert MODES[mode] in prompt and all(MODES[other] not in prompt for other in MODES if other != mode)
+    assert MODES[mode] in prompt and all(
+        MODES[other] not in prompt for other in MODES if other != mode
+    )
     assert '"question": "1+1?"' in prompt  # a look at the training data
 
 
@@ -152,7 +212,11 @@ def test_unknown_mode_is_refused(tmp_path: Path) -> None:
 def test_missing_cli_error_says_how_to_install(tmp_path: Path) -> None:
     cfg = dataclasses.replace(_cli("codex"), agents_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="python -m autorl.agents.install codex") as error:
-        find_binary(dataclasses.replace(cfg, install=dataclasses.replace(cfg.install, bin="no-such-codex-binary")))
+        find_binary(
+            dataclasses.replace(
+                cfg, install=dataclasses.replace(cfg.install, bin="no-such-codex-binary")
+            )
+        )
     assert "@openai/codex@0.169.0" in str(error.value)
     installed = _fake_cli(tmp_path / "codex" / "node_modules" / ".bin" / "codex")
     assert find_binary(cfg) == str(installed)
@@ -166,11 +230,18 @@ def test_install_commands_are_pinned_and_make_test_installs_the_e2e_cli() -> Non
     repo = Path(__file__).resolve().parents[2]
     # `make test` installs the CLIs that tests/integration/test_real_cli.py runs (every registered
     # CLI agent); CI only runs `make test`.
-    listed = subprocess.run(["make", "-s", "--no-print-directory", "list-test-agents"], cwd=repo,
-                            capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        ["make", "-s", "--no-print-directory", "list-test-agents"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert listed == cli_agent_names() and "codex" in listed
     ci = (repo / ".ci" / "run").read_text()
-    assert "make test" in ci and not any(tool in ci for tool in ("npm ", "apt-get", "agents.install"))
+    assert "make test" in ci and not any(
+        tool in ci for tool in ("npm ", "apt-get", "agents.install")
+    )
 
 
 def test_an_agent_that_needs_a_driver_refuses_driver_none() -> None:
@@ -178,44 +249,67 @@ def test_an_agent_that_needs_a_driver_refuses_driver_none() -> None:
         plan_sweep(["agent=codex", "driver=none"])
     with pytest.raises(ConfigError, match="gemini API"):
         plan_sweep(["agent=gemini-cli", "driver=gpt-5"])
-    assert len(plan_sweep(["agent=claude-code", "driver=gpt-5"]).cells) == 1  # translated by the gateway
+    assert (
+        len(plan_sweep(["agent=claude-code", "driver=gpt-5"]).cells) == 1
+    )  # translated by the gateway
 
 
-def test_dry_run_without_key_prints_cells_and_real_run_stops(monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_without_key_prints_cells_and_real_run_stops(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from autorl import sweep
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     assert sweep.main(["agent=opencode", "driver=gpt-5", "task=all", "dry_run=true"]) == 0
     out = capsys.readouterr().out
     assert out.count("opencode") >= len(option_names("task")) and "OPENAI_API_KEY" in out
-    assert sweep.main(["agent=opencode", "driver=gpt-5", "task=all", "out_dir=/nonexistent/never"]) == 2
+    assert (
+        sweep.main(["agent=opencode", "driver=gpt-5", "task=all", "out_dir=/nonexistent/never"])
+        == 2
+    )
     assert "OPENAI_API_KEY" in capsys.readouterr().err
     assert not Path("/nonexistent/never").exists()
 
 
-def test_command_agent_copies_its_files_into_home_and_runs_its_command_there(tmp_path: Path) -> None:
+def test_command_agent_copies_its_files_into_home_and_runs_its_command_there(
+    tmp_path: Path,
+) -> None:
     import subprocess
 
     script = tmp_path / "host" / "hello.py"
     script.parent.mkdir()
     script.write_text("import os, sys\nprint(os.getcwd(), sys.argv[1])\n")
-    cfg = compose(["agent=command", "agent.command=[python3,-I,'{home}/hello.py','{workspace}']", f"agent.files=[{script}]"])
+    cfg = compose(
+        [
+            "agent=command",
+            "agent.command=[python3,-I,'{home}/hello.py','{workspace}']",
+            f"agent.files=[{script}]",
+        ]
+    )
     ws, home = _workspace(tmp_path), tmp_path / "cell" / "home"
     home.mkdir()
     env = {"HOME": str(home), "PATH": os.environ["PATH"]}
     launch = load_adapter(cfg.agent).launch(LaunchContext(ws, cfg.agent, cfg.driver, env))
-    assert launch.command == ["python3", "-I", str(home / "hello.py"), str(ws)] and launch.env["HOME"] == str(home)
+    assert launch.command == ["python3", "-I", str(home / "hello.py"), str(ws)] and launch.env[
+        "HOME"
+    ] == str(home)
     assert stat.S_IMODE((home / "hello.py").stat().st_mode) == 0o644
-    ran = subprocess.run(launch.command, cwd=ws, env=launch.env, capture_output=True, text=True, check=True)
+    ran = subprocess.run(
+        launch.command, cwd=ws, env=launch.env, capture_output=True, text=True, check=True
+    )
     assert ran.stdout.split() == [str(ws), str(ws)]
 
-    bad = {"agent.command=[]": "agent.command is empty", "agent.files=[rel.py]": "not an absolute path",
-           f"agent.files=[{tmp_path}/missing.py]": "missing.py is not an existing file"}
+    bad = {
+        "agent.command=[]": "agent.command is empty",
+        "agent.files=[rel.py]": "not an absolute path",
+        f"agent.files=[{tmp_path}/missing.py]": "missing.py is not an existing file",
+    }
     for override, message in bad.items():
         cfg = compose(["agent=command", "agent.command=[true]", override])
         with pytest.raises(ConfigError, match=message):
-            load_adapter(cfg.agent).launch(LaunchContext(ws, cfg.agent, cfg.driver, {"HOME": str(home)}))
+            load_adapter(cfg.agent).launch(
+                LaunchContext(ws, cfg.agent, cfg.driver, {"HOME": str(home)})
+            )
 
 
 def test_shell_tools_may_run_for_the_whole_budget(tmp_path: Path) -> None:
@@ -232,9 +326,13 @@ def test_shell_tools_may_run_for_the_whole_budget(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("agent", ["claude-code", "gemini-cli", "opencode"])
-def test_agent_tool_timeout_s_is_the_one_setting_every_cli_reads(agent: str, tmp_path: Path) -> None:
+def test_agent_tool_timeout_s_is_the_one_setting_every_cli_reads(
+    agent: str, tmp_path: Path
+) -> None:
     """``agent.tool_timeout_s`` overrides the budget in the launch context, whatever the CLI."""
-    driver = {"claude-code": "claude-sonnet-4.5", "gemini-cli": "gemini-2.5-flash"}.get(agent, "gpt-5")
+    driver = {"claude-code": "claude-sonnet-4.5", "gemini-cli": "gemini-2.5-flash"}.get(
+        agent, "gpt-5"
+    )
     launch, _, home = _launch(agent, tmp_path, driver=driver, tool_timeout_s=61.5)
     if agent == "gemini-cli":
         settings = json.loads((home / ".gemini" / "settings.json").read_text())
@@ -246,25 +344,45 @@ def test_agent_tool_timeout_s_is_the_one_setting_every_cli_reads(agent: str, tmp
 @pytest.mark.parametrize("agent", ["gemini-cli", "opencode"])
 def test_a_resume_never_reads_the_agents_run_meta(agent: str, tmp_path: Path) -> None:
     """By a resume the agent has had the workspace for hours: a FIFO (which would block a reader
-    forever) in place of run_meta.json changes nothing of the relaunch; the budget is the config's."""
+    forever) in place of run_meta.json changes nothing of the relaunch; the budget is the
+    config's."""
     driver = "gemini-2.5-flash" if agent == "gemini-cli" else "gpt-5"
     first, ws, home = _launch(agent, tmp_path, driver=driver)
     (ws / "run_meta.json").unlink()
     os.mkfifo(ws / "run_meta.json")
     cfg = compose([f"agent={agent}", f"driver={driver}"])
     agent_cfg = dataclasses.replace(cfg.agent, binary=first.command[0])
-    ctx = LaunchContext(ws, agent_cfg, cfg.driver, {"HOME": str(home), "PATH": os.environ["PATH"],
-                        GATEWAY_URL_ENV: GATEWAY, GATEWAY_TOKEN_ENV: TOKEN}, tmp_path / "cell", budget_s=900,
-                        continuation_prompt="go on", resume_index=1)
+    ctx = LaunchContext(
+        ws,
+        agent_cfg,
+        cfg.driver,
+        {
+            "HOME": str(home),
+            "PATH": os.environ["PATH"],
+            GATEWAY_URL_ENV: GATEWAY,
+            GATEWAY_TOKEN_ENV: TOKEN,
+        },
+        tmp_path / "cell",
+        budget_s=900,
+        continuation_prompt="go on",
+        resume_index=1,
+    )
     again = load_adapter(agent_cfg).launch(ctx)
     timeouts = {k: v for k, v in first.env.items() if "TIMEOUT" in k}
     assert {k: again.env[k] for k in timeouts} == timeouts
     if agent == "gemini-cli":
-        assert json.loads((home / ".gemini" / "settings.json").read_text())["tools"]["shell"]["inactivityTimeout"] == 900
+        assert (
+            json.loads((home / ".gemini" / "settings.json").read_text())["tools"]["shell"][
+                "inactivityTimeout"
+            ]
+            == 900
+        )
 
 
 @pytest.mark.parametrize("agent", CLI_AGENTS)
-def test_a_relaunch_writes_its_config_into_home_never_through_the_agents_links(agent: str, tmp_path: Path) -> None:
+def test_a_relaunch_writes_its_config_into_home_never_through_the_agents_links(
+    agent: str, tmp_path: Path
+) -> None:
     """The agent may replace each config folder the adapter made in HOME by a link to a folder
     outside (here holding a copy of the config): the relaunch writes into HOME again, the folder
     the links led to keeps its files untouched."""
@@ -281,39 +399,70 @@ def test_a_relaunch_writes_its_config_into_home_never_through_the_agents_links(a
     before = {f: f.read_text() for f in outside.rglob("*") if f.is_file()}
     cfg = compose([f"agent={agent}", f"driver={driver}"])
     agent_cfg = dataclasses.replace(cfg.agent, binary=first.command[0])
-    env = {"HOME": str(home), "PATH": os.environ["PATH"], GATEWAY_URL_ENV: GATEWAY, GATEWAY_TOKEN_ENV: TOKEN}
-    load_adapter(agent_cfg).launch(LaunchContext(ws, agent_cfg, cfg.driver, env, tmp_path / "cell", budget_s=900,
-                                                 continuation_prompt="go on", resume_index=1))
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ["PATH"],
+        GATEWAY_URL_ENV: GATEWAY,
+        GATEWAY_TOKEN_ENV: TOKEN,
+    }
+    load_adapter(agent_cfg).launch(
+        LaunchContext(
+            ws,
+            agent_cfg,
+            cfg.driver,
+            env,
+            tmp_path / "cell",
+            budget_s=900,
+            continuation_prompt="go on",
+            resume_index=1,
+        )
+    )
     assert {f: f.read_text() for f in outside.rglob("*") if f.is_file()} == before
     assert all(not entry.is_symlink() for entry in home.rglob("*"))
 
 
 RESUME_FLAGS = {
-    "claude-code": ["--continue"], "codex": ["exec", "resume", "--last"], "gemini-cli": ["--resume", "latest"],
-    "opencode": ["run", "--format", "json", "--continue"], "openhands": ["--resume", "--last"],
+    "claude-code": ["--continue"],
+    "codex": ["exec", "resume", "--last"],
+    "gemini-cli": ["--resume", "latest"],
+    "opencode": ["run", "--format", "json", "--continue"],
+    "openhands": ["--resume", "--last"],
 }
 
 
 @pytest.mark.parametrize("agent", CLI_AGENTS)
-def test_a_resumed_cli_continues_its_last_session_with_the_continuation_prompt(agent: str, tmp_path: Path) -> None:
+def test_a_resumed_cli_continues_its_last_session_with_the_continuation_prompt(
+    agent: str, tmp_path: Path
+) -> None:
     from autorl.agents.reprompt import continuation_prompt
 
-    driver = {"claude-code": "claude-sonnet-4.5", "gemini-cli": "gemini-2.5-flash"}.get(agent, "gpt-5")
+    driver = {"claude-code": "claude-sonnet-4.5", "gemini-cli": "gemini-2.5-flash"}.get(
+        agent, "gpt-5"
+    )
     first, ws, home = _launch(agent, tmp_path, driver=driver)
     flags = RESUME_FLAGS[agent]
-    assert not any(first.command[i:i + len(flags)] == flags for i in range(len(first.command)))
+    assert not any(first.command[i : i + len(flags)] == flags for i in range(len(first.command)))
     cfg = compose([f"agent={agent}", f"driver={driver}"])
     agent_cfg = dataclasses.replace(cfg.agent, binary=first.command[0])
     text = continuation_prompt(1830, 3600, 0)
-    env = {"HOME": str(home), "PATH": os.environ["PATH"], GATEWAY_URL_ENV: GATEWAY, GATEWAY_TOKEN_ENV: TOKEN}
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ["PATH"],
+        GATEWAY_URL_ENV: GATEWAY,
+        GATEWAY_TOKEN_ENV: TOKEN,
+    }
     resumed = load_adapter(agent_cfg).launch(
-        LaunchContext(ws, agent_cfg, cfg.driver, env, tmp_path / "cell", continuation_prompt=text))
-    assert any(resumed.command[i:i + len(flags)] == flags for i in range(len(resumed.command))), resumed.command
+        LaunchContext(ws, agent_cfg, cfg.driver, env, tmp_path / "cell", continuation_prompt=text)
+    )
+    assert any(resumed.command[i : i + len(flags)] == flags for i in range(len(resumed.command))), (
+        resumed.command
+    )
     assert resumed.command[-1] == text and first.command[-1] not in resumed.command
     assert resumed.env["HOME"] == first.env["HOME"] == str(home)  # where the CLI keeps its sessions
 
 
-# ---- the real CLIs, against the replay LLM through the gateway ------------------------------------
+# ---- the real CLIs, against the replay LLM through the gateway
+# ------------------------------------
 
 
 def _real_cli(agent: str) -> str:
@@ -332,32 +481,69 @@ class _NoToolTimeout(ReplayLLM):
         kind, value = super().decide(protocol, body)
         if kind == "tool":
             name, arguments = value
-            value = (name, {k: v for k, v in arguments.items() if k not in ("timeout", "timeout_ms")})
+            value = (
+                name,
+                {k: v for k, v in arguments.items() if k not in ("timeout", "timeout_ms")},
+            )
         return kind, value
 
 
-def _run_real(agent: str, root: Path, replay: ReplayServer, continuation: str | None = None,
-              budget_s: float = 900) -> str:
-    """Run the real CLI once in ``root``'s cell (workspace and HOME kept between runs); its stdout."""
+def _run_real(
+    agent: str,
+    root: Path,
+    replay: ReplayServer,
+    continuation: str | None = None,
+    budget_s: float = 900,
+) -> str:
+    """Run the real CLI once in ``root``'s cell (workspace and HOME kept between runs); its
+    stdout."""
     server = replay.base_url.removesuffix("/v1")
     driver = "gemini-2.5-flash" if agent == "gemini-cli" else "local"
-    cfg = compose([f"agent={agent}", f"driver={driver}", f"driver.base_url={replay.base_url}", "driver.api_key_env=null",
-                   f"driver.protocols={{gemini: {server}/v1beta}}" if agent == "gemini-cli" else "driver.model=local-model"])
+    cfg = compose(
+        [
+            f"agent={agent}",
+            f"driver={driver}",
+            f"driver.base_url={replay.base_url}",
+            "driver.api_key_env=null",
+            f"driver.protocols={{gemini: {server}/v1beta}}"
+            if agent == "gemini-cli"
+            else "driver.model=local-model",
+        ]
+    )
     agent_cfg = dataclasses.replace(cfg.agent, binary=_real_cli(agent))
     ws = root / "cell" / "workspace"
     if not ws.exists():
         _workspace(root)
     home = root / "cell" / "home"
     home.mkdir(exist_ok=True)
-    gateway = Gateway(DriverSettings.from_config(cfg.driver), token=TOKEN, api_key=None, cell_id="c", sink=lambda _: None)
+    gateway = Gateway(
+        DriverSettings.from_config(cfg.driver),
+        token=TOKEN,
+        api_key=None,
+        cell_id="c",
+        sink=lambda _: None,
+    )
     gateway.start()
     try:
-        env = {"HOME": str(home), "PATH": os.environ["PATH"], GATEWAY_URL_ENV: gateway.url, GATEWAY_TOKEN_ENV: TOKEN}
+        env = {
+            "HOME": str(home),
+            "PATH": os.environ["PATH"],
+            GATEWAY_URL_ENV: gateway.url,
+            GATEWAY_TOKEN_ENV: TOKEN,
+        }
         ctx = LaunchContext(ws, agent_cfg, cfg.driver, env, root / "cell", budget_s=budget_s)
         launch = load_adapter(agent_cfg).launch(
-            dataclasses.replace(ctx, continuation_prompt=continuation) if continuation else ctx)
-        done = subprocess.run(launch.command, cwd=ws, env=launch.env, capture_output=True, text=True, timeout=240,
-                              stdin=subprocess.DEVNULL)
+            dataclasses.replace(ctx, continuation_prompt=continuation) if continuation else ctx
+        )
+        done = subprocess.run(
+            launch.command,
+            cwd=ws,
+            env=launch.env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            stdin=subprocess.DEVNULL,
+        )
     finally:
         gateway.stop()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -369,7 +555,9 @@ def _requests(log: Path) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("agent", ["codex", "claude-code", "gemini-cli", "opencode"])
-def test_a_real_cli_resumed_with_the_continuation_prompt_keeps_its_conversation(agent: str, tmp_path: Path) -> None:
+def test_a_real_cli_resumed_with_the_continuation_prompt_keeps_its_conversation(
+    agent: str, tmp_path: Path
+) -> None:
     """The resume flag each adapter uses picks up the session of the first run: the model sees the
     first run's tool call and output, then the continuation prompt."""
     from autorl.agents.reprompt import continuation_prompt
@@ -379,15 +567,22 @@ def test_a_real_cli_resumed_with_the_continuation_prompt_keeps_its_conversation(
     try:
         _run_real(agent, tmp_path, replay)
         first = len(_requests(log))
-        assert any("FIRST-RUN" in json.dumps(r["body"]) for r in _requests(log)), "the first run ran its step"
+        assert any("FIRST-RUN" in json.dumps(r["body"]) for r in _requests(log)), (
+            "the first run ran its step"
+        )
         text = continuation_prompt(1830, 3600, 0)
         _run_real(agent, tmp_path, replay, continuation=text)
     finally:
         replay.stop()
-    resumed = [json.dumps(r["body"]) for r in _requests(log)[first:] if "(resume 1)" in json.dumps(r["body"])]
+    resumed = [
+        json.dumps(r["body"])
+        for r in _requests(log)[first:]
+        if "(resume 1)" in json.dumps(r["body"])
+    ]
     assert resumed, "the continuation prompt reached the model"
     # The same conversation: the first run's tool call and its output are already in the context of
-    # the resumed run's first request (a new session would start from the continuation prompt alone).
+    # the resumed run's first request (a new session would start from the continuation prompt
+    # alone).
     assert all("echo first-run" in body and "FIRST-RUN" in body for body in resumed)
 
 
@@ -409,4 +604,6 @@ def test_a_real_cli_shell_timeout_is_the_cells_budget(agent: str, tmp_path: Path
     [result] = [e for e in events if e["kind"] == "tool_result"]
     # Gemini CLI: "cancelled because it exceeded the timeout of 0.1 minutes without output";
     # OpenCode: "terminated command after exceeding timeout 3000 ms".
-    assert "slept-through" not in result["output"] and re.search(r"timeout of 0\.1 minutes|timeout 3000 ms", result["output"])
+    assert "slept-through" not in result["output"] and re.search(
+        r"timeout of 0\.1 minutes|timeout 3000 ms", result["output"]
+    )

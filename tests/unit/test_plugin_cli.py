@@ -48,7 +48,9 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     sys.modules.pop("sixth_cli_agent", None)
 
 
-def test_without_the_plugin_only_the_built_in_clis_are_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_plugin_only_the_built_in_clis_are_registered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv(PLUGIN_PATH_ENV, raising=False)
     assert "sixth-cli" not in AGENTS and tuple(cli_agent_names()) == BUILT_IN
 
@@ -78,24 +80,41 @@ def test_a_plugin_cli_launches_like_the_built_in_ones(plugin: Path, tmp_path: Pa
     (workspace / "instructions.md").write_text("# Instructions\nSubmit it.\n")
     home = tmp_path / "cell" / "home"
     home.mkdir()
-    env = {"HOME": str(home), "PATH": os.environ["PATH"], "OPENAI_API_KEY": "sk-real",
-           GATEWAY_URL_ENV: "http://127.0.0.1:5555", GATEWAY_TOKEN_ENV: "gw"}
+    env = {
+        "HOME": str(home),
+        "PATH": os.environ["PATH"],
+        "OPENAI_API_KEY": "sk-real",
+        GATEWAY_URL_ENV: "http://127.0.0.1:5555",
+        GATEWAY_TOKEN_ENV: "gw",
+    }
     ctx = LaunchContext(workspace, agent_cfg, cfg.driver, env, tmp_path / "cell", budget_s=600)
     launch = load_adapter(agent_cfg).launch(ctx)
-    assert launch.command[:3] == [str(binary), "run", "--jsonl"] and "Train it." in launch.command[-1]
-    assert launch.env["SIXTH_BASE_URL"] == "http://127.0.0.1:5555/v1" and launch.env["SIXTH_API_KEY"] == "gw"
+    assert (
+        launch.command[:3] == [str(binary), "run", "--jsonl"] and "Train it." in launch.command[-1]
+    )
+    assert (
+        launch.env["SIXTH_BASE_URL"] == "http://127.0.0.1:5555/v1"
+        and launch.env["SIXTH_API_KEY"] == "gw"
+    )
     assert launch.env["SIXTH_SHELL_TIMEOUT_S"] == "600" and "OPENAI_API_KEY" not in launch.env
     assert (home / ".sixth").is_dir() and launch.read_only == (binary.parent.parent,)
 
 
-def test_a_plugin_clis_recorded_stream_is_parsed_by_its_own_parser(plugin: Path, tmp_path: Path) -> None:
+def test_a_plugin_clis_recorded_stream_is_parsed_by_its_own_parser(
+    plugin: Path, tmp_path: Path
+) -> None:
     assert type(agent_stream_parser("sixth-cli")).__name__ == "SixthStream"
     trace = tmp_path / "trace.jsonl"
-    stats = parse_file(FIXTURES / "agent_streams" / "sixth-cli.jsonl", trace, "sixth-cli", "sixth-cli")
+    stats = parse_file(
+        FIXTURES / "agent_streams" / "sixth-cli.jsonl", trace, "sixth-cli", "sixth-cli"
+    )
     events = [json.loads(line) for line in trace.read_text().splitlines()]
     calls = [e for e in events if e["kind"] == "tool_call"]
     results = [e for e in events if e["kind"] == "tool_result"]
-    assert stats.tool_calls == len(calls) == 2 and "python3 code/train.py" in calls[1]["input"]["command"]
+    assert (
+        stats.tool_calls == len(calls) == 2
+        and "python3 code/train.py" in calls[1]["input"]["command"]
+    )
     assert {r["call_id"] for r in results} == {"c1", "c2"} and "42" in results[1]["output"]
     assert (stats.tokens_in, stats.tokens_out) == (812 + 901, 31 + 12)
     assert stats.messages == 2 and stats.unparsed_lines == 1  # the CLI's console line
@@ -104,9 +123,21 @@ def test_a_plugin_clis_recorded_stream_is_parsed_by_its_own_parser(plugin: Path,
 
 def test_the_derived_cli_lists_include_a_plugin_cli(plugin: Path) -> None:
     env = {**os.environ, PLUGIN_PATH_ENV: str(plugin)}
-    listed = subprocess.run([sys.executable, "-m", "autorl.ls", "agents", "--names", "--cli"], env=env,
-                            cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        [sys.executable, "-m", "autorl.ls", "agents", "--names", "--cli"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert listed == sorted([*BUILT_IN, "sixth-cli"])
-    made = subprocess.run(["make", "-s", "--no-print-directory", "list-test-agents"], env=env, cwd=REPO,
-                          capture_output=True, text=True, check=True).stdout.split()
+    made = subprocess.run(
+        ["make", "-s", "--no-print-directory", "list-test-agents"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert made == listed

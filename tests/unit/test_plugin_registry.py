@@ -72,7 +72,9 @@ def test_the_built_in_engines_come_from_their_yaml_files(monkeypatch: pytest.Mon
 def test_a_plugin_engine_is_one_yaml_file_and_its_module(plugin: Path) -> None:
     assert "length" in ENGINES and resolve_engine("length") == "length"
     engine = ENGINES.get("length")(plugin, batch_size=1, base_dir=None, suffix="!")
-    assert engine.generate_text(["abc", "de"], max_new_tokens=1) == ["3!", "2!"] and engine.swap(plugin)
+    assert engine.generate_text(["abc", "de"], max_new_tokens=1) == ["3!", "2!"] and engine.swap(
+        plugin
+    )
 
 
 def test_a_plugin_engine_is_a_valid_grader_engine(plugin: Path) -> None:
@@ -83,15 +85,20 @@ def test_a_plugin_engine_is_a_valid_grader_engine(plugin: Path) -> None:
         compose(["grader.engine=lenght"]).grader.check()
 
 
-def test_an_entry_registered_in_code_survives_a_new_plugin(plugin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    registry: OptionRegistry[object] = OptionRegistry("engine", "engine", "implementation", {"x": "json:dumps"})
+def test_an_entry_registered_in_code_survives_a_new_plugin(
+    plugin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry: OptionRegistry[object] = OptionRegistry(
+        "engine", "engine", "implementation", {"x": "json:dumps"}
+    )
     registry.register("y", "json:loads")
     assert registry.names() == ["hf", "length", "vllm", "x", "y"]
     monkeypatch.delenv(PLUGIN_PATH_ENV)
     assert registry.names() == ["hf", "vllm", "x", "y"]
 
 
-SANDBOX_MODULE = '''"""A sandbox backend that prefixes the agent's command (standing in for a container runtime)."""
+SANDBOX_MODULE = '''"""A sandbox backend that prefixes the agent's command (standing in for a
+container runtime)."""
 
 from autorl.seal.launch import CellSeal
 
@@ -109,7 +116,9 @@ class PrefixSeal(CellSeal):
 '''
 
 
-def test_a_plugin_sandbox_backend_is_chosen_by_sandbox_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_plugin_sandbox_backend_is_chosen_by_sandbox_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from autorl.config import compose
     from autorl.seal.launch import SANDBOXES, CellSeal, Unsealed
     from autorl.seal.preflight import sandbox_problems
@@ -117,7 +126,8 @@ def test_a_plugin_sandbox_backend_is_chosen_by_sandbox_mode(tmp_path: Path, monk
     folder = tmp_path / "plugin"
     (folder / "conf" / "sandbox").mkdir(parents=True)
     (folder / "conf" / "sandbox" / "prefix.yaml").write_text(
-        "name: prefix\ndescription: a test backend\nimplementation: my_prefix_seal:PrefixSeal\n")
+        "name: prefix\ndescription: a test backend\nimplementation: my_prefix_seal:PrefixSeal\n"
+    )
     (folder / "my_prefix_seal.py").write_text(SANDBOX_MODULE)
     monkeypatch.delenv(PLUGIN_PATH_ENV, raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -127,11 +137,16 @@ def test_a_plugin_sandbox_backend_is_chosen_by_sandbox_mode(tmp_path: Path, monk
         cfg = compose(["sandbox.mode=prefix"])
         seal = CellSeal(cfg, "c1", tmp_path / "cell")
         assert type(seal).__name__ == "PrefixSeal" and seal.sealed and seal.mode_label() == "prefix"
-        assert seal.wrap(["run"], workspace=tmp_path, home=tmp_path, base_model=tmp_path, read_only=[]) == [
-            "runtime", "exec", "run"]
-        assert seal.base_env({"A": "1"}, tmp_path) == {"A": "1"} and seal.cgroup() is None  # the base's
+        assert seal.wrap(
+            ["run"], workspace=tmp_path, home=tmp_path, base_model=tmp_path, read_only=[]
+        ) == ["runtime", "exec", "run"]
+        assert (
+            seal.base_env({"A": "1"}, tmp_path) == {"A": "1"} and seal.cgroup() is None
+        )  # the base's
         # The preflight asks the chosen backend: nothing is downgraded without a word.
-        assert sandbox_problems(cfg) == ["prefix: the runtime is not installed; or sandbox.mode=none"]
+        assert sandbox_problems(cfg) == [
+            "prefix: the runtime is not installed; or sandbox.mode=none"
+        ]
         assert isinstance(CellSeal(compose(["sandbox.mode=none"]), "c1", tmp_path), Unsealed)
         [problem] = sandbox_problems(compose(["sandbox.mode=prefx"]))
         assert "unknown sandbox backend 'prefx'. Did you mean: prefix?" in problem
