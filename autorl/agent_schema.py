@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from agent_kit.scripted.settings import GrpoSettings, OnlineGrpoSettings, SftSettings
 from autorl.schema_fields import setting
 
 
@@ -78,68 +79,16 @@ class AgentConfig:
 
 
 @dataclass
-class SftConfig:
-    """The scripted agent's supervised fine-tuning stage."""
-
-    steps: int = setting("optimizer steps")
-    batch_size: int = setting("examples per step")
-    learning_rate: float = setting("AdamW learning rate")
-    max_length: int = setting("tokens per example (prompt + answer), longer ones are cut")
-
-
-@dataclass
-class GrpoConfig:
-    """The scripted agent's GRPO stage on single-turn tasks (TRL's GRPOTrainer on the task's rule reward)."""
-
-    steps: int = setting("optimizer steps")
-    batch_size: int = setting("completions per step")
-    num_generations: int = setting("completions per prompt; must divide batch_size")
-    learning_rate: float = setting("AdamW learning rate")
-    max_completion_length: int = setting("tokens per sampled completion")
-
-
-@dataclass
-class OnlineGrpoConfig:
-    """The scripted agent's RL stage on interactive tasks: GRPO on rollouts played through the grading
-    API's env endpoints (``agent_kit/scripted/interactive.py``). Fields named as TRL's GRPOConfig's mean what
-    they mean there."""
-
-    batches: int = setting("rollout batches played; each is trained on num_iterations times")
-    batch_size: int = setting("rollouts per batch")
-    num_generations: int = setting("rollouts of each training episode in a batch (the group of the group baseline)")
-    learning_rate: float = setting("AdamW learning rate (one optimizer for the whole stage)")
-    num_iterations: int = setting("optimizer steps per batch; after the first, PPO-clipped (TRL's num_iterations)")
-    epsilon: float = setting("the clip range of the probability ratio (TRL's epsilon)")
-    temperature: float = setting("sampling temperature of the rollouts; the update scores tokens at the same one")
-    episodes: int = setting("training episodes the batches replay, a batch's worth at a time (a fixed draw by the "
-                            "cell's seed, outside the expert's when enough are left); 0: a fresh draw every batch")
-    sft_mix: int = setting("SFT's expert sequences added to each update, keeping the policy near SFT's (0: none)")
-    sft_mix_weight: float = setting("the weight of each mixed SFT sequence (a rollout's is its advantage)")
-    probe: int = setting("batches' worth of rollouts of the first batch's episodes, played before RL and again after it "
-                         "with the same sampling noise, so the two rewards differ by what RL changed (0: no probe)")
-
-    def check(self) -> None:
-        """Refuse a replayed pool, an SFT mix or a probe that cannot mean anything (called when a sweep is planned).
-
-        Raises:
-            ConfigError: a negative ``episodes``, ``sft_mix``, ``sft_mix_weight`` or ``probe``.
-        """
-        from autorl.errors import ConfigError
-
-        zero_means = {"episodes": "a fresh draw every batch", "sft_mix": "no SFT sequences mixed in",
-                      "sft_mix_weight": "no SFT sequences mixed in", "probe": "no probe"}
-        for name, meaning in zero_means.items():
-            if (value := getattr(self, name)) < 0:
-                raise ConfigError(f"agent.online_grpo.{name} must be at least 0 (0: {meaning}), got {value}")
-
-
-@dataclass
 class ScriptedAgentConfig(AgentConfig):
     """The built-in scripted agent (``agent=scripted``): SFT, then GRPO, submitting after each."""
 
-    sft: SftConfig = setting("the SFT stage")
-    grpo: GrpoConfig = setting("the GRPO stage of single-turn tasks")
-    online_grpo: OnlineGrpoConfig = setting("the GRPO stage of interactive tasks, on env-endpoint rollouts")
+    # The agent's own settings types (agent_kit.scripted.settings), TRL's field names where TRL has
+    # one: the adapter writes these blocks as the agent's settings file, unrenamed.
+    sft: SftSettings = setting("the SFT stage")
+    grpo: GrpoSettings = setting("the GRPO stage of single-turn tasks")
+    online_grpo: OnlineGrpoSettings = setting(
+        "the GRPO stage of interactive tasks, on env-endpoint rollouts"
+    )
 
 
 @dataclass

@@ -390,7 +390,7 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
             )
         agent.reprompt.check()
         if isinstance(agent, ScriptedAgentConfig):
-            agent.online_grpo.check()
+            agent.online_grpo.check("agent.", ConfigError)
         cell.config.integrity.check()
         cell.config.grader.check()
         if isinstance(agent, CommandAgentConfig) and not agent.command:

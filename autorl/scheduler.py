@@ -82,8 +82,10 @@ def _unplaced_note(cell: CellSpec, waited: float, timeout: float) -> str:
     free, total = ray.available_resources(), ray.cluster_resources()
     have = ", ".join(f"{key} {free.get(key, 0):g} free of {total.get(key, 0):g}" for key in bundle)
     return (
-        f"cell {cell.cell_id} has waited {waited:.0f} s for {bundle} while no cell runs ({have}; the grader "
-        f"and env pools hold the rest): it fails after scheduler.placement_timeout_s={timeout:g} s unless "
+        f"cell {cell.cell_id} has waited {waited:.0f} s for {bundle} while no cell runs ({have}; "
+        "the grader "
+        f"and env pools hold the rest): it fails after scheduler.placement_timeout_s={timeout:g} s "
+        "unless "
         "resources free up; lower cell.cpus/cell.gpus or grader.cpus, or add nodes"
     )
 
@@ -103,7 +105,8 @@ class SweepRunner:
         self.plan = plan
         self.cfg = plan.base_config
         db_path = plan.sweep_dir / "records.sqlite"
-        # This invocation of the sweep, for sweep-level measurements (a resumed sweep is a second run).
+        # This invocation of the sweep, for sweep-level measurements (a resumed sweep is a second
+        # run).
         self.run_id = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         _wait_for_old_services(("recorder", "grader_pool"))
         # Hard affinity: a restarted Recorder comes back here, next to the sweep folder it writes.
@@ -132,7 +135,8 @@ class SweepRunner:
             .remote(self.cfg.grader, str(resolve_cache_dir(self.cfg.cache_dir)), self.recorder),
         )
         self._stats_saved = 0.0
-        # envpool:<kind> for each interactive task of the sweep (found by name by graders and cells).
+        # envpool:<kind> for each interactive task of the sweep (found by name by graders and
+        # cells).
         self.env_pools = start_env_pools(plan.cells, str(resolve_cache_dir(self.cfg.cache_dir)))
         self.board = CellBoard(plan.sweep_id, enabled=self.cfg.progress)
         timeout = self.cfg.scheduler.placement_timeout_s
@@ -142,12 +146,14 @@ class SweepRunner:
             grader = self.cfg.grader
             raise PrerequisiteError(
                 f"the grader pool ({grader.replicas} × {grader.cpus:g} CPU, "
-                f"{grader.gpus:g} GPU) did not start within {timeout:.0f} s: the cluster lacks those "
+                f"{grader.gpus:g} GPU) did not start within {timeout:.0f} s: the cluster lacks "
+                "those "
                 "resources; lower grader.cpus/grader.replicas or add nodes"
             ) from error
 
     def run(self) -> dict[str, str]:
-        """Run every unfinished cell, and every completed one recorded under an older task version; returns the
+        """Run every unfinished cell, and every completed one recorded under an older task version;
+        returns the
         final status of every cell of the plan."""
         todo: deque[tuple[CellSpec, int]] = deque()
         skipped, stale = [], []
@@ -158,8 +164,9 @@ class SweepRunner:
                 if existing.task_version == version:
                     skipped.append(cell.cell_id)
                     continue
-                # Its score measured an older task (data or evaluation changed since): a table that kept
-                # it would mix versions, so it runs again as a new attempt, the old one kept in the store.
+                # Its score measured an older task (data or evaluation changed since): a table that
+                # kept it would mix versions, so it runs again as a new attempt, the old one kept in
+                # the store.
                 stale.append(f"{cell.cell_id} (v{existing.task_version} -> v{version})")
             todo.append((cell, 1))
             if existing is None:
@@ -172,7 +179,8 @@ class SweepRunner:
             )
         if stale:
             self.board.note(
-                f"{len(stale)} completed cell(s) ran an older task version and run again (their earlier "
+                f"{len(stale)} completed cell(s) ran an older task version and run again (their "
+                "earlier "
                 f"attempt stays in the record store): {', '.join(stale)}"
             )
         active: list[_Attempt] = []
@@ -247,7 +255,8 @@ class SweepRunner:
 
     def _place(self, cell: CellSpec, tries: int) -> _Attempt:
         existing = self.recorder.get_cell(cell.cell_id)
-        # Numbered across invocations; the store keeps every earlier attempt's records under its number.
+        # Numbered across invocations; the store keeps every earlier attempt's records under its
+        # number.
         number = (existing.attempts if existing is not None else 0) + 1
         number = self.recorder.start_attempt(self._record(cell, "pending", number))
         pg = placement_group([_bundle(cell)], name=f"{cell.sweep_id}/{cell.cell_id}/{number}")
@@ -311,9 +320,12 @@ class SweepRunner:
         try:
             if attempt.run_ref is None:
                 raise TimeoutError(
-                    f"resources {_bundle(cell)} for cell {cell.cell_id} did not become available within "
-                    f"{self.cfg.scheduler.placement_timeout_s:g} s while no other cell was running: the cluster "
-                    "cannot hold this bundle next to the grader and env pools; lower cell.cpus/cell.gpus or add nodes"
+                    f"resources {_bundle(cell)} for cell {cell.cell_id} did not become available "
+                    "within "
+                    f"{self.cfg.scheduler.placement_timeout_s:g} s while no other cell was "
+                    "running: the cluster "
+                    "cannot hold this bundle next to the grader and env pools; lower "
+                    "cell.cpus/cell.gpus or add nodes"
                 )
             outcome: CellOutcome = ray.get(attempt.run_ref)
             now = time.time()
@@ -391,8 +403,10 @@ def _wait_for_old_services(names: tuple[str, ...]) -> None:
                 break  # no such actor (any more)
             if time.monotonic() > deadline:
                 raise PrerequisiteError(
-                    f"the actor {name!r} of this sweep's namespace is still alive after {_OLD_SERVICES_WAIT_S:.0f} s: "
-                    "another process runs this sweep on this cluster. Wait for it (or stop it), or pick another sweep_id."
+                    f"the actor {name!r} of this sweep's namespace is still alive after "
+                    f"{_OLD_SERVICES_WAIT_S:.0f} s: "
+                    "another process runs this sweep on this cluster. Wait for it (or stop it), or "
+                    "pick another sweep_id."
                 )
             time.sleep(0.5)
 

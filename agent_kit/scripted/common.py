@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import os
 import time
@@ -10,6 +10,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from agent_kit.scripted.settings import ScriptedSettings
 
 ChatRow = dict[str, Any]
 Reward = Callable[..., list[float]]
@@ -20,13 +22,18 @@ def log(message: str) -> None:
     print(f"[scripted {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def api(method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 3600) -> dict[str, Any]:
+def api(
+    method: str, path: str, body: dict[str, Any] | None = None, timeout: float = 3600
+) -> dict[str, Any]:
     """Call the grading API with the cell's token."""
     request = urllib.request.Request(
         os.environ["GRADING_SERVER_URL"] + path,
         data=None if body is None else json.dumps(body).encode(),
         method=method,
-        headers={"Authorization": f"Bearer {os.environ['GRADING_TOKEN']}", "Content-Type": "application/json"},
+        headers={
+            "Authorization": f"Bearer {os.environ['GRADING_TOKEN']}",
+            "Content-Type": "application/json",
+        },
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - loopback URL from env
         return json.loads(response.read())  # type: ignore[no-any-return]
@@ -35,7 +42,10 @@ def api(method: str, path: str, body: dict[str, Any] | None = None, timeout: flo
 def submit(path: str) -> dict[str, Any]:
     """Submit a model folder (relative to the workspace) and log the grader's answer."""
     answer = api("POST", "/submit", {"model_path": path})
-    log(f"submitted {path}: status={answer['status']} score={answer['score']} improvement={answer['improvement']}")
+    log(
+        f"submitted {path}: status={answer['status']} score={answer['score']} "
+        f"improvement={answer['improvement']}"
+    )
     return answer
 
 
@@ -45,8 +55,9 @@ def remaining_s() -> float:
 
 
 def stop_at_deadline(share: float) -> Any:
-    """A ``transformers.TrainerCallback`` that ends training once ``share`` of the budget left now is
-    spent, so that a stage slower than planned (a larger model, a busy CPU) still leaves time to save
+    """A ``transformers.TrainerCallback`` that ends training once ``share`` of the budget left now
+    is spent, so that a stage slower than planned (a larger model, a busy CPU) still leaves time to
+    save
     and submit instead of being killed at the budget's end with nothing submitted."""
     from transformers import TrainerCallback
 
@@ -63,19 +74,33 @@ def stop_at_deadline(share: float) -> Any:
 
 
 def _trainer_args(output_dir: Path, seed: int) -> dict[str, Any]:
-    """Trainer settings shared by SFT and GRPO (CPU needs bf16=False, use_cpu=True; stack-notes.md §4)."""
+    """Trainer settings shared by SFT and GRPO. TRL's configs default to bf16=True, which on a
+    machine without a GPU raises unless bf16=False and use_cpu=True."""
     import torch
 
     on_gpu = torch.cuda.is_available()
     return dict(
-        output_dir=str(output_dir), report_to="none", logging_steps=10, save_strategy="no",
-        dataloader_num_workers=0, bf16=on_gpu, use_cpu=not on_gpu, disable_tqdm=True, seed=seed,
+        output_dir=str(output_dir),
+        report_to="none",
+        logging_steps=10,
+        save_strategy="no",
+        dataloader_num_workers=0,
+        bf16=on_gpu,
+        use_cpu=not on_gpu,
+        disable_tqdm=True,
+        seed=seed,
     )
 
 
-def sft(args: argparse.Namespace, conversations: list[list[dict[str, str]]], base: str, target: Path,
-        time_share: float = 0.7) -> None:
-    """Supervised fine-tuning of ``base`` on chat conversations; saves model and tokenizer to ``target``.
+def sft(
+    settings: ScriptedSettings,
+    conversations: list[list[dict[str, str]]],
+    base: str,
+    target: Path,
+    time_share: float = 0.7,
+) -> None:
+    """Supervised fine-tuning of ``base`` on chat conversations; saves model and tokenizer to
+    ``target``.
 
     Training stops early once ``time_share`` of the budget left at its start is spent."""
     from datasets import Dataset
@@ -84,22 +109,39 @@ def sft(args: argparse.Namespace, conversations: list[list[dict[str, str]]], bas
 
     dataset = Dataset.from_list([{"messages": c} for c in conversations])
     tokenizer = AutoTokenizer.from_pretrained(base)
+    stage = settings.sft
     config = SFTConfig(
-        max_steps=args.sft_steps, per_device_train_batch_size=args.sft_batch_size, learning_rate=args.sft_lr,
-        lr_scheduler_type="cosine", warmup_steps=min(20, args.sft_steps // 10), max_length=args.sft_max_length,
-        **_trainer_args(Path("code/runs/sft"), args.seed),
+        **dataclasses.asdict(stage),
+        lr_scheduler_type="cosine",
+        warmup_steps=min(20, stage.max_steps // 10),
+        **_trainer_args(Path("code/runs/sft"), settings.seed),
     )
-    trainer = SFTTrainer(model=base, args=config, train_dataset=dataset, processing_class=tokenizer,
-                         callbacks=[stop_at_deadline(time_share)])
+    trainer = SFTTrainer(
+        model=base,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[stop_at_deadline(time_share)],
+    )
     result = trainer.train()
-    log(f"SFT done: {result.global_step} of {args.sft_steps} steps, loss {result.training_loss:.3f}")
+    log(
+        f"SFT done: {result.global_step} of {stage.max_steps} steps, loss "
+        f"{result.training_loss:.3f}"
+    )
     trainer.save_model(str(target))
     tokenizer.save_pretrained(str(target))
 
 
-def grpo(args: argparse.Namespace, rows: list[ChatRow], reward: Reward, start: Path, target: Path,
-         time_share: float = 0.7) -> None:
-    """GRPO from ``start`` with a rule reward; ``rows`` have a chat ``prompt`` plus the reward's columns.
+def grpo(
+    settings: ScriptedSettings,
+    rows: list[ChatRow],
+    reward: Reward,
+    start: Path,
+    target: Path,
+    time_share: float = 0.7,
+) -> None:
+    """GRPO from ``start`` with a rule reward; ``rows`` have a chat ``prompt`` plus the reward's
+    columns.
 
     Training stops early once ``time_share`` of the budget left at its start is spent."""
     from datasets import Dataset
@@ -107,15 +149,14 @@ def grpo(args: argparse.Namespace, rows: list[ChatRow], reward: Reward, start: P
     from trl import GRPOConfig, GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(str(start))
+    stage = settings.grpo
     config = GRPOConfig(
-        max_steps=args.grpo_steps, per_device_train_batch_size=args.grpo_batch_size, num_generations=args.grpo_generations,
-        max_completion_length=args.grpo_max_completion, learning_rate=args.grpo_lr, beta=0.0, temperature=1.0,
-        **_trainer_args(Path("code/runs/grpo"), args.seed),
+        **dataclasses.asdict(stage), **_trainer_args(Path("code/runs/grpo"), settings.seed)
     )
     trainer = GRPOTrainer(
         model=str(start),
-        # The ignore: trl types a reward as returning list[float | None] (None skips a sample), and a
-        # list[float] is not one (lists are invariant) though trl reads it the same.
+        # The ignore: trl types a reward as returning list[float | None] (None skips a sample), and
+        # a list[float] is not one (lists are invariant) though trl reads it the same.
         reward_funcs=reward,  # type: ignore[arg-type]
         args=config,
         train_dataset=Dataset.from_list(rows),
@@ -124,8 +165,11 @@ def grpo(args: argparse.Namespace, rows: list[ChatRow], reward: Reward, start: P
     )
     result = trainer.train()
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    log(f"GRPO done: {result.global_step} of {args.grpo_steps} steps, mean reward per logging window "
-        f"{[round(r, 3) for r in rewards]}")
+    log(
+        f"GRPO done: {result.global_step} of {stage.max_steps} steps, mean reward per logging "
+        "window "
+        f"{[round(r, 3) for r in rewards]}"
+    )
     trainer.save_model(str(target))
     tokenizer.save_pretrained(str(target))
 
@@ -135,15 +179,12 @@ def completion_texts(completions: list[Any]) -> list[str]:
     return [c[0]["content"] if isinstance(c, list) else str(c) for c in completions]
 
 
-def with_overrides(args: argparse.Namespace, **changes: Any) -> argparse.Namespace:
-    """A copy of the recipe's knobs with some changed (e.g. a task that needs longer sequences)."""
-    return argparse.Namespace(**{**vars(args), **changes})
-
-
 def longest_conversation_tokens(base: str, conversations: list[list[dict[str, str]]]) -> int:
     """Tokens of the longest conversation rendered with ``base``'s chat template."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base)
     rendered = [str(tokenizer.apply_chat_template(c, tokenize=False)) for c in conversations]
-    return max((len(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]), default=0)
+    return max(
+        (len(ids) for ids in tokenizer(rendered, add_special_tokens=False)["input_ids"]), default=0
+    )

@@ -1,4 +1,5 @@
-"""EnvPool: the sweep's environment actors of one kind, behind a named supervisor ``envpool:<kind>``.
+"""EnvPool: the sweep's environment actors of one kind, behind a named supervisor
+``envpool:<kind>``.
 
 Each :class:`EnvActor` (declared CPUs and memory) hosts up to ``envs_per_actor`` live episodes of
 one environment kind (:class:`autorl.envs.host.EnvHost`). The :class:`EnvPool` supervisor places
@@ -69,7 +70,8 @@ class _Live:
 
 
 class EnvPool:
-    """Async supervisor actor of one environment kind; wrapped with ``ray.remote`` by the scheduler."""
+    """Async supervisor actor of one environment kind; wrapped with ``ray.remote`` by the
+    scheduler."""
 
     def __init__(self, kind: str, cfg: EnvPoolConfig, cache_dir: str) -> None:
         """Start ``cfg.actors`` env actors with the declared resources."""
@@ -87,13 +89,22 @@ class EnvPool:
         self.episodes_started = 0
 
     def _start_actor(self) -> Any:
-        options = {"num_cpus": self.cfg.cpus_per_actor, "memory": self.cfg.memory_mb_per_actor * 2**20, "max_restarts": 0}
-        return ray.remote(EnvActor).options(**options).remote(self.kind, self.cfg.envs_per_actor, self.cache_dir)
+        options = {
+            "num_cpus": self.cfg.cpus_per_actor,
+            "memory": self.cfg.memory_mb_per_actor * 2**20,
+            "max_restarts": 0,
+        }
+        return (
+            ray.remote(EnvActor)
+            .options(**options)
+            .remote(self.kind, self.cfg.envs_per_actor, self.cache_dir)
+        )
 
     # ---- the client API ------------------------------------------------------------------------
 
     async def reset(self, specs: list[EpisodeSpec]) -> list[tuple[str, StepResult]]:
-        """Start one episode per spec (waits while the pool is full); returns handles and first results."""
+        """Start one episode per spec (waits while the pool is full); returns handles and first
+        results."""
         handles = []
         for spec in specs:
             await self.free.acquire()
@@ -137,7 +148,8 @@ class EnvPool:
     # ---- fan-out and recovery ------------------------------------------------------------------
 
     async def _fan_out(self, method: str, items: list[tuple[str, Any]]) -> list[StepResult]:
-        """Send each item to its episode's actor (one call per actor, concurrently), in item order."""
+        """Send each item to its episode's actor (one call per actor, concurrently), in item
+        order."""
         by_actor: dict[int, list[int]] = {}
         for position, (handle, _) in enumerate(items):
             by_actor.setdefault(self.live[handle].actor, []).append(position)
@@ -152,13 +164,19 @@ class EnvPool:
                 except RayTaskError as error:
                     raise error.as_instanceof_cause() from None
                 except _DEAD as error:
-                    logger.warning("env actor %d of %s died (%s); replacing it", index, self.kind, error)
-                    await self._recover(index, actor, skip={h for h, _ in batch} if method == "reset" else set())
+                    logger.warning(
+                        "env actor %d of %s died (%s); replacing it", index, self.kind, error
+                    )
+                    await self._recover(
+                        index, actor, skip={h for h, _ in batch} if method == "reset" else set()
+                    )
                     continue
                 for p, result in zip(positions, results, strict=True):
                     out[p] = result
                 return
-            raise EnvError(f"{self.kind} env actor {index} kept dying ({self.cfg.max_replays} replacements)")
+            raise EnvError(
+                f"{self.kind} env actor {index} kept dying ({self.cfg.max_replays} replacements)"
+            )
 
         await asyncio.gather(*(run(i, ps) for i, ps in by_actor.items()))
         return [r for r in out if r is not None]
@@ -176,7 +194,9 @@ class EnvPool:
             for _, episode in mine:
                 episode.replays += 1
                 if episode.replays > self.cfg.max_replays:
-                    raise EnvError(f"{self.kind} episode {episode.spec.episode_id} was replayed too often")
+                    raise EnvError(
+                        f"{self.kind} episode {episode.spec.episode_id} was replayed too often"
+                    )
             actor = self.actors[index]
             await actor.reset.remote([(h, e.spec) for h, e in mine])
             for k in range(max(len(e.actions) for _, e in mine)):
@@ -197,9 +217,16 @@ class EnvPool:
 
     async def stats(self) -> dict[str, Any]:
         """Live episodes, restarts and the declared resources."""
-        return {"kind": self.kind, "actors": len(self.actors), "live": len(self.live), "restarts": self.restarts,
-                "episodes_started": self.episodes_started, "load": list(self.load),
-                "cpus_per_actor": self.cfg.cpus_per_actor, "memory_mb_per_actor": self.cfg.memory_mb_per_actor}
+        return {
+            "kind": self.kind,
+            "actors": len(self.actors),
+            "live": len(self.live),
+            "restarts": self.restarts,
+            "episodes_started": self.episodes_started,
+            "load": list(self.load),
+            "cpus_per_actor": self.cfg.cpus_per_actor,
+            "memory_mb_per_actor": self.cfg.memory_mb_per_actor,
+        }
 
     def ping(self) -> bool:
         """Liveness check."""
@@ -233,7 +260,8 @@ class PoolEnvClient:
 
 
 def find_pool_client(kind: str) -> PoolEnvClient | None:
-    """The client of the named pool of ``kind`` in this job's namespace, or None when there is none."""
+    """The client of the named pool of ``kind`` in this job's namespace, or None when there is
+    none."""
     try:
         return PoolEnvClient(ray.get_actor(pool_name(kind)))
     except ValueError:
@@ -264,7 +292,8 @@ def start_env_pools(cells: list[Any], cache_dir: str, timeout_s: float = 120.0) 
         cfg = cell.config.task.env_pool
         if cfg is None:
             raise AutorlError(
-                f"task {spec.id!r} is interactive ({spec.env} environments) but conf/task/{spec.id}.yaml has no env_pool "
+                f"task {spec.id!r} is interactive ({spec.env} environments) but "
+                f"conf/task/{spec.id}.yaml has no env_pool "
                 "block (actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
             )
         pools[spec.env] = (
@@ -272,12 +301,16 @@ def start_env_pools(cells: list[Any], cache_dir: str, timeout_s: float = 120.0) 
             .options(name=pool_name(spec.env), num_cpus=0, get_if_exists=True, max_concurrency=1000)
             .remote(spec.env, cfg, cache_dir)
         )
-        asks[spec.env] = f"{cfg.actors} x (CPU {cfg.cpus_per_actor:g}, {cfg.memory_mb_per_actor} MB)"
+        asks[spec.env] = (
+            f"{cfg.actors} x (CPU {cfg.cpus_per_actor:g}, {cfg.memory_mb_per_actor} MB)"
+        )
     try:
         ray.get([pool.ready.remote() for pool in pools.values()], timeout=timeout_s)
     except GetTimeoutError as error:
         raise AutorlError(
-            f"env pools could not start within {timeout_s:.0f} s; their actors ask for {asks} and the cluster has "
-            f"{ray.cluster_resources()}; lower task.env_pool.cpus_per_actor / actors / memory_mb_per_actor"
+            f"env pools could not start within {timeout_s:.0f} s; their actors ask for {asks} and "
+            "the cluster has "
+            f"{ray.cluster_resources()}; lower task.env_pool.cpus_per_actor / actors / "
+            "memory_mb_per_actor"
         ) from error
     return pools

@@ -25,14 +25,18 @@ class Grader:
     """
 
     def __init__(
-        self, cache_dir: str, batch_size: int, num_threads: int, engine: str = "auto",
+        self,
+        cache_dir: str,
+        batch_size: int,
+        num_threads: int,
+        engine: str = "auto",
         engine_options: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         """Remember where task data lives, how big a generate batch may be and which engine scores.
 
-        ``engine`` is ``grader.engine`` (``auto``, ``hf``, ``vllm``); ``engine_options`` maps an engine
-        name to its options (``grader.engines.<name>.options``). The engine stays loaded between
-        submissions (:class:`WarmEngines`).
+        ``engine`` is ``grader.engine`` (``auto``, ``hf``, ``vllm``); ``engine_options`` maps an
+        engine name to its options (``grader.engines.<name>.options``). The engine stays loaded
+        between submissions (:class:`WarmEngines`).
         """
         self.cache_dir = Path(cache_dir)
         self.batch_size = batch_size
@@ -42,7 +46,9 @@ class Grader:
         self.engine = engine
         self.engines = WarmEngines(engine_options)
         # Submissions and bases from other nodes land here (autorl.grading.transfer).
-        self.models = ModelFetcher(DigestCache(self.cache_dir / "transfer"), this_node(), RaySource())
+        self.models = ModelFetcher(
+            DigestCache(self.cache_dir / "transfer"), this_node(), RaySource()
+        )
 
     def score(
         self, target: EvalTarget, model_dir: ModelRef | str, base_dir: ModelRef | str | None = None
@@ -64,19 +70,32 @@ class Grader:
         from autorl.tasks import get_task
 
         spec = get_task(target.task_id)
-        # Interactive tasks play their episodes in the sweep's envpool:<kind> (in-process without one).
+        # Interactive tasks play their episodes in the sweep's envpool:<kind> (in-process without
+        # one).
         envs = find_pool_client(spec.env) if spec.kind == "interactive" else None
-        with self.models.local(model_dir) as model_path, self.models.local(base_dir) as base_path, self.engines.lock:
+        with (
+            self.models.local(model_dir) as model_path,
+            self.models.local(base_dir) as base_path,
+            self.engines.lock,
+        ):
             assert model_path is not None
             return score_model(
-                target, model_path, self.cache_dir, batch_size=self.batch_size, envs=envs, base_dir=base_path,
-                engine=self.engine, warm=self.engines,
+                target,
+                model_path,
+                self.cache_dir,
+                batch_size=self.batch_size,
+                envs=envs,
+                base_dir=base_path,
+                engine=self.engine,
+                warm=self.engines,
             )
 
     def engine_identity(self) -> dict[str, Any]:
         """What besides the model and the eval options decides this grader's scores: the engine it
-        resolves to and its options, batch size, threads, device and library versions, and autorl's own
-        version (the key of the cross-sweep baseline cache, :mod:`autorl.grading.baseline_cache`)."""
+        resolves to and its options, batch size, threads, device and library versions, and autorl's
+        own
+        version (the key of the cross-sweep baseline cache,
+        :mod:`autorl.grading.baseline_cache`)."""
         import importlib.metadata
 
         import torch
@@ -87,16 +106,21 @@ class Grader:
         name = resolve_engine(self.engine)
         packages = ["torch", "transformers", "peft"] + (["vllm"] if name == "vllm" else [])
         identity = {
-            "engine": name, "options": self.engines.options.get(name, {}), "batch_size": self.batch_size,
-            "threads": self.num_threads, "autorl": autorl_version(),
+            "engine": name,
+            "options": self.engines.options.get(name, {}),
+            "batch_size": self.batch_size,
+            "threads": self.num_threads,
+            "autorl": autorl_version(),
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
             "packages": {package: importlib.metadata.version(package) for package in packages},
         }
-        # Plain JSON values (an engine option may be a tuple or a path): what the cache stores is what it compares.
+        # Plain JSON values (an engine option may be a tuple or a path): what the cache stores is
+        # what it compares.
         return json.loads(json.dumps(identity, default=str))  # type: ignore[no-any-return]
 
     def engine_stats(self) -> dict[str, int]:
-        """How this grader got its engines: ``builds`` (loaded anew) and ``swaps`` (weights swapped in)."""
+        """How this grader got its engines: ``builds`` (loaded anew) and ``swaps`` (weights swapped
+        in)."""
         return {"builds": self.engines.builds, "swaps": self.engines.swaps}
 
     def close(self) -> None:
@@ -104,11 +128,13 @@ class Grader:
         self.engines.close()
 
     def transfer_stats(self) -> dict[str, int]:
-        """What this grader's fetcher did: models used in place, downloaded, or reused from its cache."""
+        """What this grader's fetcher did: models used in place, downloaded, or reused from its
+        cache."""
         return dataclasses.asdict(self.models.stats)
 
     def node_id(self) -> str:
-        """The Ray node this grader runs on (the pool sends it the submissions already on that node)."""
+        """The Ray node this grader runs on (the pool sends it the submissions already on that
+        node)."""
         return this_node()
 
     def ping(self) -> bool:

@@ -1,8 +1,8 @@
 """GraderPool: the supervisor of the sweep's Grader actors (Ray's tree-of-actors pattern).
 
 It routes each scoring request to the least-loaded grader (of those, one on the node that holds
-the submission, which then reads it in place instead of fetching it), replaces a grader that died and
-retries its request (an infrastructure failure, never the agent's), caches baselines and
+the submission, which then reads it in place instead of fetching it), replaces a grader that died
+and retries its request (an infrastructure failure, never the agent's), caches baselines and
 submission scores in the record store (baselines also across sweeps on its node:
 :mod:`autorl.grading.baseline_cache`), and reports its queue depth.
 """
@@ -38,7 +38,7 @@ _MAX_ATTEMPTS = 3
 def pick_grader(in_flight: list[int], nodes: list[str | None], source: str | None) -> int:
     """The grader for the next request: the least loaded, and among those one on ``source``'s node.
 
-    >>> pick_grader([1, 0, 0], ["a", "b", "c"], "c")  # idle graders first, then the submission's node
+    >>> pick_grader([1, 0, 0], ["a", "b", "c"], "c")  # idle first, then the submission's node
     2
     >>> pick_grader([0, 1], ["a", "b"], "b")  # a busy grader on the node does not beat an idle one
     0
@@ -73,7 +73,8 @@ class GraderPool:
         # Each grader's busy time over the time the queue was non-empty (dashboard and report).
         self.busy = BusyClock(len(self.workers))
         self.key_locks: dict[str, asyncio.Lock] = {}
-        # Baselines of earlier sweeps on this node (grader.baseline_cache), keyed by what the graders score with.
+        # Baselines of earlier sweeps on this node (grader.baseline_cache), keyed by what the
+        # graders score with.
         self.baselines = BaselineCache(Path(cache_dir) / "baselines")
         self.identity: dict[str, Any] | None = None
 
@@ -111,8 +112,8 @@ class GraderPool:
                 logger.warning(
                     "grader %d died (attempt %d): %s; replacing it", index, attempt, error
                 )
-                # A crashed grader restarts by itself (max_restarts): stop that, or it would hold its
-                # CPUs/GPUs next to its replacement for the rest of the sweep.
+                # A crashed grader restarts by itself (max_restarts): stop that, or it would hold
+                # its CPUs/GPUs next to its replacement for the rest of the sweep.
                 ray.kill(self.workers[index], no_restart=True)
                 self.workers[index] = self._start_grader()
                 self.nodes[index] = None
@@ -139,8 +140,9 @@ class GraderPool:
     async def baseline(
         self, target: EvalTarget, model_dir: ModelRef | str, weights_hash: str
     ) -> float:
-        """The base model's score on ``target``, computed once per key and cached in the store (and, with
-        ``grader.baseline_cache``, reused from an earlier sweep on this node that scored it with the same engine).
+        """The base model's score on ``target``, computed once per key and cached in the store (and,
+        with ``grader.baseline_cache``, reused from an earlier sweep on this node that scored it
+        with the same engine).
 
         Raises:
             BaselineError: if the base model cannot be scored (never recorded as 0).
@@ -169,7 +171,8 @@ class GraderPool:
             return outcome.score
 
     async def _engine_identity(self) -> dict[str, Any] | None:
-        """What the graders score with (asked once); None when a grader cannot say, and then no baseline is
+        """What the graders score with (asked once); None when a grader cannot say, and then no
+        baseline is
         reused or stored across sweeps (scoring the base reports the grader's own error)."""
         if self.identity is None:
             try:
@@ -192,8 +195,8 @@ class GraderPool:
 
         Args:
             target: What the submission is scored on.
-            model_dir: The cell's copy of the submission: a :class:`ModelRef` (a grader on another node
-                fetches it, :mod:`autorl.grading.transfer`) or a path every grader can read.
+            model_dir: The cell's copy of the submission: a :class:`ModelRef` (a grader on another
+                node fetches it, :mod:`autorl.grading.transfer`) or a path every grader can read.
             weights_hash: Its dedupe key; for a LoRA adapter it covers the adapter and the base
                 (:func:`autorl.grading.lora.adapter_digest`), so one adapter on two bases never
                 shares a cached score.

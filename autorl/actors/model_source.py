@@ -1,8 +1,8 @@
 """The Ray side of :mod:`autorl.grading.transfer`: reading a model folder on another node.
 
 A grader on another node than a submission reads its files with small Ray tasks pinned to the
-source node (``NodeAffinitySchedulingStrategy``, hard): one task hashes the folder, then one task per
-chunk returns its bytes through the object store. A few chunks are in flight at a time, so the
+source node (``NodeAffinitySchedulingStrategy``, hard): one task hashes the folder, then one task
+per chunk returns its bytes through the object store. A few chunks are in flight at a time, so the
 transfer overlaps reading, shipping and writing, and a multi-GB model never sits whole in memory.
 """
 
@@ -19,7 +19,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from autorl.grading.transfer import Manifest, ModelRef, read_chunk, read_manifest
 
 WINDOW = 4
-"""Chunks in flight at once: a download holds at most this many chunks (64 MiB) in the object store."""
+"""Chunks in flight at once: a download holds at most this many chunks (64 MiB) in the object
+store."""
 
 # num_cpus=0: the source node's CPUs are its cell's, and a read must never wait for them.
 # Reads are idempotent, so a read whose worker died is simply run again.
@@ -37,22 +38,27 @@ def this_node() -> str:
 
 
 class RaySource:
-    """Reads a folder on another node with Ray tasks pinned there (a :class:`autorl.grading.transfer.ChunkSource`)."""
+    """Reads a folder on another node with Ray tasks pinned there (a
+    :class:`autorl.grading.transfer.ChunkSource`)."""
 
     @staticmethod
     def _on(ref: ModelRef) -> NodeAffinitySchedulingStrategy:
         if ref.node_id is None:
             raise ValueError(f"{ref} names no node; it lies on shared storage and is read in place")
-        # soft=False: only that node has the files; if it is gone, the read fails instead of reading elsewhere.
+        # soft=False: only that node has the files; if it is gone, the read fails instead of reading
+        # elsewhere.
         return NodeAffinitySchedulingStrategy(ref.node_id, soft=False)
 
     def manifest(self, ref: ModelRef) -> Manifest:
         """Hash the files on the source node."""
-        manifest: Manifest = ray.get(_read_manifest.options(scheduling_strategy=self._on(ref)).remote(ref.path))
+        manifest: Manifest = ray.get(
+            _read_manifest.options(scheduling_strategy=self._on(ref)).remote(ref.path)
+        )
         return manifest
 
     def chunks(self, ref: ModelRef, requests: list[tuple[str, int, int]]) -> Iterator[bytes]:
-        """The bytes of each ``(file name, offset, size)``, in order, keeping ``WINDOW`` reads ahead."""
+        """The bytes of each ``(file name, offset, size)``, in order, keeping ``WINDOW`` reads
+        ahead."""
         read = _read_chunk.options(scheduling_strategy=self._on(ref))
         todo = iter(requests)
         pending: deque[Any] = deque()

@@ -46,7 +46,8 @@ class Recorder:
         self.store = RecordStore(self.db_path)
         if self.store.migrated_from:
             logger.warning(
-                "record store %s migrated from schema version %d to %d (%s) by autorl %s; an autorl that knows "
+                "record store %s migrated from schema version %d to %d (%s) by autorl %s; an "
+                "autorl that knows "
                 "only version %d can no longer open it",
                 self.db_path,
                 self.store.migrated_from,
@@ -189,7 +190,8 @@ class Recorder:
         return write_results_csv(self.store, sweep_id, Path(path))
 
     def finish_sweep(self, sweep_id: str) -> bool:
-        """Close the sweep's W&B runs and write its comparison table (bounded wait; never raises)."""
+        """Close the sweep's W&B runs and write its comparison table (bounded wait; never
+        raises)."""
         return self.tracker.finish_sweep(sweep_id, self.store.list_cells(sweep_id))
 
     def ping(self) -> bool:

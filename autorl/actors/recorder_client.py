@@ -40,7 +40,8 @@ class RecorderClient:
 
     @classmethod
     def of(cls, recorder: RecorderClient | ActorHandle[Any]) -> RecorderClient:
-        """``recorder`` itself when it is a client, else a client of the handle (tests pass handles)."""
+        """``recorder`` itself when it is a client, else a client of the handle (tests pass
+        handles)."""
         return recorder if isinstance(recorder, RecorderClient) else cls(recorder)
 
     @property

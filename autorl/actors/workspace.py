@@ -273,25 +273,7 @@ class Workspace:
         # Sealed (sandbox.mode=bwrap): the agent runs in its own sandbox and cgroup, and reaches
         # this API and its gateway only through unix sockets forwarded into its network namespace.
         seal = CellSeal(cfg, self.cell.cell_id, self.cell_dir)
-        environment = CellEnvironment(
-            cpus=cfg.cell.cpus,
-            memory_gb=cfg.cell.memory_gb,
-            max_processes=cfg.cell.max_processes,
-            disk_free_gb=disk_free_gb(paths.root),
-            gpus=visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")),
-            toolchain=toolchain_versions(seal.python),
-            sealed=seal.sealed,
-            isolated_network=seal.isolated_network,
-            budget_s=self.cell.budget_s,
-        )
-        write_instructions(
-            paths,
-            budget_s=self.cell.budget_s,
-            baseline=feedback_baseline,
-            model_name=self.cell.model,
-            eval_settings={"source": target.source, **target.eval_options},
-            environment=environment,
-        )
+        self._write_instructions(paths, seal, target, feedback_baseline)
         return PreparedCell(
             started=started,
             cache_dir=cache_dir,
@@ -309,6 +291,31 @@ class Workspace:
             paths=paths,
             run_meta=run_meta,
             seal=seal,
+        )
+
+    def _write_instructions(
+        self, paths: WorkspacePaths, seal: CellSeal, target: EvalTarget, baseline: float
+    ) -> None:
+        """Write ``instructions.md``: the budget, the baseline the agent is told and its machine."""
+        cfg = self.cell.config
+        environment = CellEnvironment(
+            cpus=cfg.cell.cpus,
+            memory_gb=cfg.cell.memory_gb,
+            max_processes=cfg.cell.max_processes,
+            disk_free_gb=disk_free_gb(paths.root),
+            gpus=visible_gpus(os.environ.get("CUDA_VISIBLE_DEVICES")),
+            toolchain=toolchain_versions(seal.python),
+            sealed=seal.sealed,
+            isolated_network=seal.isolated_network,
+            budget_s=self.cell.budget_s,
+        )
+        write_instructions(
+            paths,
+            budget_s=self.cell.budget_s,
+            baseline=baseline,
+            model_name=self.cell.model,
+            eval_settings={"source": target.source, **target.eval_options},
+            environment=environment,
         )
 
     def run_agent(self, prepared: PreparedCell) -> AgentRun:
@@ -439,29 +446,7 @@ class Workspace:
         agent_code = copy_agent_code(spec, self.cell_dir / "agent_code")
         home = self.cell_dir / "home"
         home.mkdir(exist_ok=True)
-        # Unsealed, the agent gets the node's environment minus Ray's own variables and the plugin path
-        # (which leads to plugin task folders); sealed, only locale and time zone of it. Either way a
-        # HOME of its own (no shared credentials or caches between cells) and the benchmark's variables.
-        node_env = {
-            k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != PLUGIN_PATH_ENV
-        }
-        env = seal.base_env(node_env, home) | {
-            "HOME": str(home),
-            "TASK": self.cell.task,
-            "BASE_MODEL": self.cell.model,
-            "WORKSPACE": str(workspace),
-            "MODEL_PATH": str(paths.model),
-            "DATA_PATH": str(paths.data),
-            "OUTPUT_DIR": str(paths.output),
-            "GRADING_SERVER_URL": url,
-            "GRADING_TOKEN": token,
-            "OMP_NUM_THREADS": str(max(1, int(cfg.cell.cpus))),
-            # Idle OpenMP threads sleep instead of spinning: cells share a node's cores (Ray's CPUs are
-            # counted, not pinned), and spinning threads took a neighbour's cycles (bench/omp_wait_policy.py).
-            # The agent may set its own.
-            "OMP_WAIT_POLICY": node_env.get("OMP_WAIT_POLICY", "PASSIVE"),
-            "PYTHONUNBUFFERED": "1",
-        }
+        env = self._agent_env(paths, seal, home, url, token)
         # The driver gateway (agents that need a driver) starts before the agent; provider keys
         # never reach the agent's environment, and its output stream is parsed into trace.jsonl.
         session = DriverSession(
@@ -528,34 +513,73 @@ class Workspace:
             ticker.start()
             seal.hand_over(workspace)  # once: on a resume the workspace is already the agent's
             try:
-                first_start = time.monotonic()
-                deadline = first_start + self.cell.budget_s
-                agent_exit = launch(
-                    ctx, self.cell.budget_s, lambda: run_meta.update(start_time=time.time())
-                )
-                # agent.reprompt: an agent that ended by itself with time left is resumed in the same
-                # workspace, told how much time remains (off by default; it changes what is measured).
-                while should_resume(
-                    agent_exit.exit_class,
-                    remaining := deadline - time.monotonic(),
-                    cfg.agent.reprompt,
-                    self.resumes,
-                ):
-                    prompt = continuation_prompt(remaining, self.cell.budget_s, self.resumes)
-                    self.resumes += 1
-                    with open(self.cell_dir / "agent.log", "a") as log:
-                        log.write(
-                            f"\n[autorl] resume {self.resumes}: the agent exited ({agent_exit.exit_code}) "
-                            f"with {remaining:.0f} s left; continuing with prompt.resume{self.resumes}.md\n"
-                        )
-                    ctx = dataclasses.replace(
-                        ctx, continuation_prompt=prompt, resume_index=self.resumes
-                    )
-                    agent_exit = launch(ctx, remaining, None)
-                return dataclasses.replace(agent_exit, duration_s=time.monotonic() - first_start)
+                return self._run_with_resumes(launch, ctx, run_meta)
             finally:
                 stop_periodic.set()
         finally:
             if cgroup is not None:
                 cgroup.remove()
             self.driver_usage = session.close()
+
+    def _agent_env(
+        self, paths: WorkspacePaths, seal: CellSeal, home: Path, url: str, token: str
+    ) -> dict[str, str]:
+        """The agent's environment, before the driver session adds its gateway's variables."""
+        cfg = self.cell.config
+        # Unsealed, the agent gets the node's environment minus Ray's own variables and the plugin
+        # path (which leads to plugin task folders); sealed, only locale and time zone of it.
+        # Either way a HOME of its own (no shared credentials or caches between cells) and the
+        # benchmark's variables.
+        node_env = {
+            k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != PLUGIN_PATH_ENV
+        }
+        return seal.base_env(node_env, home) | {
+            "HOME": str(home),
+            "TASK": self.cell.task,
+            "BASE_MODEL": self.cell.model,
+            "WORKSPACE": str(paths.root),
+            "MODEL_PATH": str(paths.model),
+            "DATA_PATH": str(paths.data),
+            "OUTPUT_DIR": str(paths.output),
+            "GRADING_SERVER_URL": url,
+            "GRADING_TOKEN": token,
+            "OMP_NUM_THREADS": str(max(1, int(cfg.cell.cpus))),
+            # Idle OpenMP threads sleep instead of spinning: cells share a node's cores (Ray's CPUs
+            # are counted, not pinned), and spinning threads took a neighbour's cycles
+            # (bench/omp_wait_policy.py). The agent may set its own.
+            "OMP_WAIT_POLICY": node_env.get("OMP_WAIT_POLICY", "PASSIVE"),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def _run_with_resumes(
+        self,
+        launch: Callable[[LaunchContext, float, Callable[[], None] | None], AgentExit],
+        ctx: LaunchContext,
+        run_meta: RunMeta,
+    ) -> AgentExit:
+        """Launch the agent, then resume it while ``agent.reprompt`` allows; the exit's duration
+        spans every launch."""
+        cfg = self.cell.config
+        first_start = time.monotonic()
+        deadline = first_start + self.cell.budget_s
+        agent_exit = launch(
+            ctx, self.cell.budget_s, lambda: run_meta.update(start_time=time.time())
+        )
+        # agent.reprompt: an agent that ended by itself with time left is resumed in the same
+        # workspace, told how much time remains (off by default; it changes what is measured).
+        while should_resume(
+            agent_exit.exit_class,
+            remaining := deadline - time.monotonic(),
+            cfg.agent.reprompt,
+            self.resumes,
+        ):
+            prompt = continuation_prompt(remaining, self.cell.budget_s, self.resumes)
+            self.resumes += 1
+            with open(self.cell_dir / "agent.log", "a") as log:
+                log.write(
+                    f"\n[autorl] resume {self.resumes}: the agent exited ({agent_exit.exit_code}) "
+                    f"with {remaining:.0f} s left; continuing with prompt.resume{self.resumes}.md\n"
+                )
+            ctx = dataclasses.replace(ctx, continuation_prompt=prompt, resume_index=self.resumes)
+            agent_exit = launch(ctx, remaining, None)
+        return dataclasses.replace(agent_exit, duration_s=time.monotonic() - first_start)

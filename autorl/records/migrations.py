@@ -50,8 +50,8 @@ class Migration:
     apply: Callable[[sqlite3.Connection], None]
 
 
-# Version 1: the schema as autorl wrote it from the walking skeleton (a890a32) up to b0f395e and
-# 0a310a8. Frozen: a later change is a new step, never an edit here.
+# Version 1: the schema of the first autorl releases, which wrote no migration log. Frozen: a later
+# change is a new step, never an edit here.
 _V1_TABLES = """
 CREATE TABLE IF NOT EXISTS schema_version (
     version INTEGER NOT NULL
@@ -126,7 +126,7 @@ CREATE TABLE IF NOT EXISTS score_cache (
 );
 """
 
-# Added in 5450578 without a version bump, so stores stamped 1 by a890a32..a3e9c3f lack them.
+# Tables that came without a version bump: some stores stamped version 1 lack them.
 _V1_LATE_TABLES = """
 CREATE TABLE IF NOT EXISTS driver_calls (
     cell_id TEXT NOT NULL,
@@ -190,7 +190,8 @@ def _cell_autorl_version(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE cells ADD COLUMN autorl_version TEXT")
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
-        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL, autorl_version TEXT NOT NULL)"
+        "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL, autorl_version "
+        "TEXT NOT NULL)"
     )
 
 
@@ -199,7 +200,8 @@ def _cell_sandbox(conn: sqlite3.Connection) -> None:
 
     ``cells.sandbox`` is ``bwrap``, ``bwrap+host-network`` or ``none`` (NULL for cells run before
     sealing existed, which ran unsealed); ``cells.limit_hit`` is ``memory`` or ``pids`` when the
-    cell's cgroup hit that limit; ``cells.resumes`` counts continuation prompts (``agent.reprompt``).
+    cell's cgroup hit that limit; ``cells.resumes`` counts continuation prompts
+    (``agent.reprompt``).
     """
     conn.execute("ALTER TABLE cells ADD COLUMN sandbox TEXT")
     conn.execute("ALTER TABLE cells ADD COLUMN limit_hit TEXT")
@@ -207,7 +209,7 @@ def _cell_sandbox(conn: sqlite3.Connection) -> None:
 
 
 def _integrity(conn: sqlite3.Connection) -> None:
-    """Version 5: integrity checks (SPEC §2).
+    """Version 5: integrity checks (docs/design.md#the-grading-api).
 
     ``submissions.flags`` (``model_mismatch``) and ``submissions.weight_distance`` (relative
     distance to the base weights); ``cells.flagged_submissions``, ``cells.weight_distance`` (the
@@ -340,12 +342,13 @@ def _attempts(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
     conn.execute(
         "INSERT INTO cell_attempts (cell_id, attempt, status, error, started_at, finished_at) "
-        "SELECT cell_id, attempts, status, error, started_at, finished_at FROM cells WHERE attempts >= 1"
+        "SELECT cell_id, attempts, status, error, started_at, finished_at FROM cells WHERE "
+        "attempts >= 1"
     )
 
 
 def _feedback(conn: sqlite3.Connection) -> None:
-    """Version 7: a held-out test split (``grading.feedback``, SPEC §2).
+    """Version 7: a held-out test split (``grading.feedback``, docs/design.md#the-grading-api).
 
     ``submissions.test_score`` is a submission's test score; every earlier submission was scored
     on the test split only, so it is its ``score``. ``cells.feedback`` (``test`` or ``dev``; NULL:
@@ -356,10 +359,16 @@ def _feedback(conn: sqlite3.Connection) -> None:
     """
     conn.execute("ALTER TABLE submissions ADD COLUMN test_score REAL")
     conn.execute("UPDATE submissions SET test_score = score")
-    for column in ("feedback TEXT", "feedback_baseline REAL", "best_feedback_score REAL", "best_on_test REAL"):
+    for column in (
+        "feedback TEXT",
+        "feedback_baseline REAL",
+        "best_feedback_score REAL",
+        "best_on_test REAL",
+    ):
         conn.execute(f"ALTER TABLE cells ADD COLUMN {column}")
     conn.execute(
-        "UPDATE cells SET feedback = 'test', feedback_baseline = baseline, best_feedback_score = best_score, "
+        "UPDATE cells SET feedback = 'test', feedback_baseline = baseline, best_feedback_score = "
+        "best_score, "
         "best_on_test = best_score"
     )
 
@@ -391,17 +400,33 @@ def autorl_version() -> str:
         return version
     try:
         described = subprocess.run(
-            ["git", "-C", str(root), "describe", "--always", "--dirty=.dirty", "--abbrev=7", "--exclude=*"],
-            capture_output=True, text=True, timeout=10, check=True,
+            [
+                "git",
+                "-C",
+                str(root),
+                "describe",
+                "--always",
+                "--dirty=.dirty",
+                "--abbrev=7",
+                "--exclude=*",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return version  # no git, or not a repository after all: the package version still says a lot
+        return (
+            version  # no git, or not a repository after all: the package version still says a lot
+        )
     return f"{version}+g{described}" if described else version
 
 
 def stored_version(conn: sqlite3.Connection) -> int:
     """The store's schema version; 0 for a file without a ``schema_version`` table or row."""
-    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone():
+    if not conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone():
         return 0
     row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
     return int(row[0]) if row and row[0] is not None else 0
@@ -415,9 +440,12 @@ def check_not_newer(version: int, path: Path) -> None:
     """
     if version > SCHEMA_VERSION:
         raise SchemaTooNewError(
-            f"record store {path} has schema version {version}, but this autorl ({autorl_version()}) knows "
-            f"schema versions up to {SCHEMA_VERSION}: a newer autorl wrote it. Upgrade autorl (update this "
-            "checkout or install a newer release) to resume or report this sweep; this one cannot read it safely."
+            f"record store {path} has schema version {version}, but this autorl "
+            f"({autorl_version()}) knows "
+            f"schema versions up to {SCHEMA_VERSION}: a newer autorl wrote it. Upgrade autorl "
+            "(update this "
+            "checkout or install a newer release) to resume or report this sweep; this one cannot "
+            "read it safely."
         )
 
 
@@ -436,7 +464,8 @@ def migrate(conn: sqlite3.Connection, path: Path) -> tuple[int, list[Migration]]
 
     Raises:
         SchemaTooNewError: The store is newer than this code (nothing is changed).
-        AutorlError: A step failed on the file (not an autorl store, or damaged); nothing is changed.
+        AutorlError: A step failed on the file (not an autorl store, or damaged); nothing is
+            changed.
     """
     before = stored_version(conn)
     check_not_newer(before, path)
@@ -454,15 +483,18 @@ def migrate(conn: sqlite3.Connection, path: Path) -> tuple[int, list[Migration]]
                 step.apply(conn)
             except sqlite3.Error as error:
                 raise AutorlError(
-                    f"cannot migrate record store {path} from schema version {before} to {SCHEMA_VERSION}: step "
-                    f"{step.version} ({step.name}) failed: {error}. Nothing was changed. Is it a records.sqlite "
+                    f"cannot migrate record store {path} from schema version {before} to "
+                    f"{SCHEMA_VERSION}: step "
+                    f"{step.version} ({step.name}) failed: {error}. Nothing was changed. Is it a "
+                    "records.sqlite "
                     "written by autorl?"
                 ) from error
         conn.execute("DELETE FROM schema_version")
         conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
         now = time.time()
         conn.executemany(
-            "INSERT OR REPLACE INTO schema_migrations (version, name, applied_at, autorl_version) VALUES (?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO schema_migrations (version, name, applied_at, autorl_version) "
+            "VALUES (?, ?, ?, ?)",
             [(m.version, m.name, now, by) for m in steps],
         )
         conn.execute("COMMIT")

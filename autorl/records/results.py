@@ -16,7 +16,12 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autorl.records.types import RESULTS_COLUMNS, VALID_SUBMISSION_STATUSES, CellRecord, SubmissionRecord
+from autorl.records.types import (
+    RESULTS_COLUMNS,
+    VALID_SUBMISSION_STATUSES,
+    CellRecord,
+    SubmissionRecord,
+)
 
 if TYPE_CHECKING:
     from autorl.records.store import RecordStore
@@ -162,7 +167,8 @@ def feedback_split(cell: CellRecord) -> str:
 
 
 def summarize_cell(cell: CellRecord, subs: list[SubmissionRecord]) -> dict[str, Any]:
-    """:func:`summarize_submissions` with the cell's own baseline, ``allow_substitution`` and feedback split."""
+    """:func:`summarize_submissions` with the cell's own baseline, ``allow_substitution`` and
+    feedback split."""
     return summarize_submissions(
         subs, cell.baseline, allow_flagged=allows_substitution(cell), feedback=feedback_split(cell)
     )
@@ -178,16 +184,21 @@ def split_test_score(sub: SubmissionRecord, feedback: str = "test") -> float | N
 
 
 def summarize_submissions(
-    subs: list[SubmissionRecord], baseline: float | None, *, allow_flagged: bool = False, feedback: str = "test"
+    subs: list[SubmissionRecord],
+    baseline: float | None,
+    *,
+    allow_flagged: bool = False,
+    feedback: str = "test",
 ) -> dict[str, Any]:
-    """Summarise a cell's submissions by SPEC §2's rule.
+    """Summarise a cell's submissions by the rule of docs/design.md#the-grading-api.
 
     A submission is valid when its status is one of :data:`VALID_SUBMISSION_STATUSES` and it has
     a (feedback) score. It counts towards the best when it is valid and unflagged (a flagged one,
-    e.g. ``model_mismatch``, counts only with ``allow_flagged``, i.e. ``integrity.allow_substitution``).
-    The best is the counting submission with the highest feedback score (``score``; the first one
-    on ties); ``best_score`` is its *test* score (:func:`split_test_score`), so with dev feedback it
-    stays None until the cell's submissions have been scored on the test split.
+    e.g. ``model_mismatch``, counts only with ``allow_flagged``, i.e.
+    ``integrity.allow_substitution``). The best is the counting submission with the highest feedback
+    score (``score``; the first one on ties); ``best_score`` is its *test* score
+    (:func:`split_test_score`), so with dev feedback it stays None until the cell's submissions have
+    been scored on the test split.
 
     Args:
         subs: The cell's submissions (of its final attempt), in submission order.
@@ -209,7 +220,9 @@ def summarize_submissions(
     best: SubmissionRecord | None = None
     for sub in counting:
         # Strictly greater, so the earliest of equal scores stays best.
-        if best is None or (sub.score is not None and best.score is not None and sub.score > best.score):
+        if best is None or (
+            sub.score is not None and best.score is not None and sub.score > best.score
+        ):
             best = sub
     best_score = split_test_score(best, feedback) if best is not None else None
     tests = [t for t in (split_test_score(s, feedback) for s in counting) if t is not None]

@@ -60,12 +60,15 @@ _ATTEMPT_FIELDS = tuple(f.name for f in dataclasses.fields(CellAttempt))
 _STAT_FIELDS = tuple(f.name for f in dataclasses.fields(SweepStat))
 _UPSERT_CALL = _upsert_sql("driver_calls", _CALL_FIELDS, ("cell_id", "attempt", "call_id"))
 _UPSERT_TRACE = _upsert_sql("traces", _TRACE_FIELDS, ("cell_id", "attempt"))
-_UPSERT_SUBMISSION = _upsert_sql("submissions", _SUBMISSION_FIELDS, ("cell_id", "attempt", "submission_id"))
+_UPSERT_SUBMISSION = _upsert_sql(
+    "submissions", _SUBMISSION_FIELDS, ("cell_id", "attempt", "submission_id")
+)
 _UPSERT_STAT = _upsert_sql("sweep_stats", _STAT_FIELDS, ("sweep_id", "run", "name"))
 # A revision id is a content address, so a replay carries the same content: keep the first.
 _INSERT_REVISION = (
     f"INSERT INTO code_revisions ({', '.join(_REVISION_FIELDS)}) "
-    f"VALUES ({', '.join('?' for _ in _REVISION_FIELDS)}) ON CONFLICT (cell_id, attempt, revision) DO NOTHING"
+    f"VALUES ({', '.join('?' for _ in _REVISION_FIELDS)}) ON CONFLICT (cell_id, attempt, revision) "
+    "DO NOTHING"
 )
 _INSERT_ATTEMPT = (
     f"INSERT INTO cell_attempts ({', '.join(_ATTEMPT_FIELDS)}) "
@@ -79,13 +82,21 @@ _SETTABLE_ATTEMPT_FIELDS = frozenset(_ATTEMPT_FIELDS) - {"cell_id", "attempt", "
 # The tables that hold records, and which of their fields have defaults: a read-only store at an
 # older schema version may lack those columns (fields added by a migration always have one).
 _RECORD_TYPES: dict[str, Any] = {
-    "cells": CellRecord, "submissions": SubmissionRecord, "code_revisions": CodeRevision,
-    "driver_calls": DriverCall, "traces": TraceSummary, "cell_attempts": CellAttempt, "sweep_stats": SweepStat,
+    "cells": CellRecord,
+    "submissions": SubmissionRecord,
+    "code_revisions": CodeRevision,
+    "driver_calls": DriverCall,
+    "traces": TraceSummary,
+    "cell_attempts": CellAttempt,
+    "sweep_stats": SweepStat,
 }
-_TABLE_FIELDS = {table: tuple(f.name for f in dataclasses.fields(rt)) for table, rt in _RECORD_TYPES.items()}
+_TABLE_FIELDS = {
+    table: tuple(f.name for f in dataclasses.fields(rt)) for table, rt in _RECORD_TYPES.items()
+}
 _OPTIONAL_FIELDS = {
     table: frozenset(
-        f.name for f in dataclasses.fields(rt)
+        f.name
+        for f in dataclasses.fields(rt)
         if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
     )
     for table, rt in _RECORD_TYPES.items()
@@ -138,7 +149,9 @@ class RecordStore:
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             target, uri = str(self.path), False
-        self._conn = sqlite3.connect(target, timeout=30.0, isolation_level=None, check_same_thread=False, uri=uri)
+        self._conn = sqlite3.connect(
+            target, timeout=30.0, isolation_level=None, check_same_thread=False, uri=uri
+        )
         self._conn.row_factory = sqlite3.Row
         try:
             if read_only:
@@ -150,7 +163,10 @@ class RecordStore:
                 before, steps = migrate(self._conn, self.path)
                 self.schema_version = SCHEMA_VERSION
                 if steps:
-                    self.migrated_from, self.migrations_applied = before, tuple(m.name for m in steps)
+                    self.migrated_from, self.migrations_applied = (
+                        before,
+                        tuple(m.name for m in steps),
+                    )
             self._columns = self._table_columns()
             self._check_columns()
         except BaseException:
@@ -180,16 +196,23 @@ class RecordStore:
                 # cell_attempts and sweep_stats before version 6).
                 continue
             optional = _OPTIONAL_FIELDS[table] if self.read_only else frozenset()
-            missing += [f"{table}.{name}" for name in fields if name not in columns and name not in optional]
+            missing += [
+                f"{table}.{name}" for name in fields if name not in columns and name not in optional
+            ]
         if missing:
             raise AutorlError(
-                f"{self.path} is not a usable autorl record store (schema version {self.schema_version}): it lacks "
-                f"{', '.join(missing)}. Was it written by autorl? Point autorl at the sweep folder's records.sqlite."
+                f"{self.path} is not a usable autorl record store (schema version "
+                f"{self.schema_version}): it lacks "
+                f"{', '.join(missing)}. Was it written by autorl? Point autorl at the sweep "
+                "folder's records.sqlite."
             )
 
     def _check_writable(self) -> None:
         if self.read_only:
-            raise AutorlError(f"record store {self.path} was opened read-only; open it without read_only=True to write")
+            raise AutorlError(
+                f"record store {self.path} was opened read-only; open it without read_only=True to "
+                "write"
+            )
 
     def _has_table(self, table: str) -> bool:
         return bool(self._columns[table])
@@ -215,10 +238,15 @@ class RecordStore:
         Empty for a store no autorl with migrations has written to (every store made before
         schema version 3, opened read-only).
         """
-        exists = self._read("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
+        exists = self._read(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+        )
         if not exists:
             return []
-        rows = self._read("SELECT version, name, applied_at, autorl_version FROM schema_migrations ORDER BY version")
+        rows = self._read(
+            "SELECT version, name, applied_at, autorl_version FROM schema_migrations ORDER BY "
+            "version"
+        )
         return [(int(r[0]), str(r[1]), float(r[2]), str(r[3])) for r in rows]
 
     # Cells.
@@ -292,24 +320,30 @@ class RecordStore:
         self._check_writable()
         if rec.attempts < 1:
             raise ValueError(
-                f"start_attempt({rec.cell_id!r}) needs the new attempt's number in rec.attempts (1 for the first), "
+                f"start_attempt({rec.cell_id!r}) needs the new attempt's number in rec.attempts (1 "
+                "for the first), "
                 f"got {rec.attempts}"
             )
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                row = self._conn.execute("SELECT attempts FROM cells WHERE cell_id = ?", (rec.cell_id,)).fetchone()
+                row = self._conn.execute(
+                    "SELECT attempts FROM cells WHERE cell_id = ?", (rec.cell_id,)
+                ).fetchone()
                 if row is not None and int(row[0]) >= rec.attempts:
                     self._conn.execute("COMMIT")
                     return int(row[0])
                 self._conn.execute(
-                    f"UPDATE cell_attempts SET status = 'interrupted' WHERE cell_id = ? AND attempt < ? "
+                    "UPDATE cell_attempts SET status = 'interrupted' WHERE cell_id = ? AND "
+                    "attempt < ? "
                     f"AND status NOT IN ({', '.join('?' for _ in FINAL_STATUSES)})",
                     (rec.cell_id, rec.attempts, *FINAL_STATUSES),
                 )
                 self._conn.execute(_UPSERT_CELL, tuple(getattr(rec, f) for f in _CELL_FIELDS))
                 attempt = CellAttempt(rec.cell_id, rec.attempts, rec.status, started_at=time.time())
-                self._conn.execute(_INSERT_ATTEMPT, tuple(getattr(attempt, f) for f in _ATTEMPT_FIELDS))
+                self._conn.execute(
+                    _INSERT_ATTEMPT, tuple(getattr(attempt, f) for f in _ATTEMPT_FIELDS)
+                )
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
@@ -337,11 +371,14 @@ class RecordStore:
         _check_status(status, ATTEMPT_STATUSES, "attempt")
         unknown = sorted(set(fields) - _SETTABLE_ATTEMPT_FIELDS)
         if unknown:
-            raise ValueError(f"cannot set attempt field(s) {', '.join(unknown)}; settable: "
-                             f"{', '.join(sorted(_SETTABLE_ATTEMPT_FIELDS))}")
+            raise ValueError(
+                f"cannot set attempt field(s) {', '.join(unknown)}; settable: "
+                f"{', '.join(sorted(_SETTABLE_ATTEMPT_FIELDS))}"
+            )
         names = ["status", *(f for f in _ATTEMPT_FIELDS if f in fields)]
         values = [status, *(fields[n] for n in names[1:]), cell_id, attempt]
-        sql = f"UPDATE cell_attempts SET {', '.join(f'{n} = ?' for n in names)} WHERE cell_id = ? AND attempt = ?"
+        assignments = ", ".join(f"{n} = ?" for n in names)
+        sql = f"UPDATE cell_attempts SET {assignments} WHERE cell_id = ? AND attempt = ?"
         if self._write(sql, values) == 0:
             raise KeyError(f"cell {cell_id!r} has no attempt {attempt} in record store {self.path}")
 
@@ -349,7 +386,9 @@ class RecordStore:
         """Every attempt of a cell, first first (none from a store older than version 6)."""
         if not self._has_table("cell_attempts"):
             return []
-        rows = self._read("SELECT * FROM cell_attempts WHERE cell_id = ? ORDER BY attempt", (cell_id,))
+        rows = self._read(
+            "SELECT * FROM cell_attempts WHERE cell_id = ? ORDER BY attempt", (cell_id,)
+        )
         return [self._to_record(CellAttempt, r, _ATTEMPT_FIELDS) for r in rows]
 
     def _stamped(self, sql: str, rec: Any, fields: tuple[str, ...]) -> None:
@@ -360,7 +399,9 @@ class RecordStore:
                 rec = dataclasses.replace(rec, attempt=self._current_attempt(rec.cell_id))
             self._conn.execute(sql, tuple(getattr(rec, f) for f in fields))
 
-    def _of_attempt(self, table: str, cell_id: str, attempt: int | None) -> tuple[str, tuple[Any, ...]]:
+    def _of_attempt(
+        self, table: str, cell_id: str, attempt: int | None
+    ) -> tuple[str, tuple[Any, ...]]:
         """``WHERE`` clause and parameters for one attempt's rows (the current one when None).
 
         A read-only store older than version 6 has one attempt per cell and no ``attempt`` column.
@@ -368,32 +409,46 @@ class RecordStore:
         if "attempt" not in self._columns[table]:
             return "cell_id = ?", (cell_id,)
         if attempt is None:
-            return f"cell_id = ? AND attempt = COALESCE(({_CURRENT_ATTEMPT}), 1)", (cell_id, cell_id)
+            return f"cell_id = ? AND attempt = COALESCE(({_CURRENT_ATTEMPT}), 1)", (
+                cell_id,
+                cell_id,
+            )
         return "cell_id = ? AND attempt = ?", (cell_id, attempt)
 
     # Submissions.
 
     def upsert_submission(self, rec: SubmissionRecord) -> None:
         """Insert the submission, or replace the stored one with the same
-        ``(cell_id, attempt, submission_id)`` (last write wins); ``attempt`` None: the cell's current."""
+        ``(cell_id, attempt, submission_id)`` (last write wins); ``attempt`` None: the cell's
+        current."""
         self._stamped(_UPSERT_SUBMISSION, rec, _SUBMISSION_FIELDS)
 
     def list_submissions(self, cell_id: str, attempt: int | None = None) -> list[SubmissionRecord]:
-        """Return one attempt's submissions (the cell's current attempt by default) by ``submission_id``."""
+        """Return one attempt's submissions (the cell's current attempt by default) by
+        ``submission_id``."""
         where, params = self._of_attempt("submissions", cell_id, attempt)
         rows = self._read(f"SELECT * FROM submissions WHERE {where} ORDER BY submission_id", params)
         return [self._to_record(SubmissionRecord, r, _SUBMISSION_FIELDS) for r in rows]
 
-    def get_submission(self, cell_id: str, submission_id: int, attempt: int | None = None) -> SubmissionRecord | None:
-        """Return one submission of an attempt (the current one by default), or None if there is none."""
+    def get_submission(
+        self, cell_id: str, submission_id: int, attempt: int | None = None
+    ) -> SubmissionRecord | None:
+        """Return one submission of an attempt (the current one by default), or None if there is
+        none."""
         where, params = self._of_attempt("submissions", cell_id, attempt)
-        rows = self._read(f"SELECT * FROM submissions WHERE {where} AND submission_id = ?", (*params, submission_id))
+        rows = self._read(
+            f"SELECT * FROM submissions WHERE {where} AND submission_id = ?",
+            (*params, submission_id),
+        )
         return self._to_record(SubmissionRecord, rows[0], _SUBMISSION_FIELDS) if rows else None
 
     def next_submission_id(self, cell_id: str) -> int:
-        """Return the id the cell's next submission should get in its current attempt: 1 for the first."""
+        """Return the id the cell's next submission should get in its current attempt: 1 for the
+        first."""
         where, params = self._of_attempt("submissions", cell_id, None)
-        rows = self._read(f"SELECT COALESCE(MAX(submission_id), 0) + 1 FROM submissions WHERE {where}", params)
+        rows = self._read(
+            f"SELECT COALESCE(MAX(submission_id), 0) + 1 FROM submissions WHERE {where}", params
+        )
         return int(rows[0][0])
 
     # Baselines and the cross-cell score cache.
@@ -437,7 +492,9 @@ class RecordStore:
     def list_code_revisions(self, cell_id: str, attempt: int | None = None) -> list[CodeRevision]:
         """Return one attempt's code revisions (the current attempt by default), oldest first."""
         where, params = self._of_attempt("code_revisions", cell_id, attempt)
-        rows = self._read(f"SELECT * FROM code_revisions WHERE {where} ORDER BY created_at, rowid", params)
+        rows = self._read(
+            f"SELECT * FROM code_revisions WHERE {where} ORDER BY created_at, rowid", params
+        )
         return [self._to_record(CodeRevision, r, _REVISION_FIELDS) for r in rows]
 
     # Driver calls and agent traces.
@@ -453,7 +510,9 @@ class RecordStore:
         if not self._has_table("driver_calls"):
             return []
         where, params = self._of_attempt("driver_calls", cell_id, attempt)
-        rows = self._read(f"SELECT * FROM driver_calls WHERE {where} ORDER BY started_at, rowid", params)
+        rows = self._read(
+            f"SELECT * FROM driver_calls WHERE {where} ORDER BY started_at, rowid", params
+        )
         return [self._to_record(DriverCall, r, _CALL_FIELDS) for r in rows]
 
     def driver_usage(self, cell_id: str, attempt: int | None = None) -> dict[str, Any]:
@@ -463,11 +522,17 @@ class RecordStore:
             return {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0, "calls": 0}
         where, params = self._of_attempt("driver_calls", cell_id, attempt)
         row = self._read(
-            "SELECT COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0), COALESCE(SUM(cost_usd), 0.0), COUNT(*) "
+            "SELECT COALESCE(SUM(tokens_in), 0), COALESCE(SUM(tokens_out), 0), "
+            "COALESCE(SUM(cost_usd), 0.0), COUNT(*) "
             f"FROM driver_calls WHERE {where}",
             params,
         )[0]
-        return {"tokens_in": int(row[0]), "tokens_out": int(row[1]), "cost_usd": float(row[2]), "calls": int(row[3])}
+        return {
+            "tokens_in": int(row[0]),
+            "tokens_out": int(row[1]),
+            "cost_usd": float(row[2]),
+            "calls": int(row[3]),
+        }
 
     def upsert_trace(self, rec: TraceSummary) -> None:
         """Store (or replace) the summary of the agent trace of the cell's current attempt (unless

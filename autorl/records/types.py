@@ -148,18 +148,20 @@ class CellRecord:
             ``integrity.allow_substitution``).
         weight_distance: The best submission's relative weight distance to the base (0: a copy).
         contamination: Fraction (0-1) of eval items with an n-gram (absent from the public training
-            split) found in the agent's files; None when not checked (from before version 5, or off).
+            split) found in the agent's files; None when not checked (from before version 5, or
+            off).
         integrity_flags: Cell-level integrity flags, comma-separated (``contamination``,
             ``judge:<finding>``); None when there are none.
         integrity_json: The integrity checks' details: ``{"contamination": ..., "judge": ...}``.
-        feedback: The split the agent's scores came from (``grading.feedback``): ``test`` or ``dev``;
-            None for cells from before version 7 (they all ran with test feedback).
+        feedback: The split the agent's scores came from (``grading.feedback``): ``test`` or
+            ``dev``; None for cells from before version 7 (they all ran with test feedback).
         feedback_baseline: The base model's score on the feedback split (what the agent was told);
             equal to ``baseline`` with test feedback.
         best_feedback_score: The selected (best) submission's feedback score; ``best_score`` is its
-            test score (SPEC §2).
+            test score (docs/design.md#the-grading-api).
         best_on_test: The highest test score of any counting submission; ``best_on_test -
-            best_score`` is the selection bias that test feedback would have had (0 with test feedback).
+            best_score`` is the selection bias that test feedback would have had (0 with test
+            feedback).
     """
 
     sweep_id: str
@@ -233,11 +235,12 @@ class SubmissionRecord:
         queue_wait_s: Time spent waiting in the grader queue.
         flags: Integrity flags, comma-separated (``model_mismatch``: another architecture or
             vocabulary than the base); a flagged submission counts only with
-            ``integrity.allow_substitution`` (SPEC §2). None when unflagged.
+            ``integrity.allow_substitution`` (docs/design.md#the-grading-api). None when unflagged.
         weight_distance: Relative distance of the scored weights to the base model's,
-            ``||W - W_base|| / ||W_base||`` over the base's tensors (0: a copy); None when not comparable.
-        attempt: The attempt of the cell that submitted it (with ``cell_id`` and ``submission_id`` the
-            natural key). None when written: the store files it under the cell's current attempt
+            ``||W - W_base|| / ||W_base||`` over the base's tensors (0: a copy); None when not
+            comparable.
+        attempt: The attempt of the cell that submitted it (with ``cell_id`` and ``submission_id``
+            the natural key). None when written: the store files it under the cell's current attempt
             (the Recorder never needs to know it); None when read from a store older than version 6.
         test_score: Its score on the test split (the same as ``score`` with test feedback; with dev
             feedback set after the cell ends, never shown to the agent). None until scored there.
@@ -373,7 +376,8 @@ class CellAttempt:
     (``scheduler.max_retries``), and a resumed sweep starts its unfinished cells again.
 
     Every attempt's submissions, code revisions, driver calls and trace stay in the store under
-    its number; only the final attempt (the cell's ``attempts``) counts (SPEC §2).
+    its number; only the final attempt (the cell's ``attempts``) counts
+    (docs/design.md#the-grading-api).
 
     Attributes:
         cell_id: The cell.

@@ -84,31 +84,39 @@ class CellEnvironment:
         listed = "; ".join(f"{g.name} ({g.memory_mib / 1024:.0f} GB)" for g in self.gpus)
         gpus = "none; train on the CPU (small batches, short sequences)."
         if self.gpus:
-            gpus = (f"{len(self.gpus)}: {listed} (`CUDA_VISIBLE_DEVICES` names them; "
-                    "they are this cell's alone).")
+            gpus = (
+                f"{len(self.gpus)}: {listed} (`CUDA_VISIBLE_DEVICES` names them; "
+                "they are this cell's alone)."
+            )
         packages = ", ".join(f"{name} {v}" for name, v in self.toolchain.packages.items())
         if self.isolated_network:
             install = "Nothing else can be installed: there is no package index."
-            network = ("only the grading API (`$GRADING_SERVER_URL`) and the driver gateway "
-                       "answer; no internet, no model or dataset hub (everything you need is in "
-                       "this workspace).")
+            network = (
+                "only the grading API (`$GRADING_SERVER_URL`) and the driver gateway "
+                "answer; no internet, no model or dataset hub (everything you need is in "
+                "this workspace)."
+            )
         else:
             install = "There may be a package index; installing is at your own risk."
             network = "the node's own (this cell is not network-isolated)."
         limits = "" if self.sealed else " (not enforced: this cell runs unsealed)"
-        return "\n".join([
-            "## Your machine",
-            f"- CPUs: {self.cpus:g} (the CPU quota of your processes; more threads only share it)"
-            f"{limits}.",
-            f"- Memory: {self.memory_gb:g} GB for all your processes together; past it the largest "
-            f"is killed{limits}.",
-            f"- Processes: at most {self.max_processes} processes and threads at once{limits}.",
-            f"- Disk: {self.disk_free_gb:.1f} GB free where the workspace is.",
-            f"- GPUs: {gpus}",
-            f"- Python {self.toolchain.python} with {packages}. {install}",
-            f"- Network: {network}",
-            f"- Time: {self.budget_s:.0f} seconds in all (see Budget).",
-        ])
+        return "\n".join(
+            [
+                "## Your machine",
+                f"- CPUs: {self.cpus:g} (the CPU quota of your processes; more threads only share "
+                "it)"
+                f"{limits}.",
+                f"- Memory: {self.memory_gb:g} GB for all your processes together; past it the "
+                "largest "
+                f"is killed{limits}.",
+                f"- Processes: at most {self.max_processes} processes and threads at once{limits}.",
+                f"- Disk: {self.disk_free_gb:.1f} GB free where the workspace is.",
+                f"- GPUs: {gpus}",
+                f"- Python {self.toolchain.python} with {packages}. {install}",
+                f"- Network: {network}",
+                f"- Time: {self.budget_s:.0f} seconds in all (see Budget).",
+            ]
+        )
 
 
 def visible_gpus(cuda_visible_devices: str | None) -> tuple[Gpu, ...]:
@@ -121,15 +129,24 @@ def visible_gpus(cuda_visible_devices: str | None) -> tuple[Gpu, ...]:
         return ()
     try:
         listed = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,uuid,name,memory.total",
-             "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=30, check=True,
+            [
+                "nvidia-smi",
+                "--query-gpu=index,uuid,name,memory.total",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError) as error:
         logger.warning("nvidia-smi could not list the GPUs: %s", error)
         return ()
-    rows = [[field.strip() for field in line.split(",")]
-            for line in listed.splitlines() if line.count(",") >= 3]
+    rows = [
+        [field.strip() for field in line.split(",")]
+        for line in listed.splitlines()
+        if line.count(",") >= 3
+    ]
     by_id = {key: row for row in rows for key in (row[0], row[1])}
     return tuple(Gpu(by_id[w][2], int(float(by_id[w][3]))) for w in wanted if w in by_id)
 
@@ -140,14 +157,17 @@ def toolchain_versions(python: str) -> Toolchain:
 
     Read from package metadata (nothing is imported), once per interpreter and process.
     """
-    script = ("import importlib.metadata as m, json, platform\n"
-              "def v(p):\n"
-              "    try: return m.version(p)\n"
-              "    except m.PackageNotFoundError: return None\n"
-              f"packages = {{p: v(p) for p in {list(PACKAGES)!r}}}\n"
-              "print(json.dumps({'python': platform.python_version(), 'packages': packages}))")
-    done = subprocess.run([python, "-I", "-c", script], capture_output=True, text=True, timeout=60,
-                          check=True)
+    script = (
+        "import importlib.metadata as m, json, platform\n"
+        "def v(p):\n"
+        "    try: return m.version(p)\n"
+        "    except m.PackageNotFoundError: return None\n"
+        f"packages = {{p: v(p) for p in {list(PACKAGES)!r}}}\n"
+        "print(json.dumps({'python': platform.python_version(), 'packages': packages}))"
+    )
+    done = subprocess.run(
+        [python, "-I", "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
     found = json.loads(done.stdout)
     packages = {name: version for name, version in found["packages"].items() if version}
     return Toolchain(found["python"], packages)

@@ -1,4 +1,4 @@
-"""The agent's workspace folder (SPEC §4 step 3).
+"""The agent's workspace folder (docs/design.md#a-cells-life, step 3).
 
 ```
 workspace/
@@ -34,7 +34,8 @@ grading API. You may submit as often as you like; the best valid submission coun
 
 ## Budget
 - {budget_s:.0f} seconds of wall-clock time, counted from `start_time` in `run_meta.json`
-  (`GET $GRADING_SERVER_URL/time` returns `remaining`). At the end every process you started is stopped.
+  (`GET $GRADING_SERVER_URL/time` returns `remaining`). At the end every process you started is
+  stopped.
 
 {environment}
 
@@ -115,7 +116,12 @@ def build_workspace(
     (root / "models" / model_name).symlink_to(base_model_dir, target_is_directory=True)
     shutil.copyfile(description_md, root / "description.md")
     return WorkspacePaths(
-        root, root / "code", root / "output", root / "data", root / "models" / model_name, root / "run_meta.json"
+        root,
+        root / "code",
+        root / "output",
+        root / "data",
+        root / "models" / model_name,
+        root / "run_meta.json",
     )
 
 
@@ -128,8 +134,9 @@ def copy_agent_code(spec: TaskSpec, dest: Path) -> Path | None:
         dest/agent_kit/...  dest/task_agent/__init__.py, recipe.py, ...
 
     so ``PYTHONPATH=<dest>`` makes both importable, in the agent's toolchain too, and nothing of the
-    grader side is beside them. The returned ``dest/task_agent`` is what ``LaunchContext.task_agent_dir``
-    takes (its parent is ``dest``). ``None`` (and nothing copied) when the task has no agent side.
+    grader side is beside them. The returned ``dest/task_agent`` is what
+    ``LaunchContext.task_agent_dir`` takes (its parent is ``dest``). ``None`` (and nothing copied)
+    when the task has no agent side.
     """
     if not spec.agent_dir.is_dir():
         return None
@@ -145,12 +152,21 @@ def copy_agent_code(spec: TaskSpec, dest: Path) -> Path | None:
 
 
 def write_instructions(
-    paths: WorkspacePaths, *, budget_s: float, baseline: float, model_name: str, eval_settings: dict[str, Any],
+    paths: WorkspacePaths,
+    *,
+    budget_s: float,
+    baseline: float,
+    model_name: str,
+    eval_settings: dict[str, Any],
     environment: CellEnvironment,
 ) -> None:
-    """Write ``instructions.md`` with this run's budget, machine, API, baseline and eval settings."""
+    """Write ``instructions.md`` with this run's budget, machine, API, baseline and eval
+    settings."""
     text = INSTRUCTIONS.format(
-        budget_s=budget_s, model_name=model_name, baseline=baseline, eval_settings=json.dumps(eval_settings, indent=2),
+        budget_s=budget_s,
+        model_name=model_name,
+        baseline=baseline,
+        eval_settings=json.dumps(eval_settings, indent=2),
         environment=environment.markdown(),
     )
     (paths.root / "instructions.md").write_text(text)

@@ -1,4 +1,4 @@
-"""Running the agent process under its budget (SPEC §4 step 5).
+"""Running the agent process under its budget (docs/design.md#a-cells-life, step 6).
 
 With a :class:`~autorl.seal.cgroups.CellCgroup` (sealed cells) the agent's first process joins the
 cell's cgroup before exec, so every process it starts is in it (also after ``setsid()`` or a
@@ -73,8 +73,11 @@ class CappedLog:
                     self.kept += min(room, len(chunk))
                 if len(chunk) > room:
                     if not self.dropped:
-                        self._log.write(f"\n[autorl: the agent's output past {self.max_bytes} bytes (cell.max_log_mb) "
-                                        "is dropped]\n".encode())
+                        self._log.write(
+                            f"\n[autorl: the agent's output past {self.max_bytes} bytes "
+                            "(cell.max_log_mb) "
+                            "is dropped]\n".encode()
+                        )
                         self._log.flush()
                     self.dropped += len(chunk) - room
         finally:
@@ -82,11 +85,14 @@ class CappedLog:
             os.close(self.fd)
 
     def finish(self, timeout_s: float = 10.0) -> None:
-        """Wait for the copy to end: at end of file, or once the pipe has been quiet for a moment."""
+        """Wait for the copy to end: at end of file, or once the pipe has been quiet for a
+        moment."""
         self._finishing.set()
         self._thread.join(timeout_s)
         if self.dropped:
-            logger.warning("agent output past %d bytes was dropped (%d bytes)", self.max_bytes, self.dropped)
+            logger.warning(
+                "agent output past %d bytes was dropped (%d bytes)", self.max_bytes, self.dropped
+            )
 
 
 @dataclass(frozen=True)
@@ -99,12 +105,14 @@ class AgentExit:
             - ``exited``: it ended by itself (see ``exit_code``);
             - ``timeout``: stopped at the budget;
             - ``killed``: stopped because the cell was cancelled;
-            - ``memory``: the cgroup's memory limit ended it (the OOM killer killed its main process);
+            - ``memory``: the cgroup's memory limit ended it (the OOM killer killed its main
+              process);
             - ``crashed``: ended by a signal nobody here sent.
-        exit_code: The main process's exit status (negative: killed by that signal); ``None`` if unknown.
+        exit_code: The main process's exit status (negative: killed by that signal); ``None`` if
+            unknown.
         duration_s: Wall-clock seconds from start to the end of the stop.
-        limit_hit: The cgroup limit the agent ran into, whatever the class: ``memory`` (the OOM killer
-            killed one of its processes), ``pids`` (a fork was refused at its process cap) or
+        limit_hit: The cgroup limit the agent ran into, whatever the class: ``memory`` (the OOM
+            killer killed one of its processes), ``pids`` (a fork was refused at its process cap) or
             ``None`` (none, or no cgroup).
     """
 
@@ -121,7 +129,8 @@ def _die_with_parent() -> None:
 
 
 def _child_setup(cgroup: CellCgroup | None) -> Callable[[], None]:
-    """The agent's ``preexec_fn``: join the cgroup first (so nothing escapes it), then die with the parent."""
+    """The agent's ``preexec_fn``: join the cgroup first (so nothing escapes it), then die with the
+    parent."""
 
     def setup() -> None:
         if cgroup is not None:
@@ -132,7 +141,8 @@ def _child_setup(cgroup: CellCgroup | None) -> Callable[[], None]:
 
 
 def _sigkilled(code: int | None) -> bool:
-    # Popen reports death by signal N as -N; a shell or bubblewrap between us and the agent exits 128 + N.
+    # Popen reports death by signal N as -N; a shell or bubblewrap between us and the agent exits
+    # 128 + N.
     return code in (-signal.SIGKILL, 128 + signal.SIGKILL)
 
 
@@ -152,7 +162,8 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
 
 
 def stop_cell(proc: subprocess.Popen[bytes], cgroup: CellCgroup, grace_s: float) -> None:
-    """SIGTERM the process group and every process of ``cgroup``, wait ``grace_s``, then kill the cgroup.
+    """SIGTERM the process group and every process of ``cgroup``, wait ``grace_s``, then kill the
+    cgroup.
 
     After ``grace_s`` (or as soon as the cgroup is empty) the cgroup is frozen and every process
     left in it is SIGKILLed, so nothing the agent started survives, whichever session it is in.
@@ -164,8 +175,12 @@ def stop_cell(proc: subprocess.Popen[bytes], cgroup: CellCgroup, grace_s: float)
         proc.wait(timeout=grace_s)
     cgroup.wait_empty(max(0.0, deadline - time.monotonic()))
     if not cgroup.kill(timeout_s=_KILL_TIMEOUT_S):
-        logger.error("agent processes %s outlived SIGKILL in cgroup %s", sorted(cgroup.pids()), cgroup.name)
-    _signal_group(proc.pid, signal.SIGKILL)  # the group leader, should it not have joined the cgroup
+        logger.error(
+            "agent processes %s outlived SIGKILL in cgroup %s", sorted(cgroup.pids()), cgroup.name
+        )
+    _signal_group(
+        proc.pid, signal.SIGKILL
+    )  # the group leader, should it not have joined the cgroup
     proc.wait()
 
 
@@ -189,20 +204,29 @@ def run_agent(
     :func:`stop_cell`) or, without one, the process group.
 
     Args:
-        cgroup: The cell's cgroup; the agent joins it before exec. The caller creates and removes it.
+        cgroup: The cell's cgroup; the agent joins it before exec. The caller creates and removes
+            it.
     """
     started = time.monotonic()
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=write_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_child_setup(cgroup),  # noqa: PLW1509 - writes and prctl only
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=write_fd,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_child_setup(cgroup),  # noqa: PLW1509 - writes and prctl only
         )
     except BaseException:
         os.close(read_fd)
         raise
     finally:
-        os.close(write_fd)  # the agent's processes hold the only write ends: their exit is end of file
+        os.close(
+            write_fd
+        )  # the agent's processes hold the only write ends: their exit is end of file
     log = CappedLog(read_fd, log_path, max_log_bytes)
     try:
         if on_start is not None:

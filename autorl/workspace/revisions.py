@@ -23,8 +23,15 @@ class CodeRevisions:
     snapshot go to ``sink`` (the Recorder).
     """
 
-    def __init__(self, repo_dir: Path, code_dir: Path, cell_id: str, sink: Callable[[CodeRevision], None],
-                 contain: Callable[[list[str]], list[str]] | None = None, owner: int | None = None) -> None:
+    def __init__(
+        self,
+        repo_dir: Path,
+        code_dir: Path,
+        cell_id: str,
+        sink: Callable[[CodeRevision], None],
+        contain: Callable[[list[str]], list[str]] | None = None,
+        owner: int | None = None,
+    ) -> None:
         """Create the repository.
 
         Args:
@@ -44,8 +51,13 @@ class CodeRevisions:
         self.contain = contain
         self._lock = threading.Lock()
         # No user or system git config: contained, root's HOME is not there (and none is wanted).
-        self._env = os.environ | {"GIT_DIR": str(repo_dir), "GIT_WORK_TREE": str(code_dir), "HOME": str(repo_dir),
-                                  "GIT_CONFIG_NOSYSTEM": "1", "XDG_CONFIG_HOME": str(repo_dir)}
+        self._env = os.environ | {
+            "GIT_DIR": str(repo_dir),
+            "GIT_WORK_TREE": str(code_dir),
+            "HOME": str(repo_dir),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "XDG_CONFIG_HOME": str(repo_dir),
+        }
         if not repo_dir.exists():
             repo_dir.mkdir(parents=True)
             if owner is not None:
@@ -54,9 +66,20 @@ class CodeRevisions:
         self._head: str | None = self._rev_parse()
 
     def _git(self, *args: str) -> str:
-        # safe.directory: a sealed cell's code/ belongs to the agent's uid, not to the user running git.
-        command = ["git", "-c", "user.name=autorl", "-c", "user.email=autorl@localhost", "-c", "commit.gpgsign=false",
-                   "-c", "safe.directory=*", *args]
+        # safe.directory: a sealed cell's code/ belongs to the agent's uid, not to the user running
+        # git.
+        command = [
+            "git",
+            "-c",
+            "user.name=autorl",
+            "-c",
+            "user.email=autorl@localhost",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "safe.directory=*",
+            *args,
+        ]
         if self.contain is not None:
             command = self.contain(command)
         result = subprocess.run(command, env=self._env, capture_output=True, text=True, check=True)
@@ -69,12 +92,16 @@ class CodeRevisions:
             return None
 
     def snapshot(self, reason: str) -> str | None:
-        """Commit the current ``code/`` if it changed; return the current revision (or None if empty)."""
+        """Commit the current ``code/`` if it changed; return the current revision (or None if
+        empty)."""
         with self._lock:
             # The agent may replace code/ by a link (to the task cache, to /): never follow it.
             if self.code_dir.is_symlink() or not self.code_dir.is_dir():
-                logger.warning("code snapshot skipped: %s is not a folder of the workspace (a link or missing)",
-                               self.code_dir)
+                logger.warning(
+                    "code snapshot skipped: %s is not a folder of the workspace (a link or "
+                    "missing)",
+                    self.code_dir,
+                )
                 return self._head
             try:
                 self._git("add", "-A")
@@ -91,5 +118,9 @@ class CodeRevisions:
                 logger.warning("code snapshot failed: %s", error)
                 return self._head
         assert self._head is not None
-        self.sink(CodeRevision(self.cell_id, self._head, time.time(), reason, diff[:_MAX_DIFF_CHARS], files))
+        self.sink(
+            CodeRevision(
+                self.cell_id, self._head, time.time(), reason, diff[:_MAX_DIFF_CHARS], files
+            )
+        )
         return self._head

@@ -1,4 +1,4 @@
-"""``run_meta.json``: the budget facts the agent reads (SPEC §4 step 5)."""
+"""``run_meta.json``: the budget facts the agent reads (docs/design.md#a-cells-life, step 6)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,12 @@ class RunMeta:
         self.path = path
         self.scratch_dir = scratch_dir
         self._lock = threading.Lock()
-        self._data: dict[str, Any] = {"start_time": None, "timeout_s": timeout_s, "last_submit_time": None, "end_time": None}
+        self._data: dict[str, Any] = {
+            "start_time": None,
+            "timeout_s": timeout_s,
+            "last_submit_time": None,
+            "end_time": None,
+        }
         self._write()
 
     def update(self, **fields: Any) -> None:

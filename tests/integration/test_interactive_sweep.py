@@ -16,8 +16,9 @@ from tests.integration.conftest import assert_clean_integrity, query, sweep_env
 pytestmark = pytest.mark.integration
 TASKS = ("alfworld", "webshop", "deepsearchqa")
 SMALL = [
-    "agent.sft.steps=4", "agent.sft.batch_size=2", "agent.grpo.steps=1", "agent.grpo.batch_size=2",
-    "agent.grpo.num_generations=2", "agent.online_grpo.batches=1", "agent.online_grpo.batch_size=2",
+    "agent.sft.max_steps=4", "agent.sft.per_device_train_batch_size=2",
+    "agent.grpo.max_steps=1", "agent.grpo.per_device_train_batch_size=2", "agent.grpo.num_generations=2",
+    "agent.online_grpo.batches=1", "agent.online_grpo.per_device_train_batch_size=2",
     "agent.online_grpo.num_generations=2", "agent.online_grpo.num_iterations=2", "budget.seconds=240",
     # ++: the keys exist in every interactive task's config but not in the default task's.
     "++task.eval.fixture.limit=4", "++task.eval.fixture.max_steps=3", "++task.eval.fixture.max_new_tokens=8",
@@ -45,8 +46,8 @@ def test_interactive_tasks_sweep_end_to_end(tmp_path: Path, ray_tmp: Path, cache
         assert re.search(r"RL probe \(2 x 2 rollouts .*\): mean reward [\d.]+ before RL, [\d.]+ after; \d of 4 rollouts "
                          r"rose, \d fell", log), (task, log[-2000:])
         played = re.search(r"expert played (\d+) \(mean reward ([\d.]+)\)", log)
-        # At most SFT steps x 2 episodes (sft.batch_size; DeepSearchQA's recipe halves it, to no less than 2):
-        # ALFWorld's recipe takes three times sft.steps, DeepSearchQA's four times.
+        # At most SFT steps x 2 episodes (sft.per_device_train_batch_size; DeepSearchQA's recipe halves
+        # it, to no less than 2): ALFWorld's recipe takes three times sft.max_steps, DeepSearchQA's four.
         assert played and 2 <= int(played.group(1)) <= {"alfworld": 3, "deepsearchqa": 4}.get(task, 1) * 4 * 2, task
         # The experts play through the env endpoints: DeepSearchQA's knows the answer; WebShop's shopper buys
         # a product of the instruction's kind from the page text (reward 0.25 to 0.75 a session on the first

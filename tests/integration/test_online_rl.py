@@ -34,7 +34,8 @@ BATCHES = 5
 CELL = [
     "task=alfworld", "model=small", "seed=0", "budget.seconds=3000", "cell.cpus=2", "cluster.num_cpus=3",
     "task.build.fixture.train_size=60", "task.build.fixture.eval_size=6", "task.build.fixture.extra_receptacle_kinds=0",
-    "task.build.fixture.distractor_objects=0", "agent.sft.steps=60", "agent.sft.batch_size=32",
+    "task.build.fixture.distractor_objects=0", "agent.sft.max_steps=60",
+    "agent.sft.per_device_train_batch_size=32",
     f"agent.online_grpo.batches={BATCHES}", "agent.online_grpo.probe=4", "progress=false",
 ]
 ITERATION = re.compile(r"RL iteration (\d+)/\d+: (\d+) rollouts, (\d+) env-endpoint calls \(\d+ in all\), "

@@ -37,13 +37,13 @@ COPIES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 SMALL = [
-    "agent.sft.steps=4",
-    "agent.sft.batch_size=2",
-    "agent.grpo.steps=1",
-    "agent.grpo.batch_size=2",
+    "agent.sft.max_steps=4",
+    "agent.sft.per_device_train_batch_size=2",
+    "agent.grpo.max_steps=1",
+    "agent.grpo.per_device_train_batch_size=2",
     "agent.grpo.num_generations=2",
     "agent.online_grpo.batches=1",
-    "agent.online_grpo.batch_size=2",
+    "agent.online_grpo.per_device_train_batch_size=2",
     "agent.online_grpo.num_generations=2",
     "agent.online_grpo.num_iterations=2",
     "budget.seconds=240",

@@ -27,10 +27,12 @@ pytestmark = pytest.mark.integration
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "sweep_b0f395e" / "default-9f036f8b"
 COMPLETED, CANCELLED = "gsm8k.scripted.none.tiny.s0", "gsm8k.scripted.none.tiny.s1"
 VERSION = get_task("gsm8k").version  # the fixture's cells ran under version 1
-# Exactly the fixture's overrides that are not presentation keys: they make its sweep id.
+# The fixture's overrides that are not presentation keys, with the scripted agent's keys under
+# their current (TRL's) names: renamed, they no longer make the fixture's sweep id, which the
+# command therefore names.
 SAME_COMMAND = [
-    "task=gsm8k", "seed=0,1", "budget.seconds=60", "agent.sft.steps=5", "agent.grpo.steps=1",
-    "task.build.fixture.train_size=40", "task.build.fixture.eval_size=8",
+    "task=gsm8k", "seed=0,1", "budget.seconds=60", "agent.sft.max_steps=5", "agent.grpo.max_steps=1",
+    "task.build.fixture.train_size=40", "task.build.fixture.eval_size=8", f"sweep_id={FIXTURE.name}",
 ]
 
 

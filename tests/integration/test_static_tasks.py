@@ -20,8 +20,9 @@ pytestmark = pytest.mark.integration
 CELLS = ("alpacaeval.scripted.none.tiny.s0", "humaneval.scripted.none.tiny.s0")
 SMALL = [
     "task=humaneval,alpacaeval",
-    "agent.sft.steps=10", "agent.sft.batch_size=8",
-    "agent.grpo.steps=1", "agent.grpo.batch_size=4", "agent.grpo.num_generations=2",
+    "agent.sft.max_steps=10", "agent.sft.per_device_train_batch_size=8",
+    "agent.grpo.max_steps=1", "agent.grpo.per_device_train_batch_size=4",
+    "agent.grpo.num_generations=2",
     "task.build.fixture.train_size=120", "task.build.fixture.eval_size=12",
     # One grader plus two cells: with 2 logical CPUs the two cells' bundles can take both and
     # leave the grader unschedulable.

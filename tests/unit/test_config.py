@@ -76,7 +76,7 @@ def test_a_cell_carries_the_typed_config() -> None:
     configs = {cell.agent: cell.config for cell in plan.cells}
     assert all(isinstance(c, RunConfig) and c.sweep_id == plan.sweep_id for c in configs.values())
     scripted, codex, claude = configs["scripted"].agent, configs["codex"].agent, configs["claude-code"].agent
-    assert isinstance(scripted, ScriptedAgentConfig) and scripted.sft.steps > 0 and scripted.protocol is None
+    assert isinstance(scripted, ScriptedAgentConfig) and scripted.sft.max_steps > 0 and scripted.protocol is None
     assert type(codex) is CliAgentConfig and codex.mode == AgentMode.free and codex.protocol == ApiProtocol.responses
     assert type(claude) is CliAgentConfig and claude.tool_timeout_s is None  # the budget's
     driver = configs["codex"].driver
@@ -163,8 +163,15 @@ def test_a_misspelled_key_names_the_full_key_and_the_right_one() -> None:
         plan_sweep(["budget.secnds=10"])
     assert "unknown key budget.secnds. Did you mean budget.seconds?" in str(error.value)
     assert "The keys of budget are: seconds, kill_grace_s" in str(error.value)
-    with pytest.raises(ConfigError, match=r"unknown key agent\.sft\.stepz\. Did you mean agent\.sft\.steps\?"):
-        plan_sweep(["agent.sft.stepz=3"])
+    with pytest.raises(
+        ConfigError, match=r"unknown key agent\.sft\.max_stepz\. Did you mean agent\.sft\.max_steps\?"
+    ):
+        plan_sweep(["agent.sft.max_stepz=3"])
+    # A key the scripted agent's settings renamed to TRL's name gets the new one.
+    with pytest.raises(
+        ConfigError, match=r"unknown key agent\.sft\.steps\. Did you mean agent\.sft\.max_steps\?"
+    ):
+        plan_sweep(["agent.sft.steps=3"])
     # A task's own option dicts are open (their keys are the task's), but a typo still gets its fix.
     with pytest.raises(ConfigError, match=r"unknown key task\.eval\.fixture\.max_new_tokns\. "
                                           r"Did you mean task\.eval\.fixture\.max_new_tokens\?"):
@@ -183,10 +190,14 @@ def test_a_wrong_type_names_the_type() -> None:
 
 
 def test_a_key_of_another_kind_of_agent_is_refused_per_cell() -> None:
-    assert plan_sweep(["agent=scripted", "agent.sft.steps=3"]).cells[0].config.agent.sft.steps == 3  # type: ignore[attr-defined]
-    with pytest.raises(ConfigError, match=r"cell gsm8k\.codex\.none\.tiny\.s0: invalid override 'agent\.sft\.steps=3': "
-                                          r"unknown key agent\.sft"):
-        plan_sweep(["agent=scripted,codex", "agent.sft.steps=3"])
+    (cell,) = plan_sweep(["agent=scripted", "agent.sft.max_steps=3"]).cells
+    assert cell.config.agent.sft.max_steps == 3  # type: ignore[attr-defined]
+    with pytest.raises(
+        ConfigError,
+        match=r"cell gsm8k\.codex\.none\.tiny\.s0: invalid override 'agent\.sft\.max_steps=3': "
+        r"unknown key agent\.sft",
+    ):
+        plan_sweep(["agent=scripted,codex", "agent.sft.max_steps=3"])
 
 
 def _plugin_option(root: Path, group: str, name: str, body: dict[str, object], schema: str) -> None:

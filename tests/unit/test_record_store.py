@@ -78,9 +78,21 @@ def test_constants() -> None:
         "valid_submissions", "duration_s", "tokens_in", "tokens_out", "cost_usd",
     )  # fmt: skip
     assert RESULTS_COLUMNS[19:] == (
-        "task_source", "exit_class", "sandbox", "limit_hit", "resumes", "flagged_submissions",
-        "weight_distance", "contamination", "integrity_flags", "working_time_s", "error",
-        "feedback", "feedback_baseline", "best_feedback_score", "best_on_test",
+        "task_source",
+        "exit_class",
+        "sandbox",
+        "limit_hit",
+        "resumes",
+        "flagged_submissions",
+        "weight_distance",
+        "contamination",
+        "integrity_flags",
+        "working_time_s",
+        "error",
+        "feedback",
+        "feedback_baseline",
+        "best_feedback_score",
+        "best_on_test",
     )
 
 
@@ -177,7 +189,9 @@ def test_submissions_upsert_order_and_next_id(store: RecordStore) -> None:
     store.upsert_submission(final)
     subs = store.list_submissions("c1")
     assert [s.submission_id for s in subs] == [1, 2]
-    assert subs[1] == dataclasses.replace(final, attempt=1)  # filed under the cell's current attempt
+    assert subs[1] == dataclasses.replace(
+        final, attempt=1
+    )  # filed under the cell's current attempt
     assert _count(store.path, "submissions") == 2
     assert store.list_submissions("other") == []
 
@@ -290,17 +304,26 @@ def test_summarize_with_invalid_and_ties() -> None:
 
 
 def test_summarize_flagged_counts_only_when_allowed() -> None:
-    """SPEC §2: a flagged submission (another architecture) never counts unless substitution is allowed."""
+    """docs/design.md#the-grading-api: a flagged submission (another architecture) never counts
+    unless substitution is allowed."""
     subs = [
         _sub(1, score=0.3, weight_distance=0.02),
         _sub(2, score=0.9, flags="model_mismatch", weight_distance=1.7),
         _sub(3, score=0.3, weight_distance=0.05),
     ]
     strict = summarize_submissions(subs, baseline=0.1)
-    assert (strict["best_score"], strict["best_submission_id"], strict["weight_distance"]) == (0.3, 1, 0.02)
+    assert (strict["best_score"], strict["best_submission_id"], strict["weight_distance"]) == (
+        0.3,
+        1,
+        0.02,
+    )
     assert strict["flagged_submissions"] == 1 and strict["valid_submissions"] == 3
     allowed = summarize_submissions(subs, baseline=0.1, allow_flagged=True)
-    assert (allowed["best_score"], allowed["best_submission_id"], allowed["weight_distance"]) == (0.9, 2, 1.7)
+    assert (allowed["best_score"], allowed["best_submission_id"], allowed["weight_distance"]) == (
+        0.9,
+        2,
+        1.7,
+    )
 
 
 def test_summarize_no_baseline_and_rounding() -> None:
@@ -342,7 +365,11 @@ def test_a_retried_cell_keeps_each_attempts_records(store: RecordStore) -> None:
     store.upsert_submission(_sub(1, score=0.9))
     store.upsert_submission(_sub(2, score=0.2))
     store.add_code_revision(CodeRevision("c1", "aaa", 1.0, "submission", "+x", 1))
-    store.upsert_driver_call(DriverCall("c1", "call-1", 1.0, 0.1, "chat", None, "m", 200, 0, 1, tokens_in=5, tokens_out=5))
+    store.upsert_driver_call(
+        DriverCall(
+            "c1", "call-1", 1.0, 0.1, "chat", None, "m", 200, 0, 1, tokens_in=5, tokens_out=5
+        )
+    )
     store.upsert_trace(TraceSummary("c1", "scripted", 3, 1, 1, 0, 0, 0, "/t"))
     store.set_attempt("c1", 1, "failed", error="node died", node_id="n1", finished_at=2.0)
 
@@ -356,16 +383,28 @@ def test_a_retried_cell_keeps_each_attempts_records(store: RecordStore) -> None:
     store.upsert_submission(_sub(1, score=0.5))
     store.add_code_revision(CodeRevision("c1", "aaa", 3.0, "submission", "+x", 1))
 
-    assert [(s.attempt, s.submission_id, s.score) for s in store.list_submissions("c1")] == [(2, 1, 0.5)]
-    assert [(s.submission_id, s.score) for s in store.list_submissions("c1", 1)] == [(1, 0.9), (2, 0.2)]
+    assert [(s.attempt, s.submission_id, s.score) for s in store.list_submissions("c1")] == [
+        (2, 1, 0.5)
+    ]
+    assert [(s.submission_id, s.score) for s in store.list_submissions("c1", 1)] == [
+        (1, 0.9),
+        (2, 0.2),
+    ]
     assert [r.attempt for r in store.list_code_revisions("c1")] == [2]
     assert [r.attempt for r in store.list_code_revisions("c1", 1)] == [1]
-    assert store.driver_usage("c1", 1) == {"tokens_in": 5, "tokens_out": 5, "cost_usd": 0.0, "calls": 1}
+    assert store.driver_usage("c1", 1) == {
+        "tokens_in": 5,
+        "tokens_out": 5,
+        "cost_usd": 0.0,
+        "calls": 1,
+    }
     assert store.get_trace("c1", 1) is not None
     assert _count(store.path, "submissions") == 3 and _count(store.path, "code_revisions") == 2
     attempts = store.list_attempts("c1")
     assert [(a.attempt, a.status, a.error, a.node_id) for a in attempts] == [
-        (1, "failed", "node died", "n1"), (2, "pending", None, None)]
+        (1, "failed", "node died", "n1"),
+        (2, "pending", None, None),
+    ]
     with pytest.raises(ValueError, match="needs the new attempt's number"):
         store.start_attempt(_cell(attempts=0))
     with pytest.raises(KeyError, match="no attempt 3"):
@@ -384,11 +423,17 @@ def test_an_attempt_that_never_ended_is_interrupted_by_the_next(store: RecordSto
 
 
 def test_sweep_stats_are_kept_per_run(store: RecordStore) -> None:
-    store.put_sweep_stat("s1", "run-a", "grader_pool", {"graders": [{"grader": 0, "busy_fraction": 0.5}]})
-    store.put_sweep_stat("s1", "run-a", "grader_pool", {"graders": [{"grader": 0, "busy_fraction": 0.75}]})
+    store.put_sweep_stat(
+        "s1", "run-a", "grader_pool", {"graders": [{"grader": 0, "busy_fraction": 0.5}]}
+    )
+    store.put_sweep_stat(
+        "s1", "run-a", "grader_pool", {"graders": [{"grader": 0, "busy_fraction": 0.75}]}
+    )
     store.put_sweep_stat("s1", "run-b", "grader_pool", {"graders": []})
     store.put_sweep_stat("s1", "run-b", "other", {})
     stats = store.list_sweep_stats("grader_pool")
     assert [(s.run, s.value_json) for s in stats] == [
-        ("run-a", '{"graders": [{"busy_fraction": 0.75, "grader": 0}]}'), ("run-b", '{"graders": []}')]
+        ("run-a", '{"graders": [{"busy_fraction": 0.75, "grader": 0}]}'),
+        ("run-b", '{"graders": []}'),
+    ]
     assert len(store.list_sweep_stats()) == 3

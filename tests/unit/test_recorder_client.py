@@ -27,9 +27,12 @@ def bare_recorder_calls(source: str) -> list[tuple[int, str]]:
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         method = node.func.value
-        if node.func.attr == "remote" and isinstance(method, ast.Attribute):
-            if "recorder" in ast.unparse(method.value).lower():
-                found.append((node.lineno, ast.unparse(node)))
+        if (
+            node.func.attr == "remote"
+            and isinstance(method, ast.Attribute)
+            and "recorder" in ast.unparse(method.value).lower()
+        ):
+            found.append((node.lineno, ast.unparse(node)))
     return found
 
 
@@ -67,8 +70,15 @@ def test_the_client_has_every_recorder_method() -> None:
 
 def _outcome(usage: DriverUsage | None) -> CellOutcome:
     return CellOutcome(
-        exit_class="exited", exit_code=0, limit_hit=None, sandbox="none", resumes=1,
-        duration_s=12.5, working_time_s=10.0, baseline=0.25, feedback="test",
+        exit_class="exited",
+        exit_code=0,
+        limit_hit=None,
+        sandbox="none",
+        resumes=1,
+        duration_s=12.5,
+        working_time_s=10.0,
+        baseline=0.25,
+        feedback="test",
         feedback_baseline=0.25,
         integrity=IntegrityOutcome(0.0, None, '{"contamination": {"enabled": false}}'),
         driver_usage=usage,
@@ -78,9 +88,22 @@ def _outcome(usage: DriverUsage | None) -> CellOutcome:
 def test_outcome_fields_are_the_cell_record_fields_the_actor_set() -> None:
     with_driver = _outcome(DriverUsage(tokens_in=5, tokens_out=7, cost_usd=0.5)).fields()
     expected = {
-        "exit_class", "exit_code", "limit_hit", "sandbox", "resumes", "duration_s",
-        "working_time_s", "baseline", "feedback", "feedback_baseline", "contamination",
-        "integrity_flags", "integrity_json", "tokens_in", "tokens_out", "cost_usd",
+        "exit_class",
+        "exit_code",
+        "limit_hit",
+        "sandbox",
+        "resumes",
+        "duration_s",
+        "working_time_s",
+        "baseline",
+        "feedback",
+        "feedback_baseline",
+        "contamination",
+        "integrity_flags",
+        "integrity_json",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
     }
     assert set(with_driver) == expected
     assert expected <= {f.name for f in dataclasses.fields(CellRecord)}

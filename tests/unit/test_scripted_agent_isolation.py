@@ -1,6 +1,7 @@
 """The scripted agent imports no grader-side task code: it runs from a copy of ``tasks/<id>/agent/``
 with the grader side unavailable (not beside it on disk, refused by the process's import guard where
-autorl is importable, and absent from the agent's toolchain, with which the end-to-end run trains)."""
+autorl is importable, and absent from the agent's toolchain, with which the end-to-end run
+trains)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_kit.scripted.settings import SETTINGS_FILE, ScriptedSettings
 from autorl.agents.base import LaunchContext, load_adapter
 from autorl.config import compose
 from autorl.errors import ConfigError
@@ -31,20 +33,30 @@ from autorl.workspace.run_meta import RunMeta
 
 TASKS = discover_tasks()
 BUILD = {"train_size": 40, "eval_size": 8}
-TARGET = EvalTarget("gsm8k", get_task("gsm8k").version, "fixture", 0, BUILD, {"num_shots": 0, "max_new_tokens": 8})
+TARGET = EvalTarget(
+    "gsm8k", get_task("gsm8k").version, "fixture", 0, BUILD, {"num_shots": 0, "max_new_tokens": 8}
+)
 
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
 
 
-@pytest.mark.parametrize("task_id", sorted(t for t, spec in TASKS.items() if spec.agent_dir.is_dir()))
-def test_agent_side_imports_alone_with_the_grader_side_refused(task_id: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "task_id", sorted(t for t, spec in TASKS.items() if spec.agent_dir.is_dir())
+)
+def test_agent_side_imports_alone_with_the_grader_side_refused(
+    task_id: str, tmp_path: Path
+) -> None:
     copy = shutil.copytree(TASKS[task_id].agent_dir, tmp_path / "agent_code")
     code = f"""
 import importlib, pkgutil, sys
 from pathlib import Path
-from agent_kit.scripted.__main__ import AGENT_PACKAGE, GRADER_SIDE, block_grader_side, import_agent_package
+from agent_kit.scripted.__main__ import (
+    AGENT_PACKAGE, GRADER_SIDE, block_grader_side, import_agent_package,
+)
 block_grader_side()
 import_agent_package(Path({str(copy)!r}))
 for info in pkgutil.walk_packages([{str(copy)!r}], AGENT_PACKAGE + "."):
@@ -63,7 +75,10 @@ def test_the_guard_refuses_grader_side_imports(tmp_path: Path) -> None:
     code = """
 from agent_kit.scripted.__main__ import block_grader_side
 block_grader_side()
-for name in ("autorl.tasks", "autorl.task_code.gsm8k.fixture", "autorl.grading.scoring", "autorl.judge.client"):
+for name in (
+    "autorl.tasks", "autorl.task_code.gsm8k.fixture", "autorl.grading.scoring",
+    "autorl.judge.client",
+):
     try:
         __import__(name)
     except ImportError as error:
@@ -84,9 +99,13 @@ class _Sink:
         self.store.upsert_submission(record)
 
 
-def test_scripted_gsm8k_runs_end_to_end_from_its_agent_side_alone(tmp_path: Path, tiny_model_dir: Path, cache_dir: Path) -> None:
-    """The real process, adapter command line and grading API, with the agent's toolchain (no autorl in it) and
-    the cell's copy of the agent-side code (agent_kit and the task's agent/) as the only code on its path."""
+def test_scripted_gsm8k_runs_end_to_end_from_its_agent_side_alone(
+    tmp_path: Path, tiny_model_dir: Path, cache_dir: Path
+) -> None:
+    """The real process, adapter command line and grading API, with the agent's toolchain (no autorl
+    in it) and
+    the cell's copy of the agent-side code (agent_kit and the task's agent/) as the only code on its
+    path."""
     spec = get_task("gsm8k")
     data = build_task_data(spec, "fixture", cache_dir / "tasks", options=BUILD)
     workspace = tmp_path / "workspace"
@@ -106,32 +125,78 @@ def test_scripted_gsm8k_runs_end_to_end_from_its_agent_side_alone(tmp_path: Path
     def scorer(model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
         return score_model(TARGET, model_dir, cache_dir, batch_size=8), False
 
-    service = SubmissionService(CellGradingContext("cell-a", workspace, base_hash, 0.0, 2), scorer, _Sink(store),
-                                run_meta, tmp_path / "grader_copies")
-    app = create_app(service, run_meta, token="t", task_id="gsm8k", max_body_bytes=1024, submit_timeout_s=lambda: 300.0)
+    service = SubmissionService(
+        CellGradingContext("cell-a", workspace, base_hash, 0.0, 2),
+        scorer,
+        _Sink(store),
+        run_meta,
+        tmp_path / "grader_copies",
+    )
+    app = create_app(
+        service,
+        run_meta,
+        token="t",
+        task_id="gsm8k",
+        max_body_bytes=1024,
+        submit_timeout_s=lambda: 300.0,
+    )
     server = GradingServer(app)
     server.start()
     try:
         # Two SFT steps and one GRPO step: enough to run every stage of the recipe, fast on a CPU.
-        config = compose(["agent=scripted", "agent.sft.steps=2", "agent.sft.batch_size=4", "agent.grpo.steps=1",
-                          "agent.grpo.batch_size=4", "agent.grpo.num_generations=2", "agent.grpo.max_completion_length=8"])
+        config = compose(
+            [
+                "agent=scripted",
+                "agent.sft.max_steps=2",
+                "agent.sft.per_device_train_batch_size=4",
+                "agent.grpo.max_steps=1",
+                "agent.grpo.per_device_train_batch_size=4",
+                "agent.grpo.num_generations=2",
+                "agent.grpo.max_completion_length=8",
+            ]
+        )
         agent_cfg = config.agent
         # What a sealed cell passes: no PYTHONPATH or project variables from this process.
         env = {
-            "PATH": os.environ["PATH"], "HOME": str(tmp_path / "cell"), "HF_HUB_OFFLINE": "1",
-            "TASK": "gsm8k", "MODEL_PATH": str(workspace / "models" / "tiny"), "DATA_PATH": str(workspace / "data"),
-            "OUTPUT_DIR": str(workspace / "output"), "GRADING_SERVER_URL": server.url, "GRADING_TOKEN": "t",
+            "PATH": os.environ["PATH"],
+            "HOME": str(tmp_path / "cell"),
+            "HF_HUB_OFFLINE": "1",
+            "TASK": "gsm8k",
+            "MODEL_PATH": str(workspace / "models" / "tiny"),
+            "DATA_PATH": str(workspace / "data"),
+            "OUTPUT_DIR": str(workspace / "output"),
+            "GRADING_SERVER_URL": server.url,
+            "GRADING_TOKEN": "t",
             "OMP_NUM_THREADS": "1",
         }
-        launch = load_adapter(agent_cfg).launch(LaunchContext(
-            workspace, agent_cfg, config.driver, env, tmp_path / "cell", 0, task_agent_dir=agent_code,
-            task_recipe=spec.entry_points["recipe"], python=str(toolchain_python(toolchain))))
+        launch = load_adapter(agent_cfg).launch(
+            LaunchContext(
+                workspace,
+                agent_cfg,
+                config.driver,
+                env,
+                tmp_path / "cell",
+                0,
+                task_agent_dir=agent_code,
+                task_recipe=spec.entry_points["recipe"],
+                python=str(toolchain_python(toolchain)),
+            )
+        )
         assert launch.command[:3] == [str(toolchain_python(toolchain)), "-m", "agent_kit.scripted"]
-        assert str(agent_code) in launch.command and str(spec.folder) not in " ".join(launch.command)
+        settings = ScriptedSettings.load(Path(launch.command[-1]))
+        assert launch.command[3:] == ["--settings", str(workspace / SETTINGS_FILE)]
+        assert settings.recipe_dir == str(agent_code) and settings.sft.max_steps == 2
         assert launch.env["PYTHONPATH"] == str(agent_code.parent)
         run_meta.update(start_time=time.time())
-        result = run_agent(launch.command, cwd=workspace, env=launch.env, log_path=tmp_path / "agent.log",
-                           budget_s=600, grace_s=1.0, cancel=threading.Event())
+        result = run_agent(
+            launch.command,
+            cwd=workspace,
+            env=launch.env,
+            log_path=tmp_path / "agent.log",
+            budget_s=600,
+            grace_s=1.0,
+            cancel=threading.Event(),
+        )
         service.drain(300)
     finally:
         server.stop()
@@ -141,20 +206,35 @@ def test_scripted_gsm8k_runs_end_to_end_from_its_agent_side_alone(tmp_path: Path
     statuses = [s.status for s in store.list_submissions("cell-a")]
     store.close()
     # Both stages submitted; one GRPO step may leave the weights unchanged (then v2 is a duplicate).
-    assert len(statuses) == 2 and statuses[0] == "scored" and statuses[1] in ("scored", "duplicate"), (statuses, log[-2000:])
+    assert (
+        len(statuses) == 2 and statuses[0] == "scored" and statuses[1] in ("scored", "duplicate")
+    ), (statuses, log[-2000:])
 
 
-def test_the_adapter_runs_the_copy_with_the_given_interpreter_and_refuses_the_task_folder(tmp_path: Path) -> None:
+def test_the_adapter_runs_the_copy_with_the_given_interpreter_and_refuses_the_task_folder(
+    tmp_path: Path,
+) -> None:
     spec = get_task("gsm8k")
     config = compose(["agent=scripted"])
     adapter = load_adapter(config.agent)
     copy = copy_agent_code(spec, tmp_path / "agent_code")
     assert copy is not None
     env = {"PYTHONPATH": "/elsewhere", "TASK": "gsm8k"}
-    launch = adapter.launch(LaunchContext(tmp_path, config.agent, config.driver, env, task_agent_dir=copy))
-    assert launch.command[:3] == [sys.executable, "-m", "agent_kit.scripted"]  # no toolchain given: sandbox.mode=none
+    launch = adapter.launch(
+        LaunchContext(tmp_path, config.agent, config.driver, env, task_agent_dir=copy)
+    )
+    assert launch.command[:3] == [
+        sys.executable,
+        "-m",
+        "agent_kit.scripted",
+    ]  # no toolchain given: sandbox.mode=none
+    assert ScriptedSettings.load(tmp_path / SETTINGS_FILE).recipe_dir == str(copy)
     assert launch.env["PYTHONPATH"] == f"{tmp_path / 'agent_code'}{os.pathsep}/elsewhere"
     assert launch.read_only == (tmp_path / "agent_code",) and env["PYTHONPATH"] == "/elsewhere"
     # The task's own folder would put its grader side on the agent's path (and into a sealed cell).
-    with pytest.raises(ConfigError, match="not a copy made by autorl.workspace.layout.copy_agent_code"):
-        adapter.launch(LaunchContext(tmp_path, config.agent, config.driver, env, task_agent_dir=spec.agent_dir))
+    with pytest.raises(
+        ConfigError, match="not a copy made by autorl.workspace.layout.copy_agent_code"
+    ):
+        adapter.launch(
+            LaunchContext(tmp_path, config.agent, config.driver, env, task_agent_dir=spec.agent_dir)
+        )

@@ -20,7 +20,13 @@ import pytest
 
 from autorl.errors import AutorlError
 from autorl.records import migrations
-from autorl.records.migrations import MIGRATIONS, SCHEMA_VERSION, Migration, SchemaTooNewError, autorl_version
+from autorl.records.migrations import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Migration,
+    SchemaTooNewError,
+    autorl_version,
+)
 from autorl.records.results import write_results_csv
 from autorl.records.store import RecordStore
 from autorl.records.types import (
@@ -35,10 +41,23 @@ from autorl.records.types import (
 )
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "sweep_b0f395e" / "default-9f036f8b"
-TABLES = ("cells", "submissions", "code_revisions", "baselines", "score_cache", "driver_calls", "traces")
+TABLES = (
+    "cells",
+    "submissions",
+    "code_revisions",
+    "baselines",
+    "score_cache",
+    "driver_calls",
+    "traces",
+)
 RECORD_TABLES = {
-    "cells": CellRecord, "submissions": SubmissionRecord, "code_revisions": CodeRevision,
-    "driver_calls": DriverCall, "traces": TraceSummary, "cell_attempts": CellAttempt, "sweep_stats": SweepStat,
+    "cells": CellRecord,
+    "submissions": SubmissionRecord,
+    "code_revisions": CodeRevision,
+    "driver_calls": DriverCall,
+    "traces": TraceSummary,
+    "cell_attempts": CellAttempt,
+    "sweep_stats": SweepStat,
 }
 COMPLETED, CANCELLED = "gsm8k.scripted.none.tiny.s0", "gsm8k.scripted.none.tiny.s1"
 
@@ -75,11 +94,13 @@ def _sha(path: Path) -> str:
 
 
 def test_the_fixture_is_what_the_previous_main_wrote(old_store: Path) -> None:
-    db = old_store  # a copy: even a read-only SQLite connection leaves -wal and -shm files beside the file
+    # A copy: even a read-only SQLite connection leaves -wal and -shm files beside the file.
+    db = old_store
     assert [r[0] for r in _raw(db, "SELECT version FROM schema_version")] == [1]
     assert "autorl_version" not in _columns(db, "cells")
     assert {r["cell_id"]: r["status"] for r in _raw(db, "SELECT cell_id, status FROM cells")} == {
-        COMPLETED: "completed", CANCELLED: "cancelled",
+        COMPLETED: "completed",
+        CANCELLED: "cancelled",
     }
     assert _counts(db)["submissions"] >= 1
 
@@ -95,12 +116,23 @@ def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
     with RecordStore(old_store) as store:
         assert store.schema_version == SCHEMA_VERSION
         assert store.migrated_from == 1
-        assert store.migrations_applied == ("v1_late_tables", "cell_autorl_version", "cell_sandbox", "integrity",
-                                            "attempts", "feedback")
+        assert store.migrations_applied == (
+            "v1_late_tables",
+            "cell_autorl_version",
+            "cell_sandbox",
+            "integrity",
+            "attempts",
+            "feedback",
+        )
         log = store.migration_log()
     assert [(v, name) for v, name, _, _ in log] == [
-        (2, "v1_late_tables"), (3, "cell_autorl_version"), (4, "cell_sandbox"), (5, "integrity"), (6, "attempts"),
-        (7, "feedback")]
+        (2, "v1_late_tables"),
+        (3, "cell_autorl_version"),
+        (4, "cell_sandbox"),
+        (5, "integrity"),
+        (6, "attempts"),
+        (7, "feedback"),
+    ]
     assert all(by == autorl_version() for *_, by in log)
     assert [r[0] for r in _raw(old_store, "SELECT version FROM schema_version")] == [SCHEMA_VERSION]
     assert _counts(old_store) == before
@@ -110,8 +142,13 @@ def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
 
 def test_old_rows_read_back_identically(old_store: Path) -> None:
     old_cells = {r["cell_id"]: dict(r) for r in _raw(old_store, "SELECT * FROM cells")}
-    old_subs = [dict(r) for r in _raw(old_store, "SELECT * FROM submissions ORDER BY cell_id, submission_id")]
-    old_revs = [dict(r) for r in _raw(old_store, "SELECT * FROM code_revisions ORDER BY cell_id, revision")]
+    old_subs = [
+        dict(r)
+        for r in _raw(old_store, "SELECT * FROM submissions ORDER BY cell_id, submission_id")
+    ]
+    old_revs = [
+        dict(r) for r in _raw(old_store, "SELECT * FROM code_revisions ORDER BY cell_id, revision")
+    ]
     with RecordStore(old_store) as store:
         for cell_id, row in old_cells.items():
             cell = store.get_cell(cell_id)
@@ -126,13 +163,23 @@ def test_old_rows_read_back_identically(old_store: Path) -> None:
     # filed under their cell's attempt (both fixture cells ran once).
     attempts = {c: max(row["attempts"], 1) for c, row in old_cells.items()}
     assert [dataclasses.asdict(s) for s in subs] == [
-        row | {"flags": None, "weight_distance": None, "attempt": attempts[row["cell_id"]], "test_score": row["score"]}
-        for row in old_subs]
-    assert sorted((dataclasses.asdict(r) for r in revs), key=lambda r: (r["cell_id"], r["revision"])) == [
-        row | {"attempt": attempts[row["cell_id"]]} for row in old_revs]
+        row
+        | {
+            "flags": None,
+            "weight_distance": None,
+            "attempt": attempts[row["cell_id"]],
+            "test_score": row["score"],
+        }
+        for row in old_subs
+    ]
+    assert sorted(
+        (dataclasses.asdict(r) for r in revs), key=lambda r: (r["cell_id"], r["revision"])
+    ) == [row | {"attempt": attempts[row["cell_id"]]} for row in old_revs]
 
 
-def test_results_csv_from_the_migrated_store_matches_the_old_one(old_store: Path, tmp_path: Path) -> None:
+def test_results_csv_from_the_migrated_store_matches_the_old_one(
+    old_store: Path, tmp_path: Path
+) -> None:
     with RecordStore(old_store) as store:
         (sweep_id,) = {c.sweep_id for c in store.list_cells()}
         assert write_results_csv(store, sweep_id, tmp_path / "results.csv") == 2
@@ -142,7 +189,9 @@ def test_results_csv_from_the_migrated_store_matches_the_old_one(old_store: Path
     assert [{k: row[k] for k in old[0]} for row in new] == old
     assert {(row["sandbox"], row["limit_hit"], row["resumes"]) for row in new} == {("", "", "0")}
     # ... and "ran before the integrity checks": no contamination figure, no flags.
-    assert {(row["contamination"], row["integrity_flags"], row["flagged_submissions"]) for row in new} == {("", "", "0")}
+    assert {
+        (row["contamination"], row["integrity_flags"], row["flagged_submissions"]) for row in new
+    } == {("", "", "0")}
 
 
 def test_opening_twice_changes_nothing_more(old_store: Path) -> None:
@@ -166,7 +215,9 @@ def test_new_store_columns_are_the_record_fields(tmp_path: Path) -> None:
     # A field added to a record type without a migration (or the reverse) fails here.
     RecordStore(tmp_path / "r.sqlite").close()
     for table, record_type in RECORD_TABLES.items():
-        assert _columns(tmp_path / "r.sqlite", table) == [f.name for f in dataclasses.fields(record_type)], table
+        assert _columns(tmp_path / "r.sqlite", table) == [
+            f.name for f in dataclasses.fields(record_type)
+        ], table
 
 
 def test_a_store_from_the_future_is_refused_and_left_alone(old_store: Path) -> None:
@@ -234,12 +285,16 @@ def test_an_unversioned_store_counts_as_version_0(old_store: Path) -> None:
     assert _counts(old_store) == before
 
 
-def test_a_failing_step_rolls_the_whole_migration_back(old_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_step_rolls_the_whole_migration_back(
+    old_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def boom(conn: sqlite3.Connection) -> None:
         conn.execute("CREATE TABLE half_done (x INTEGER)")
         raise RuntimeError("step failed")
 
-    monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, Migration(SCHEMA_VERSION + 1, "boom", boom)))
+    monkeypatch.setattr(
+        migrations, "MIGRATIONS", (*MIGRATIONS, Migration(SCHEMA_VERSION + 1, "boom", boom))
+    )
     monkeypatch.setattr(migrations, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     dump = _dump(old_store)
     with pytest.raises(RuntimeError, match="step failed"):
@@ -247,12 +302,27 @@ def test_a_failing_step_rolls_the_whole_migration_back(old_store: Path, monkeypa
     assert _dump(old_store) == dump  # still version 1, no autorl_version column, no half_done table
 
 
-@pytest.mark.parametrize(("columns", "version", "message"), [
-    ("cell_id TEXT PRIMARY KEY, colour TEXT", None, r"cannot migrate .* from schema version 0 to \d+: step 1 \(initial\)"),
-    ("cell_id TEXT PRIMARY KEY, sweep_id TEXT", None, r"step 6 \(attempts\) failed: no such column: c\.attempts"),
-    ("cell_id TEXT PRIMARY KEY, sweep_id TEXT", SCHEMA_VERSION,
-     r"not a usable autorl record store .*it lacks cells\.agent, cells\.driver"),
-], ids=["migration fails", "migration fails later", "columns missing"])
+@pytest.mark.parametrize(
+    ("columns", "version", "message"),
+    [
+        (
+            "cell_id TEXT PRIMARY KEY, colour TEXT",
+            None,
+            r"cannot migrate .* from schema version 0 to \d+: step 1 \(initial\)",
+        ),
+        (
+            "cell_id TEXT PRIMARY KEY, sweep_id TEXT",
+            None,
+            r"step 6 \(attempts\) failed: no such column: c\.attempts",
+        ),
+        (
+            "cell_id TEXT PRIMARY KEY, sweep_id TEXT",
+            SCHEMA_VERSION,
+            r"not a usable autorl record store .*it lacks cells\.agent, cells\.driver",
+        ),
+    ],
+    ids=["migration fails", "migration fails later", "columns missing"],
+)
 def test_a_foreign_database_is_refused_with_what_is_wrong(
     tmp_path: Path, columns: str, version: int | None, message: str
 ) -> None:
@@ -272,7 +342,10 @@ def test_new_cells_record_the_autorl_that_registered_them(old_store: Path) -> No
         old = store.get_cell(CANCELLED)
         assert old is not None
         store.start_attempt(
-            dataclasses.replace(old, status="pending", attempts=old.attempts + 1, autorl_version=autorl_version()))
+            dataclasses.replace(
+                old, status="pending", attempts=old.attempts + 1, autorl_version=autorl_version()
+            )
+        )
         assert store.get_cell(CANCELLED).autorl_version == autorl_version()  # type: ignore[union-attr]
         assert store.get_cell(COMPLETED).autorl_version is None  # type: ignore[union-attr]
     assert autorl_version().startswith("0.")
@@ -286,8 +359,14 @@ def test_a_report_builds_from_the_old_sweep_folder(tmp_path: Path) -> None:
     index = build_report(sweep_dir)
     html = index.read_text()
     assert COMPLETED in html and CANCELLED in html
-    stages = html.split('<section id="stages">', 1)[1].split("</section>", 1)[0]  # the completed cell's two submissions
-    assert "<th>output/v1</th>" in stages and "<th>output/v2</th>" in stages and "gsm8k/scripted/none/tiny" in stages
+    stages = html.split('<section id="stages">', 1)[1].split("</section>", 1)[
+        0
+    ]  # the completed cell's two submissions
+    assert (
+        "<th>output/v1</th>" in stages
+        and "<th>output/v2</th>" in stages
+        and "gsm8k/scripted/none/tiny" in stages
+    )
 
 
 class _Source(enum.Enum):
@@ -309,8 +388,11 @@ class _CellCfg:
 
 
 def test_plain_config_takes_a_dict_or_a_typed_config() -> None:
-    as_dict = {"task": {"name": "gsm8k", "source": "fixture", "data_dir": "/data"}, "budget": {"seconds": 60},
-               "tags": ["a", "b"]}
+    as_dict = {
+        "task": {"name": "gsm8k", "source": "fixture", "data_dir": "/data"},
+        "budget": {"seconds": 60},
+        "tags": ["a", "b"],
+    }
     assert plain_config(as_dict) == as_dict
     assert plain_config(_CellCfg()) == as_dict
     with pytest.raises(TypeError, match="mapping or a dataclass"):
@@ -319,34 +401,61 @@ def test_plain_config_takes_a_dict_or_a_typed_config() -> None:
         plain_config({"x": object()})
 
 
-@pytest.mark.parametrize("config", [
-    {"task": {"name": "gsm8k", "source": "fixture", "data_dir": "/data"}, "budget": {"seconds": 60}, "tags": ["a", "b"]},
-    _CellCfg(),
-], ids=["dict", "dataclass"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {
+            "task": {"name": "gsm8k", "source": "fixture", "data_dir": "/data"},
+            "budget": {"seconds": 60},
+            "tags": ["a", "b"],
+        },
+        _CellCfg(),
+    ],
+    ids=["dict", "dataclass"],
+)
 def test_the_scheduler_registers_the_cell_config(config: Any) -> None:
     from autorl.scheduler import SweepRunner
 
-    cell = SimpleNamespace(sweep_id="s", cell_id="c", agent="scripted", driver="none", task="gsm8k", model="tiny",
-                           seed=0, budget_s=60.0, config=config)
+    cell = SimpleNamespace(
+        sweep_id="s",
+        cell_id="c",
+        agent="scripted",
+        driver="none",
+        task="gsm8k",
+        model="tiny",
+        seed=0,
+        budget_s=60.0,
+        config=config,
+    )
     record = SweepRunner._record(SimpleNamespace(), cell, "pending", 0)  # type: ignore[arg-type]
     assert record.task_source == "fixture" and record.autorl_version == autorl_version()
     assert record.config_json == (
-        '{"budget": {"seconds": 60}, "tags": ["a", "b"], "task": {"data_dir": "/data", "name": "gsm8k", '
-        '"source": "fixture"}}'
+        '{"budget": {"seconds": 60}, "tags": ["a", "b"], '
+        '"task": {"data_dir": "/data", "name": "gsm8k", "source": "fixture"}}'
     )
 
 
-def test_old_rows_are_filed_under_their_attempt_and_a_new_attempt_keeps_them(old_store: Path) -> None:
+def test_old_rows_are_filed_under_their_attempt_and_a_new_attempt_keeps_them(
+    old_store: Path,
+) -> None:
     old_cells = {r["cell_id"]: dict(r) for r in _raw(old_store, "SELECT * FROM cells")}
-    old_subs = int(_raw(old_store, "SELECT COUNT(*) FROM submissions WHERE cell_id = ?", CANCELLED)[0][0])
+    old_subs = int(
+        _raw(old_store, "SELECT COUNT(*) FROM submissions WHERE cell_id = ?", CANCELLED)[0][0]
+    )
     with RecordStore(old_store) as store:
         # One attempt row per cell that ran, from the cell's own fields.
         for cell_id, row in old_cells.items():
             (attempt,) = store.list_attempts(cell_id)
-            assert (attempt.attempt, attempt.status, attempt.error) == (max(row["attempts"], 1), row["status"], row["error"])
+            assert (attempt.attempt, attempt.status, attempt.error) == (
+                max(row["attempts"], 1),
+                row["status"],
+                row["error"],
+            )
         old = store.get_cell(CANCELLED)
         assert old is not None
         store.start_attempt(dataclasses.replace(old, status="pending", attempts=old.attempts + 1))
         assert store.list_submissions(CANCELLED) == []  # the new attempt starts with nothing
-        assert len(store.list_submissions(CANCELLED, old.attempts)) == old_subs  # the old one is kept
+        assert (
+            len(store.list_submissions(CANCELLED, old.attempts)) == old_subs
+        )  # the old one is kept
         assert [a.status for a in store.list_attempts(CANCELLED)] == ["cancelled", "pending"]

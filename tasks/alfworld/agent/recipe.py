@@ -8,11 +8,10 @@ evaluator's ReAct prompts (``protocol.py`` next to this file).
 
 from __future__ import annotations
 
-import argparse
-
 from agent_kit.rollout import Episode
-from agent_kit.scripted.common import log, remaining_s, submit, with_overrides
+from agent_kit.scripted.common import log, remaining_s, submit
 from agent_kit.scripted.interactive import InteractiveRecipe, run_recipe
+from agent_kit.scripted.settings import ScriptedSettings
 
 from .explorer import next_action
 from .protocol import AlfworldProtocol
@@ -35,7 +34,7 @@ def make_recipe() -> InteractiveRecipe:
                              literal_admissible=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(settings: ScriptedSettings) -> int:
     """SFT → submit v1 → RL → submit v2.
 
     SFT at 1e-3 rather than the agent's default: with the small model and one prompt per sample, 200
@@ -44,5 +43,5 @@ def run(args: argparse.Namespace) -> int:
     (outside the sweep, 0 of 36 after 300 steps of 4 games, 3 after 600, 7 after 900; in the sweep's
     cell the budget's SFT share ends it near 550 steps; tasks/alfworld/README.md).
     """
-    return run_recipe(with_overrides(args, sft_lr=1e-3, sft_steps=3 * args.sft_steps), make_recipe(), log, submit,
-                      remaining_s)
+    knobs = settings.with_sft(learning_rate=1e-3, max_steps=3 * settings.sft.max_steps)
+    return run_recipe(knobs, make_recipe(), log, submit, remaining_s)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
 
-from agent_kit.scripted.common import log, longest_conversation_tokens, remaining_s, sft, submit, with_overrides
+from agent_kit.scripted.common import log, longest_conversation_tokens, remaining_s, sft, submit
+from agent_kit.scripted.settings import ScriptedSettings
 
 from .protocol import chat_prompt
 
@@ -23,14 +23,14 @@ def load_conversations(data_dir: Path) -> list[list[dict[str, str]]]:
     return conversations
 
 
-def run(args: argparse.Namespace) -> int:
+def run(settings: ScriptedSettings) -> int:
     """SFT → submit v1."""
     conversations = load_conversations(Path(os.environ["DATA_PATH"]))
     output = Path(os.environ["OUTPUT_DIR"])
     base = os.environ["MODEL_PATH"]
     log(f"alpacaeval: {len(conversations)} training rows; budget left {remaining_s():.0f} s")
     needed = min(MAX_SEQUENCE, longest_conversation_tokens(base, conversations))
-    sft(with_overrides(args, sft_max_length=max(args.sft_max_length, needed)), conversations, base, output / "v1")
+    sft(settings.with_sft(max_length=max(settings.sft.max_length, needed)), conversations, base, output / "v1")
     submit("output/v1")
     log("alpacaeval has no rule reward; stopping after SFT")
     return 0

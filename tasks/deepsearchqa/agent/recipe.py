@@ -9,15 +9,15 @@ the search tool and the judge are reached only through the grading API.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 from agent_kit.rollout import Episode
-from agent_kit.scripted.common import log, remaining_s, submit, with_overrides
+from agent_kit.scripted.common import log, remaining_s, submit
 from agent_kit.scripted.interactive import InteractiveRecipe, run_recipe
+from agent_kit.scripted.settings import ScriptedSettings
 
 from .protocol import DeepSearchProtocol
 
@@ -72,11 +72,14 @@ def make_recipe() -> InteractiveRecipe:
                              expert_episodes=400)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(settings: ScriptedSettings) -> int:
     """SFT → submit v1 → RL → submit v2.
 
     SFT steps of half the actions (8 packed questions by default, about 0.9 s a step on one thread), four
     times as many (budget-bound): copying a name or an answer from the prompt is learned by step count.
     """
-    knobs = with_overrides(args, sft_batch_size=max(2, args.sft_batch_size // 2), sft_steps=4 * args.sft_steps)
+    knobs = settings.with_sft(
+        per_device_train_batch_size=max(2, settings.sft.per_device_train_batch_size // 2),
+        max_steps=4 * settings.sft.max_steps,
+    )
     return run_recipe(knobs, make_recipe(), log, submit, remaining_s)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from agent_kit.scripted.common import completion_texts, grpo, log, remaining_s, sft, submit
+from agent_kit.scripted.settings import ScriptedSettings
 
 from .protocol import extract_answer, format_question, normalize_number
 
@@ -34,18 +34,18 @@ def exact_match(completions: list[Any], gold: list[str], **_: Any) -> list[float
     return [1.0 if extract_answer(text) == g else 0.0 for text, g in zip(completion_texts(completions), gold, strict=True)]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(settings: ScriptedSettings) -> int:
     """SFT → submit v1 → GRPO → submit v2."""
     rows = load_rows(Path(os.environ["DATA_PATH"]))
     output = Path(os.environ["OUTPUT_DIR"])
     log(f"gsm8k: {len(rows)} training rows; budget left {remaining_s():.0f} s")
     conversations = [[{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["solution"]}] for r in rows]
-    sft(args, conversations, os.environ["MODEL_PATH"], output / "v1")
+    sft(settings, conversations, os.environ["MODEL_PATH"], output / "v1")
     submit("output/v1")
     if remaining_s() < 30:
         log("less than 30 s left; skipping GRPO")
         return 0
     grpo_rows = [{"prompt": [{"role": "user", "content": r["prompt"]}], "gold": r["gold"]} for r in rows]
-    grpo(args, grpo_rows, exact_match, output / "v1", output / "v2")
+    grpo(settings, grpo_rows, exact_match, output / "v1", output / "v2")
     submit("output/v2")
     return 0

@@ -9,7 +9,6 @@ early or for answering with an object that only pretends to be equal.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -25,8 +24,8 @@ from agent_kit.scripted.common import (
     remaining_s,
     sft,
     submit,
-    with_overrides,
 )
+from agent_kit.scripted.settings import ScriptedSettings
 
 from .protocol import build_solution, format_prompt
 
@@ -62,7 +61,7 @@ class PassesTests:
         return [1.0 if v.passed else 0.0 for v in self.judge.judge_many(cases, workers=2)]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(settings: ScriptedSettings) -> int:
     """SFT → submit v1 → GRPO → submit v2."""
     rows = load_rows(Path(os.environ["DATA_PATH"]))
     output = Path(os.environ["OUTPUT_DIR"])
@@ -72,13 +71,13 @@ def run(args: argparse.Namespace) -> int:
                      for r in rows]
     # The default max_length (128) would cut the solutions off these long prompts.
     needed = min(MAX_SEQUENCE, longest_conversation_tokens(base, conversations))
-    sft(with_overrides(args, sft_max_length=max(args.sft_max_length, needed)), conversations, base, output / "v1")
+    sft(settings.with_sft(max_length=max(settings.sft.max_length, needed)), conversations, base, output / "v1")
     submit("output/v1")
     if remaining_s() < 30:
         log("less than 30 s left; skipping GRPO")
         return 0
     grpo_rows = [{"prompt": [{"role": "user", "content": r["prompt"]}], "question": r["question"], "test": r["test"],
                   "entry_point": r["entry_point"]} for r in rows]
-    grpo(args, grpo_rows, PassesTests(), output / "v1", output / "v2")
+    grpo(settings, grpo_rows, PassesTests(), output / "v1", output / "v2")
     submit("output/v2")
     return 0

@@ -8,10 +8,9 @@ to guess. The prompts are the evaluator's chat prompts for the fixture (:mod:`.p
 
 from __future__ import annotations
 
-import argparse
-
-from agent_kit.scripted.common import log, remaining_s, submit, with_overrides
+from agent_kit.scripted.common import log, remaining_s, submit
 from agent_kit.scripted.interactive import InteractiveRecipe, run_recipe
+from agent_kit.scripted.settings import ScriptedSettings
 
 from .protocol import WebShopProtocol
 from .shopper import next_action
@@ -23,10 +22,12 @@ RECIPE = InteractiveRecipe(WebShopProtocol(max_new_tokens=24, history_window=5, 
                            max_steps=6, max_length=2048, expert_episodes=300)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(settings: ScriptedSettings) -> int:
     """SFT → submit v1 → RL → submit v2.
 
     SFT batches of at most 16 actions (4 packed sessions, about 2.6 s a step on 2 threads) at lr 1e-3.
     """
-    knobs = with_overrides(args, sft_batch_size=min(16, args.sft_batch_size), sft_lr=1e-3)
+    knobs = settings.with_sft(
+        per_device_train_batch_size=min(16, settings.sft.per_device_train_batch_size), learning_rate=1e-3
+    )
     return run_recipe(knobs, RECIPE, log, submit, remaining_s)
