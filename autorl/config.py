@@ -1,12 +1,16 @@
 """From command-line overrides to the grid of typed cells: axis parsing, expansion and Hydra
 composition.
 
-``autorl.sweep`` is not a ``@hydra.main`` app (a group missing from the defaults list cannot be
-overridden there; house-style.md C1). It parses argv with Hydra's override grammar, expands the
-axes ``agent, driver, task, model, seed`` itself and composes each cell with the Compose API
-against the schema of :mod:`autorl.schema`: an unknown key or a value of the wrong type is refused
-here, before anything starts, as a :class:`ConfigError` that names the key and the likely fix
-(:mod:`autorl.config_errors`). Each cell carries the typed :class:`autorl.schema.RunConfig`.
+``autorl.sweep`` is not a ``@hydra.main`` app: there, a group missing from the defaults list cannot
+be overridden, and a sweep's axes are groups (docs/design.md#commands). It parses argv with Hydra's
+override grammar, expands the axes ``agent, driver, task, model, seed`` itself and composes each
+cell with the Compose API against the schema of :mod:`autorl.schema`: an unknown key or a value of
+the wrong type is refused here, before anything starts, as a :class:`ConfigError` that names the
+key and the likely fix (:mod:`autorl.config_errors`). Each cell carries the typed
+:class:`autorl.schema.RunConfig`.
+
+The ``task`` group has no files: each task folder's run defaults and typed options are stored in
+Hydra's ConfigStore before every composition (:func:`autorl.task_options.register_task_configs`).
 """
 
 from __future__ import annotations

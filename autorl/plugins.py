@@ -225,7 +225,7 @@ def searchpath_overrides(dirs: Sequence[Path] | None = None) -> list[str]:
 
     Put it before the user's overrides when composing; checked with hydra-core 1.3.8's Compose API,
     a ``hydra.searchpath`` override adds the options of each group folder under the plugin's
-    ``conf/`` (``task=mymath`` composes ``conf/task/mymath.yaml``). On a name clash autorl's own
+    ``conf/`` (``agent=mine`` composes ``conf/agent/mine.yaml``). On a name clash autorl's own
     file would win silently, which is why :func:`autorl.registry.list_options` refuses clashes.
 
     >>> searchpath_overrides([])

@@ -171,13 +171,15 @@ class EnvPoolConfig:
 
 @dataclass
 class TaskConfig:
-    """A task's run knobs (``conf/task/<id>.yaml``; the task's code is ``tasks/<id>/``).
+    """A task's run knobs, composed from its folder ``tasks/<id>/`` (``task.yaml`` ``run:`` and
+    ``options.py``; :func:`autorl.task_options.task_node`).
 
     ``build`` and ``eval`` map each data source to the options the task's builder and evaluator
-    take: their keys are the task's own, so they are open dicts.
+    take: their keys are the task's own, typed by its classes while composing (so an override is
+    checked) and plain dicts in the composed config.
     """
 
-    name: str = setting("the task id; equals the file name and the folder tasks/<id>/")
+    name: str = setting("the task id; equals its folder's name, tasks/<id>/")
     source: str = setting("the data source: a key of `build` and `eval` (fixture, hub, ...)")
     build: dict[str, dict[str, Any]] = setting("source -> options of the task's builder")
     eval: dict[str, dict[str, Any]] = setting("source -> options of the task's evaluator")

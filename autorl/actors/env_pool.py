@@ -293,7 +293,7 @@ def start_env_pools(cells: list[Any], cache_dir: str, timeout_s: float = 120.0) 
         if cfg is None:
             raise AutorlError(
                 f"task {spec.id!r} is interactive ({spec.env} environments) but "
-                f"conf/task/{spec.id}.yaml has no env_pool "
+                f"{spec.folder / 'task.yaml'} has no run.env_pool "
                 "block (actors, envs_per_actor, cpus_per_actor, memory_mb_per_actor, max_replays)"
             )
         pools[spec.env] = (
