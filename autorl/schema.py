@@ -2,9 +2,9 @@
 
 ``conf/config.yaml`` starts its defaults list with :class:`RunConfig` (stored as
 ``run_schema``), and every option of a config group starts its own with its group's schema
-(``conf/agent/codex.yaml``: ``defaults: [_cli, _self_]``). Hydra then refuses, at compose time,
-a key the schema does not declare and a value of the wrong type, whether it comes from a YAML file
-or from the command line; :func:`autorl.config.compose` turns that refusal into a
+(``conf/agent/_cli_base.yaml``: ``defaults: [_cli, _base, _self_]``). Hydra then refuses, at
+compose time, a key the schema does not declare and a value of the wrong type, whether it comes
+from a YAML file or from the command line; :func:`autorl.config.compose` turns that refusal into a
 :class:`autorl.errors.ConfigError` naming the key.
 
 The schema holds types and help, the YAML files hold the values: a field without a value in
