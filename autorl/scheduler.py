@@ -233,9 +233,8 @@ class SweepRunner:
         return list(self.recorder.list_cells(self.plan.sweep_id))
 
     def _record(self, cell: CellSpec, status: str, attempts: int) -> CellRecord:
-        config = plain_config(
-            cell.config
-        )  # a composed dict or a typed config: stored as plain JSON
+        # A composed dict or a typed config: stored as plain JSON.
+        config = plain_config(cell.config)
         return CellRecord(
             sweep_id=cell.sweep_id,
             cell_id=cell.cell_id,

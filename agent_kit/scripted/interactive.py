@@ -272,10 +272,11 @@ def rl_iteration(
     for episode, advantage in zip(played, group_advantages(returns, group), strict=True):
         if advantage != 0:
             samples += pack(recorder.prompts[id(episode)], episode.raw_outputs, weight=advantage)
+    # Positive advantage -> per-sequence changes.
     shifts: dict[bool, list[float]] = {
         True: [],
         False: [],
-    }  # positive advantage -> per-sequence changes
+    }
     if samples:
         before = policy.clipped_update(
             samples + (mixed or []), optimizer, epochs=epochs, clip=clip
@@ -356,27 +357,22 @@ def probe(
     return rewards
 
 
-def run_recipe(
+def _expert_sft(
     settings: ScriptedSettings,
     recipe: InteractiveRecipe,
+    envs: ApiEpisodes,
+    ids: list[str],
+    policy: LocalPolicy,
     log: Callable[[str], None],
-    submit: Callable[[str], Any],
     remaining_s: Callable[[], float],
-) -> int:
-    """SFT on expert trajectories → submit ``output/v1`` → online RL → submit ``output/v2``."""
-    sft, rl = settings.sft, settings.online_grpo
-    envs = ApiEpisodes()
-    ids = envs.episodes()
-    rng = random.Random(
-        settings.seed
-    )  # RL's episode batches, like SFT's batches, follow the cell's seed
-    output = Path(os.environ["OUTPUT_DIR"])
-    policy = LocalPolicy(os.environ["MODEL_PATH"], recipe.max_length)
+) -> tuple[list[Sample], list[str]]:
+    """The expert plays training episodes, and SFT trains ``policy`` on its packed sequences;
+    returns the sequences and the episodes the expert played."""
+    sft = settings.sft
     # One packed SFT sequence per episode: enough episodes for every sequence SFT can draw, at most
     # the cap.
-    expert_ids = ids[
-        : min(recipe.expert_episodes, max(2, sft.max_steps * sft.per_device_train_batch_size))
-    ]
+    most = max(2, sft.max_steps * sft.per_device_train_batch_size)
+    expert_ids = ids[: min(recipe.expert_episodes, most)]
     # Time shares of what is left: expert play 15 %, SFT 50 % (the rest: grading, RL, the final
     # submission). SFT gets the most: RL only learns from rollouts that sometimes win, which takes a
     # policy SFT made.
@@ -404,22 +400,51 @@ def run_recipe(
         f"SFT done: {taken} of {sft.max_steps} steps of {per_step} sequences ({actions} actions in "
         f"{len(samples)} sequences), last loss {loss:.3f}"
     )
+    return samples, expert_ids[: len(rewards)]
+
+
+def _rl_batches(
+    settings: ScriptedSettings,
+    ids: list[str],
+    played: list[str],
+    rng: random.Random,
+    log: Callable[[str], None],
+) -> list[list[str]]:
+    """The training episodes of each RL batch: a replayed pool, or a fresh draw each batch."""
+    rl = settings.online_grpo
+    per_iteration = max(1, rl.per_device_train_batch_size // max(2, rl.num_generations))
+    if not rl.episodes:
+        return [rng.sample(ids, min(per_iteration, len(ids))) for _ in range(rl.batches)]
+    pool = replay_pool(ids, played, rl.episodes, rng)
+    batches = iteration_batches(pool, min(per_iteration, len(pool)), rl.batches)
+    log(
+        f"RL replays {len(pool)} training episodes ({len(set(pool) & set(played))} of them in "
+        f"SFT's), {len(batches[0])} a batch, with {rl.sft_mix} SFT sequences (weight "
+        f"{rl.sft_mix_weight:g}) in each update"
+    )
+    return batches
+
+
+def run_recipe(
+    settings: ScriptedSettings,
+    recipe: InteractiveRecipe,
+    log: Callable[[str], None],
+    submit: Callable[[str], Any],
+    remaining_s: Callable[[], float],
+) -> int:
+    """SFT on expert trajectories → submit ``output/v1`` → online RL → submit ``output/v2``."""
+    rl = settings.online_grpo
+    envs = ApiEpisodes()
+    ids = envs.episodes()
+    # RL's episode batches, like SFT's batches, follow the cell's seed.
+    rng = random.Random(settings.seed)
+    output = Path(os.environ["OUTPUT_DIR"])
+    policy = LocalPolicy(os.environ["MODEL_PATH"], recipe.max_length)
+    samples, played = _expert_sft(settings, recipe, envs, ids, policy, log, remaining_s)
     policy.save(output / "v1")
     submit("output/v1")
     group = max(2, rl.num_generations)
-    per_iteration = max(1, rl.per_device_train_batch_size // group)
-    if rl.episodes:
-        played = expert_ids[: len(rewards)]
-        pool = replay_pool(ids, played, rl.episodes, rng)
-        batches = iteration_batches(pool, min(per_iteration, len(pool)), rl.batches)
-        log(
-            f"RL replays {len(pool)} training episodes ({len(set(pool) & set(played))} of them in "
-            "SFT's), "
-            f"{len(batches[0])} a batch, with {rl.sft_mix} SFT sequences (weight "
-            f"{rl.sft_mix_weight:g}) in each update"
-        )
-    else:  # a fresh draw each batch
-        batches = [rng.sample(ids, min(per_iteration, len(ids))) for _ in range(rl.batches)]
+    batches = _rl_batches(settings, ids, played, rng, log)
     policy.temperature = rl.temperature
     # The probe: `probe` batches' worth of rollouts of the first batch's episodes, with noise of its
     # own, as many live at once as in RL.
@@ -429,12 +454,10 @@ def run_recipe(
     probe_before = (
         probe(recipe, envs, probe_ids, group, policy, probe_label, probe_live) if probe_ids else []
     )
-    probe_s = (
-        time.monotonic() - started
-    )  # the second probe takes about as long: RL leaves room for it
-    optimizer = policy.optimizer(
-        rl.learning_rate
-    )  # one Adam for all iterations (see LocalPolicy.update)
+    # The second probe takes about as long: RL leaves room for it.
+    probe_s = time.monotonic() - started
+    # One Adam for all iterations (LocalPolicy.update)
+    optimizer = policy.optimizer(rl.learning_rate)
     # The next iteration must fit with 60 s left for the final submission. Iterations vary (a
     # WebShop one took 160 s, the next ran past the budget's end: no v2), so one counts as half
     # again the slowest so far.
@@ -444,8 +467,7 @@ def run_recipe(
         if left_now < 60 + 1.5 * (longest_s + probe_s):
             log(
                 f"{left_now:.0f} s left: not enough for another iteration (1.5 x {longest_s:.0f} "
-                "s), the probe "
-                f"(1.5 x {probe_s:.0f} s) and 60 s to submit; stopping RL"
+                f"s), the probe (1.5 x {probe_s:.0f} s) and 60 s to submit; stopping RL"
             )
             break
         started = time.monotonic()
@@ -456,27 +478,19 @@ def run_recipe(
         ]
         calls = envs.calls
         stats = rl_iteration(
-            recipe,
-            envs,
-            batch,
-            group,
-            policy,
-            optimizer,
-            epochs=rl.num_iterations,
-            clip=rl.epsilon,
-            mixed=mixed,
-        )
+            recipe, envs, batch, group, policy, optimizer,
+            epochs=rl.num_iterations, clip=rl.epsilon, mixed=mixed,
+        )  # fmt: skip
         longest_s, iterations = max(longest_s, time.monotonic() - started), iterations + 1
+        inadmissible = (
+            f", inadmissible actions {100 * stats.inadmissible:.0f} %"
+            if recipe.literal_admissible
+            else ""
+        )
         log(
             f"RL iteration {iteration + 1}/{rl.batches}: {len(batch) * group} rollouts, "
             f"{envs.calls - calls} env-endpoint calls ({envs.calls} in all), mean rollout reward "
-            f"{stats.reward:.3f}"
-            + (
-                f", inadmissible actions {100 * stats.inadmissible:.0f} %"
-                if recipe.literal_admissible
-                else ""
-            )
-            + stats.update_text()
+            f"{stats.reward:.3f}{inadmissible}{stats.update_text()}"
         )
     if probe_ids and iterations:  # (without an update the probe would play the same rollouts again)
         result = ProbeResult(
@@ -484,8 +498,7 @@ def run_recipe(
         )
         log(
             f"RL probe ({len(probe_ids)} x {group} rollouts of the first batch's episodes, the "
-            "same sampling noise "
-            f"before and after): {result.text()}"
+            f"same sampling noise before and after): {result.text()}"
         )
     policy.save(output / "v2")
     submit("output/v2")

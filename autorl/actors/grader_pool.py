@@ -67,9 +67,8 @@ class GraderPool:
         self.recorder = RecorderClient.of(recorder)
         self.workers = [self._start_grader() for _ in range(grader_cfg.replicas)]
         self.in_flight = [0] * len(self.workers)
-        self.nodes: list[str | None] = [None] * len(
-            self.workers
-        )  # each grader's node, asked on first need
+        # Each grader's node, asked on first need.
+        self.nodes: list[str | None] = [None] * len(self.workers)
         # Each grader's busy time over the time the queue was non-empty (dashboard and report).
         self.busy = BusyClock(len(self.workers))
         self.key_locks: dict[str, asyncio.Lock] = {}
@@ -82,9 +81,8 @@ class GraderPool:
         options: dict[str, Any] = {"num_cpus": self.cfg.cpus, "max_restarts": 2}
         if self.cfg.gpus:
             options["num_gpus"] = self.cfg.gpus
-        if (
-            self.cfg.resources
-        ):  # e.g. {grader_node: 1}: only nodes started with that resource host graders
+        # E.g. {grader_node: 1}: only nodes started with that resource host graders.
+        if self.cfg.resources:
             options["resources"] = dict(self.cfg.resources)
         threads = max(1, int(self.cfg.cpus))
         engine_options = {name: dict(engine.options) for name, engine in self.cfg.engines.items()}

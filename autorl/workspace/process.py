@@ -178,9 +178,8 @@ def stop_cell(proc: subprocess.Popen[bytes], cgroup: CellCgroup, grace_s: float)
         logger.error(
             "agent processes %s outlived SIGKILL in cgroup %s", sorted(cgroup.pids()), cgroup.name
         )
-    _signal_group(
-        proc.pid, signal.SIGKILL
-    )  # the group leader, should it not have joined the cgroup
+    # The group leader, should it not have joined the cgroup.
+    _signal_group(proc.pid, signal.SIGKILL)
     proc.wait()
 
 
@@ -224,9 +223,8 @@ def run_agent(
         os.close(read_fd)
         raise
     finally:
-        os.close(
-            write_fd
-        )  # the agent's processes hold the only write ends: their exit is end of file
+        # The agent's processes hold the only write ends: their exit is end of file.
+        os.close(write_fd)
     log = CappedLog(read_fd, log_path, max_log_bytes)
     try:
         if on_start is not None:

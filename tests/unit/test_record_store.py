@@ -189,9 +189,8 @@ def test_submissions_upsert_order_and_next_id(store: RecordStore) -> None:
     store.upsert_submission(final)
     subs = store.list_submissions("c1")
     assert [s.submission_id for s in subs] == [1, 2]
-    assert subs[1] == dataclasses.replace(
-        final, attempt=1
-    )  # filed under the cell's current attempt
+    # Filed under the cell's current attempt.
+    assert subs[1] == dataclasses.replace(final, attempt=1)
     assert _count(store.path, "submissions") == 2
     assert store.list_submissions("other") == []
 

@@ -64,9 +64,8 @@ def test_an_rl_update_takes_every_rollout_once_in_micro_batches(tiny_model_dir: 
             batch, torch.optim.SGD(policy.model.parameters(), lr=0.5), micro_batch=micro_batch
         )
         after = [policy._batch_loss([Sample(s.prompt, s.completion)]).item() for s in batch]
-        assert (
-            after[0] < before[0] and after[1] > before[1]
-        )  # the loss is the negative log-likelihood
+        # The loss is the negative log-likelihood.
+        assert after[0] < before[0] and after[1] > before[1]
         moved.append(_weights(policy))
     assert torch.allclose(moved[0], moved[1], atol=1e-6)
 
@@ -185,9 +184,8 @@ def test_clipping_bounds_how_far_several_steps_move_a_rollout(
         rollout = policy.clipped_update(
             [sample], torch.optim.SGD(policy.model.parameters(), lr=0.05), epochs=12, clip=clip
         )
-        assert rollout == pytest.approx(
-            [float(before.sum())], abs=1e-4
-        )  # scored before the update, not after
+        # Scored before the update, not after.
+        assert rollout == pytest.approx([float(before.sum())], abs=1e-4)
         with torch.no_grad():
             after = policy._completion_logps(sample)
         moved[clip] = float(torch.exp((after - before).mean() * advantage))
@@ -213,9 +211,8 @@ def test_sft_stops_at_its_share_of_the_budget(
     )
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(
-        common, "remaining_s", lambda: 0.0
-    )  # the budget is spent: the deadline is now
+    # The budget is spent: the deadline is now.
+    monkeypatch.setattr(common, "remaining_s", lambda: 0.0)
     settings = ScriptedSettings(
         "task_agent",
         "recipe:run",
@@ -379,9 +376,8 @@ def test_the_probe_replays_its_rollouts_and_shows_what_an_update_changed(
         epochs=1,
         clip=0.2,
     )
-    assert (
-        probe(recipe, _OneStepEnvs(), ids, 4, policy, "probe/0", 16) == before
-    )  # all returns equal: no update
+    # All returns equal: no update.
+    assert probe(recipe, _OneStepEnvs(), ids, 4, policy, "probe/0", 16) == before
     assert policy.noise is None and policy.sample is False
     torch.manual_seed(0)
     policy.train(

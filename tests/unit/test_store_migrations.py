@@ -359,9 +359,8 @@ def test_a_report_builds_from_the_old_sweep_folder(tmp_path: Path) -> None:
     index = build_report(sweep_dir)
     html = index.read_text()
     assert COMPLETED in html and CANCELLED in html
-    stages = html.split('<section id="stages">', 1)[1].split("</section>", 1)[
-        0
-    ]  # the completed cell's two submissions
+    # The completed cell's two submissions.
+    stages = html.split('<section id="stages">', 1)[1].split("</section>", 1)[0]
     assert (
         "<th>output/v1</th>" in stages
         and "<th>output/v2</th>" in stages
@@ -455,7 +454,6 @@ def test_old_rows_are_filed_under_their_attempt_and_a_new_attempt_keeps_them(
         assert old is not None
         store.start_attempt(dataclasses.replace(old, status="pending", attempts=old.attempts + 1))
         assert store.list_submissions(CANCELLED) == []  # the new attempt starts with nothing
-        assert (
-            len(store.list_submissions(CANCELLED, old.attempts)) == old_subs
-        )  # the old one is kept
+        # The old one is kept.
+        assert len(store.list_submissions(CANCELLED, old.attempts)) == old_subs
         assert [a.status for a in store.list_attempts(CANCELLED)] == ["cancelled", "pending"]

@@ -118,9 +118,8 @@ def test_run_meta_never_writes_through_a_link_the_agent_planted(tmp_path: Path) 
     meta = RunMeta(workspace / "run_meta.json", 100, cell)
     (workspace / "run_meta.json").unlink()
     (workspace / "run_meta.json").symlink_to(canary)  # what a hostile agent may do in its workspace
-    (workspace / "run_meta.json.tmp").symlink_to(
-        canary
-    )  # the temporary name an older version wrote to
+    # The temporary name an older version wrote to.
+    (workspace / "run_meta.json.tmp").symlink_to(canary)
     meta.update(last_submit_time=1.0)
     assert canary.read_text() == "untouched"
     assert not (workspace / "run_meta.json").is_symlink()
