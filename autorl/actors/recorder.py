@@ -6,6 +6,8 @@ Every method is an idempotent upsert keyed by natural ids, which makes it safe t
 ``max_task_retries=-1`` (at-least-once delivery); a restarted recorder reopens the same database.
 Records are filed under their cell's current attempt (the store stamps it), so a retried cell keeps
 its earlier attempts' records and the cell's summary counts only the current one.
+
+Callers reach it through :class:`autorl.actors.recorder_client.RecorderClient`, never its handle.
 """
 
 from __future__ import annotations

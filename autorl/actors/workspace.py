@@ -1,8 +1,14 @@
 """Workspace actor: one per cell. Builds the workspace, serves the grading API, runs the agent.
 
 It runs inside the cell's placement-group bundle, so the CPUs/GPUs it reserved are the agent's.
-Records go to the Recorder actor, scoring to the GraderPool; the cell folder on this node holds
-only the workspace, the agent log and the code-revision repository.
+Records go to the Recorder actor (through its typed client), scoring to the GraderPool; the cell
+folder on this node holds only the workspace, the agent log and the code-revision repository.
+
+A cell runs in three steps (docs/design.md#a-cells-life), each returning a dataclass that the next
+takes: :meth:`Workspace.prepare` (task data, baselines, the workspace: :class:`PreparedCell`),
+:meth:`Workspace.run_agent` (grading API and agent: :class:`AgentRun`) and
+:meth:`Workspace.finish` (test scores, integrity checks: a
+:class:`~autorl.records.types.CellOutcome`, which the scheduler hands the Recorder).
 """
 
 from __future__ import annotations
