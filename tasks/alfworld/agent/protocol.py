@@ -37,10 +37,13 @@ def step_text(action: str, observation: str) -> str:
     return f" {action}\n{observation}\n>"
 
 
-def render_prompt(task_type: str, first_observation: str, history: list[tuple[str, str]], max_chars: int | None) -> str:
+def render_prompt(
+    task_type: str, first_observation: str, history: list[tuple[str, str]], max_chars: int | None
+) -> str:
     """The full prompt of the next step, truncated to ``max_chars`` characters when given.
 
-    >>> p = render_prompt("put", "Your task is to: put a pen in desk.", [("look", "You see a desk 1.")], 100)
+    >>> p = render_prompt("put", "Your task is to: put a pen in desk.",
+    ...                   [("look", "You see a desk 1.")], 100)
     >>> p
     '\\nHere is the task.\\nYour task is to: put a pen in desk.\\n> look\\nYou see a desk 1.\\n>'
     """
@@ -87,7 +90,9 @@ class AlfworldProtocol:
     def render(self, episode: Episode) -> str:
         """The prompt for the episode's next action."""
         task_type = str(episode.first.info["task_type"])
-        return render_prompt(task_type, episode.first.observation, episode.history, self.max_prompt_chars)
+        return render_prompt(
+            task_type, episode.first.observation, episode.history, self.max_prompt_chars
+        )
 
     def parse(self, episode: Episode, output: str) -> str:
         """The env command of a generation."""

@@ -1,4 +1,5 @@
-"""Two ReAct examples per ALFWorld task type, in the format of the reference's ``react_prompts.json``.
+"""Two ReAct examples per ALFWorld task type, in the format of the reference's
+``react_prompts.json``.
 
 The reference's originals (from the ReAct paper) are not available offline and use an older command
 set (``put X in/on Y``); these were written by playing generated games of each type (the task's
@@ -10,254 +11,292 @@ Agent side: plain data, imported by the prompt protocol (``protocol.py``).
 """
 
 SHOTS: dict[str, str] = {
-    'react_clean_0': (
-        'You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, a desk 1, a microwave 1, a sinkbasin 1, a stoveburner 2, and a stoveburner 1.\n'
-        '\n'
-        'Your task is to: put a clean apple in countertop.\n'
-        '> think: To solve the task, I need to find and take a apple, then clean it with sinkbasin, then move it to countertop.\n'
-        'OK.\n'
-        '> go to cabinet 1\n'
-        'You arrive at cabinet 1. The cabinet 1 is closed.\n'
-        '> open cabinet 1\n'
-        'You open the cabinet 1. The cabinet 1 is open. In it, you see a apple 1, and a lettuce 1.\n'
-        '> take apple 1 from cabinet 1\n'
-        'You pick up the apple 1 from the cabinet 1.\n'
-        '> think: Now I find a apple. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to sinkbasin 1\n'
-        'You arrive at sinkbasin 1. On the sinkbasin 1, you see a cup 1.\n'
-        '> clean apple 1 with sinkbasin 1\n'
-        'You clean the apple 1 using the sinkbasin 1.\n'
-        '> go to countertop 1\n'
-        'You arrive at countertop 1. On the countertop 1, you see nothing.\n'
-        '> move apple 1 to countertop 1\n'
-        'You move the apple 1 to the countertop 1.\n'
+    "react_clean_0": (
+        "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a "
+        "countertop 1, a desk 1, a microwave 1, a sinkbasin 1, a stoveburner 2, and a stoveburner "
+        "1.\n"
+        "\n"
+        "Your task is to: put a clean apple in countertop.\n"
+        "> think: To solve the task, I need to find and take a apple, then clean it with "
+        "sinkbasin, then move it to countertop.\n"
+        "OK.\n"
+        "> go to cabinet 1\n"
+        "You arrive at cabinet 1. The cabinet 1 is closed.\n"
+        "> open cabinet 1\n"
+        "You open the cabinet 1. The cabinet 1 is open. In it, you see a apple 1, and a lettuce "
+        "1.\n"
+        "> take apple 1 from cabinet 1\n"
+        "You pick up the apple 1 from the cabinet 1.\n"
+        "> think: Now I find a apple. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to sinkbasin 1\n"
+        "You arrive at sinkbasin 1. On the sinkbasin 1, you see a cup 1.\n"
+        "> clean apple 1 with sinkbasin 1\n"
+        "You clean the apple 1 using the sinkbasin 1.\n"
+        "> go to countertop 1\n"
+        "You arrive at countertop 1. On the countertop 1, you see nothing.\n"
+        "> move apple 1 to countertop 1\n"
+        "You move the apple 1 to the countertop 1.\n"
     ),
-    'react_clean_1': (
-        'You are in the middle of a room. Looking quickly around you, you see a countertop 1, a desk 1, a diningtable 1, a drawer 1, a shelf 2, a shelf 1, and a sinkbasin 1.\n'
-        '\n'
-        'Your task is to: clean some mug and put it in shelf.\n'
-        '> think: To solve the task, I need to find and take a mug, then clean it with sinkbasin, then move it to shelf.\n'
-        'OK.\n'
-        '> go to desk 1\n'
-        'You arrive at desk 1. On the desk 1, you see a mug 1, and a pencil 1.\n'
-        '> take mug 1 from desk 1\n'
-        'You pick up the mug 1 from the desk 1.\n'
-        '> think: Now I find a mug. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to sinkbasin 1\n'
-        'You arrive at sinkbasin 1. On the sinkbasin 1, you see a cup 1.\n'
-        '> clean mug 1 with sinkbasin 1\n'
-        'You clean the mug 1 using the sinkbasin 1.\n'
-        '> go to shelf 2\n'
-        'You arrive at shelf 2. On the shelf 2, you see nothing.\n'
-        '> move mug 1 to shelf 2\n'
-        'You move the mug 1 to the shelf 2.\n'
+    "react_clean_1": (
+        "You are in the middle of a room. Looking quickly around you, you see a countertop 1, a "
+        "desk 1, a diningtable 1, a drawer 1, a shelf 2, a shelf 1, and a sinkbasin 1.\n"
+        "\n"
+        "Your task is to: clean some mug and put it in shelf.\n"
+        "> think: To solve the task, I need to find and take a mug, then clean it with sinkbasin, "
+        "then move it to shelf.\n"
+        "OK.\n"
+        "> go to desk 1\n"
+        "You arrive at desk 1. On the desk 1, you see a mug 1, and a pencil 1.\n"
+        "> take mug 1 from desk 1\n"
+        "You pick up the mug 1 from the desk 1.\n"
+        "> think: Now I find a mug. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to sinkbasin 1\n"
+        "You arrive at sinkbasin 1. On the sinkbasin 1, you see a cup 1.\n"
+        "> clean mug 1 with sinkbasin 1\n"
+        "You clean the mug 1 using the sinkbasin 1.\n"
+        "> go to shelf 2\n"
+        "You arrive at shelf 2. On the shelf 2, you see nothing.\n"
+        "> move mug 1 to shelf 2\n"
+        "You move the mug 1 to the shelf 2.\n"
     ),
-    'react_cool_0': (
-        'You are in the middle of a room. Looking quickly around you, you see a cabinet 2, a cabinet 1, a countertop 1, a diningtable 1, a drawer 3, a drawer 2, a drawer 1, a fridge 1, a shelf 3, a shelf 2, a shelf 1, a stoveburner 2, and a stoveburner 1.\n'
-        '\n'
-        'Your task is to: put a cool cup in shelf.\n'
-        '> think: To solve the task, I need to find and take a cup, then cool it with fridge, then move it to shelf.\n'
-        'OK.\n'
-        '> go to countertop 1\n'
-        'You arrive at countertop 1. On the countertop 1, you see a cup 1.\n'
-        '> take cup 1 from countertop 1\n'
-        'You pick up the cup 1 from the countertop 1.\n'
-        '> think: Now I find a cup. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to fridge 1\n'
-        'You arrive at fridge 1. The fridge 1 is closed.\n'
-        '> cool cup 1 with fridge 1\n'
-        'You cool the cup 1 using the fridge 1.\n'
-        '> go to shelf 3\n'
-        'You arrive at shelf 3. On the shelf 3, you see nothing.\n'
-        '> move cup 1 to shelf 3\n'
-        'You move the cup 1 to the shelf 3.\n'
+    "react_cool_0": (
+        "You are in the middle of a room. Looking quickly around you, you see a cabinet 2, a "
+        "cabinet 1, a countertop 1, a diningtable 1, a drawer 3, a drawer 2, a drawer 1, a fridge "
+        "1, a shelf 3, a shelf 2, a shelf 1, a stoveburner 2, and a stoveburner 1.\n"
+        "\n"
+        "Your task is to: put a cool cup in shelf.\n"
+        "> think: To solve the task, I need to find and take a cup, then cool it with fridge, "
+        "then move it to shelf.\n"
+        "OK.\n"
+        "> go to countertop 1\n"
+        "You arrive at countertop 1. On the countertop 1, you see a cup 1.\n"
+        "> take cup 1 from countertop 1\n"
+        "You pick up the cup 1 from the countertop 1.\n"
+        "> think: Now I find a cup. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to fridge 1\n"
+        "You arrive at fridge 1. The fridge 1 is closed.\n"
+        "> cool cup 1 with fridge 1\n"
+        "You cool the cup 1 using the fridge 1.\n"
+        "> go to shelf 3\n"
+        "You arrive at shelf 3. On the shelf 3, you see nothing.\n"
+        "> move cup 1 to shelf 3\n"
+        "You move the cup 1 to the shelf 3.\n"
     ),
-    'react_cool_1': (
-        'You are in the middle of a room. Looking quickly around you, you see a countertop 1, a drawer 3, a drawer 2, a drawer 1, a dresser 1, a fridge 1, a garbagecan 1, a microwave 1, a shelf 3, a shelf 2, and a shelf 1.\n'
-        '\n'
-        'Your task is to: put a cool potato in garbagecan.\n'
-        '> think: To solve the task, I need to find and take a potato, then cool it with fridge, then move it to garbagecan.\n'
-        'OK.\n'
-        '> go to fridge 1\n'
-        'You arrive at fridge 1. The fridge 1 is closed.\n'
-        '> open fridge 1\n'
-        'You open the fridge 1. The fridge 1 is open. In it, you see a potato 1.\n'
-        '> take potato 1 from fridge 1\n'
-        'You pick up the potato 1 from the fridge 1.\n'
-        '> think: Now I find a potato. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> cool potato 1 with fridge 1\n'
-        'You cool the potato 1 using the fridge 1.\n'
-        '> go to garbagecan 1\n'
-        'You arrive at garbagecan 1. On the garbagecan 1, you see nothing.\n'
-        '> move potato 1 to garbagecan 1\n'
-        'You move the potato 1 to the garbagecan 1.\n'
+    "react_cool_1": (
+        "You are in the middle of a room. Looking quickly around you, you see a countertop 1, a "
+        "drawer 3, a drawer 2, a drawer 1, a dresser 1, a fridge 1, a garbagecan 1, a microwave "
+        "1, a shelf 3, a shelf 2, and a shelf 1.\n"
+        "\n"
+        "Your task is to: put a cool potato in garbagecan.\n"
+        "> think: To solve the task, I need to find and take a potato, then cool it with fridge, "
+        "then move it to garbagecan.\n"
+        "OK.\n"
+        "> go to fridge 1\n"
+        "You arrive at fridge 1. The fridge 1 is closed.\n"
+        "> open fridge 1\n"
+        "You open the fridge 1. The fridge 1 is open. In it, you see a potato 1.\n"
+        "> take potato 1 from fridge 1\n"
+        "You pick up the potato 1 from the fridge 1.\n"
+        "> think: Now I find a potato. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> cool potato 1 with fridge 1\n"
+        "You cool the potato 1 using the fridge 1.\n"
+        "> go to garbagecan 1\n"
+        "You arrive at garbagecan 1. On the garbagecan 1, you see nothing.\n"
+        "> move potato 1 to garbagecan 1\n"
+        "You move the potato 1 to the garbagecan 1.\n"
     ),
-    'react_examine_0': (
-        'You are in the middle of a room. Looking quickly around you, you see a cabinet 2, a cabinet 1, a countertop 1, a desk 1, a garbagecan 1, a shelf 2, a shelf 1, a sidetable 2, a sidetable 1, a stoveburner 3, a stoveburner 2, and a stoveburner 1.\n'
-        '\n'
-        'Your task is to: look at watch under the desklamp.\n'
-        '> think: To solve the task, I need to find and take a watch, then find and use a desklamp.\n'
-        'OK.\n'
-        '> go to sidetable 1\n'
-        'You arrive at sidetable 1. On the sidetable 1, you see a watch 1.\n'
-        '> take watch 1 from sidetable 1\n'
-        'You pick up the watch 1 from the sidetable 1.\n'
-        '> think: Now I find a watch. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to desk 1\n'
-        'You arrive at desk 1. On the desk 1, you see a desklamp 1.\n'
-        '> use desklamp 1\n'
-        'You turn on the desklamp 1.\n'
+    "react_examine_0": (
+        "You are in the middle of a room. Looking quickly around you, you see a cabinet 2, a "
+        "cabinet 1, a countertop 1, a desk 1, a garbagecan 1, a shelf 2, a shelf 1, a sidetable "
+        "2, a sidetable 1, a stoveburner 3, a stoveburner 2, and a stoveburner 1.\n"
+        "\n"
+        "Your task is to: look at watch under the desklamp.\n"
+        "> think: To solve the task, I need to find and take a watch, then find and use a "
+        "desklamp.\n"
+        "OK.\n"
+        "> go to sidetable 1\n"
+        "You arrive at sidetable 1. On the sidetable 1, you see a watch 1.\n"
+        "> take watch 1 from sidetable 1\n"
+        "You pick up the watch 1 from the sidetable 1.\n"
+        "> think: Now I find a watch. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to desk 1\n"
+        "You arrive at desk 1. On the desk 1, you see a desklamp 1.\n"
+        "> use desklamp 1\n"
+        "You turn on the desklamp 1.\n"
     ),
-    'react_examine_1': (
-        'You are in the middle of a room. Looking quickly around you, you see a cabinet 3, a cabinet 2, a cabinet 1, a countertop 2, a countertop 1, a drawer 1, a dresser 3, a dresser 2, a dresser 1, a microwave 1, a sidetable 3, a sidetable 2, a sidetable 1, and a sinkbasin 1.\n'
-        '\n'
-        'Your task is to: examine the watch with the desklamp.\n'
-        '> think: To solve the task, I need to find and take a watch, then find and use a desklamp.\n'
-        'OK.\n'
-        '> go to sidetable 3\n'
-        'You arrive at sidetable 3. On the sidetable 3, you see a watch 1.\n'
-        '> take watch 1 from sidetable 3\n'
-        'You pick up the watch 1 from the sidetable 3.\n'
-        '> think: Now I find a watch. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to dresser 3\n'
-        'You arrive at dresser 3. On the dresser 3, you see a desklamp 1.\n'
-        '> use desklamp 1\n'
-        'You turn on the desklamp 1.\n'
+    "react_examine_1": (
+        "You are in the middle of a room. Looking quickly around you, you see a cabinet 3, a "
+        "cabinet 2, a cabinet 1, a countertop 2, a countertop 1, a drawer 1, a dresser 3, a "
+        "dresser 2, a dresser 1, a microwave 1, a sidetable 3, a sidetable 2, a sidetable 1, and "
+        "a sinkbasin 1.\n"
+        "\n"
+        "Your task is to: examine the watch with the desklamp.\n"
+        "> think: To solve the task, I need to find and take a watch, then find and use a "
+        "desklamp.\n"
+        "OK.\n"
+        "> go to sidetable 3\n"
+        "You arrive at sidetable 3. On the sidetable 3, you see a watch 1.\n"
+        "> take watch 1 from sidetable 3\n"
+        "You pick up the watch 1 from the sidetable 3.\n"
+        "> think: Now I find a watch. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to dresser 3\n"
+        "You arrive at dresser 3. On the dresser 3, you see a desklamp 1.\n"
+        "> use desklamp 1\n"
+        "You turn on the desklamp 1.\n"
     ),
-    'react_heat_0': (
-        'You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, a diningtable 1, a drawer 3, a drawer 2, a drawer 1, a fridge 1, a garbagecan 1, and a microwave 1.\n'
-        '\n'
-        'Your task is to: put a hot potato in diningtable.\n'
-        '> think: To solve the task, I need to find and take a potato, then heat it with microwave, then move it to diningtable.\n'
-        'OK.\n'
-        '> go to countertop 1\n'
-        'You arrive at countertop 1. On the countertop 1, you see a potato 1.\n'
-        '> take potato 1 from countertop 1\n'
-        'You pick up the potato 1 from the countertop 1.\n'
-        '> think: Now I find a potato. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to microwave 1\n'
-        'You arrive at microwave 1. The microwave 1 is closed.\n'
-        '> heat potato 1 with microwave 1\n'
-        'You heat the potato 1 using the microwave 1.\n'
-        '> go to diningtable 1\n'
-        'You arrive at diningtable 1. On the diningtable 1, you see nothing.\n'
-        '> move potato 1 to diningtable 1\n'
-        'You move the potato 1 to the diningtable 1.\n'
+    "react_heat_0": (
+        "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a "
+        "countertop 1, a diningtable 1, a drawer 3, a drawer 2, a drawer 1, a fridge 1, a "
+        "garbagecan 1, and a microwave 1.\n"
+        "\n"
+        "Your task is to: put a hot potato in diningtable.\n"
+        "> think: To solve the task, I need to find and take a potato, then heat it with "
+        "microwave, then move it to diningtable.\n"
+        "OK.\n"
+        "> go to countertop 1\n"
+        "You arrive at countertop 1. On the countertop 1, you see a potato 1.\n"
+        "> take potato 1 from countertop 1\n"
+        "You pick up the potato 1 from the countertop 1.\n"
+        "> think: Now I find a potato. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to microwave 1\n"
+        "You arrive at microwave 1. The microwave 1 is closed.\n"
+        "> heat potato 1 with microwave 1\n"
+        "You heat the potato 1 using the microwave 1.\n"
+        "> go to diningtable 1\n"
+        "You arrive at diningtable 1. On the diningtable 1, you see nothing.\n"
+        "> move potato 1 to diningtable 1\n"
+        "You move the potato 1 to the diningtable 1.\n"
     ),
-    'react_heat_1': (
-        'You are in the middle of a room. Looking quickly around you, you see a cabinet 3, a cabinet 2, a cabinet 1, a countertop 2, a countertop 1, a desk 1, a drawer 1, a garbagecan 1, a microwave 1, and a sinkbasin 1.\n'
-        '\n'
-        'Your task is to: put a hot apple in countertop.\n'
-        '> think: To solve the task, I need to find and take a apple, then heat it with microwave, then move it to countertop.\n'
-        'OK.\n'
-        '> go to cabinet 1\n'
-        'You arrive at cabinet 1. The cabinet 1 is closed.\n'
-        '> open cabinet 1\n'
-        'You open the cabinet 1. The cabinet 1 is open. In it, you see a apple 1.\n'
-        '> take apple 1 from cabinet 1\n'
-        'You pick up the apple 1 from the cabinet 1.\n'
-        '> think: Now I find a apple. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to microwave 1\n'
-        'You arrive at microwave 1. The microwave 1 is closed.\n'
-        '> heat apple 1 with microwave 1\n'
-        'You heat the apple 1 using the microwave 1.\n'
-        '> go to countertop 2\n'
-        'You arrive at countertop 2. On the countertop 2, you see nothing.\n'
-        '> move apple 1 to countertop 2\n'
-        'You move the apple 1 to the countertop 2.\n'
+    "react_heat_1": (
+        "You are in the middle of a room. Looking quickly around you, you see a cabinet 3, a "
+        "cabinet 2, a cabinet 1, a countertop 2, a countertop 1, a desk 1, a drawer 1, a "
+        "garbagecan 1, a microwave 1, and a sinkbasin 1.\n"
+        "\n"
+        "Your task is to: put a hot apple in countertop.\n"
+        "> think: To solve the task, I need to find and take a apple, then heat it with "
+        "microwave, then move it to countertop.\n"
+        "OK.\n"
+        "> go to cabinet 1\n"
+        "You arrive at cabinet 1. The cabinet 1 is closed.\n"
+        "> open cabinet 1\n"
+        "You open the cabinet 1. The cabinet 1 is open. In it, you see a apple 1.\n"
+        "> take apple 1 from cabinet 1\n"
+        "You pick up the apple 1 from the cabinet 1.\n"
+        "> think: Now I find a apple. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to microwave 1\n"
+        "You arrive at microwave 1. The microwave 1 is closed.\n"
+        "> heat apple 1 with microwave 1\n"
+        "You heat the apple 1 using the microwave 1.\n"
+        "> go to countertop 2\n"
+        "You arrive at countertop 2. On the countertop 2, you see nothing.\n"
+        "> move apple 1 to countertop 2\n"
+        "You move the apple 1 to the countertop 2.\n"
     ),
-    'react_put_0': (
-        'You are in the middle of a room. Looking quickly around you, you see a countertop 2, a countertop 1, a diningtable 1, a drawer 3, a drawer 2, a drawer 1, a fridge 1, a microwave 1, a sidetable 2, and a sidetable 1.\n'
-        '\n'
-        'Your task is to: put some tomato on fridge.\n'
-        '> think: To solve the task, I need to find and take a tomato, then move it to fridge.\n'
-        'OK.\n'
-        '> go to countertop 2\n'
-        'You arrive at countertop 2. On the countertop 2, you see a potato 1, and a tomato 1.\n'
-        '> take tomato 1 from countertop 2\n'
-        'You pick up the tomato 1 from the countertop 2.\n'
-        '> think: Now I find a tomato. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to fridge 1\n'
-        'You arrive at fridge 1. The fridge 1 is closed.\n'
-        '> open fridge 1\n'
-        'You open the fridge 1. The fridge 1 is open. In it, you see nothing.\n'
-        '> move tomato 1 to fridge 1\n'
-        'You move the tomato 1 to the fridge 1.\n'
+    "react_put_0": (
+        "You are in the middle of a room. Looking quickly around you, you see a countertop 2, a "
+        "countertop 1, a diningtable 1, a drawer 3, a drawer 2, a drawer 1, a fridge 1, a "
+        "microwave 1, a sidetable 2, and a sidetable 1.\n"
+        "\n"
+        "Your task is to: put some tomato on fridge.\n"
+        "> think: To solve the task, I need to find and take a tomato, then move it to fridge.\n"
+        "OK.\n"
+        "> go to countertop 2\n"
+        "You arrive at countertop 2. On the countertop 2, you see a potato 1, and a tomato 1.\n"
+        "> take tomato 1 from countertop 2\n"
+        "You pick up the tomato 1 from the countertop 2.\n"
+        "> think: Now I find a tomato. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to fridge 1\n"
+        "You arrive at fridge 1. The fridge 1 is closed.\n"
+        "> open fridge 1\n"
+        "You open the fridge 1. The fridge 1 is open. In it, you see nothing.\n"
+        "> move tomato 1 to fridge 1\n"
+        "You move the tomato 1 to the fridge 1.\n"
     ),
-    'react_put_1': (
-        'You are in the middle of a room. Looking quickly around you, you see a countertop 1, a diningtable 1, a drawer 1, a dresser 3, a dresser 2, a dresser 1, a garbagecan 1, a sidetable 3, a sidetable 2, and a sidetable 1.\n'
-        '\n'
-        'Your task is to: put some spoon on diningtable.\n'
-        '> think: To solve the task, I need to find and take a spoon, then move it to diningtable.\n'
-        'OK.\n'
-        '> go to countertop 1\n'
-        'You arrive at countertop 1. On the countertop 1, you see a mug 1, a pan 1, and a spoon 1.\n'
-        '> take spoon 1 from countertop 1\n'
-        'You pick up the spoon 1 from the countertop 1.\n'
-        '> think: Now I find a spoon. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to diningtable 1\n'
-        'You arrive at diningtable 1. On the diningtable 1, you see nothing.\n'
-        '> move spoon 1 to diningtable 1\n'
-        'You move the spoon 1 to the diningtable 1.\n'
+    "react_put_1": (
+        "You are in the middle of a room. Looking quickly around you, you see a countertop 1, a "
+        "diningtable 1, a drawer 1, a dresser 3, a dresser 2, a dresser 1, a garbagecan 1, a "
+        "sidetable 3, a sidetable 2, and a sidetable 1.\n"
+        "\n"
+        "Your task is to: put some spoon on diningtable.\n"
+        "> think: To solve the task, I need to find and take a spoon, then move it to "
+        "diningtable.\n"
+        "OK.\n"
+        "> go to countertop 1\n"
+        "You arrive at countertop 1. On the countertop 1, you see a mug 1, a pan 1, and a spoon "
+        "1.\n"
+        "> take spoon 1 from countertop 1\n"
+        "You pick up the spoon 1 from the countertop 1.\n"
+        "> think: Now I find a spoon. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to diningtable 1\n"
+        "You arrive at diningtable 1. On the diningtable 1, you see nothing.\n"
+        "> move spoon 1 to diningtable 1\n"
+        "You move the spoon 1 to the diningtable 1.\n"
     ),
-    'react_puttwo_0': (
-        'You are in the middle of a room. Looking quickly around you, you see a countertop 3, a countertop 2, a countertop 1, a desk 1, a garbagecan 1, a sidetable 2, a sidetable 1, and a sinkbasin 1.\n'
-        '\n'
-        'Your task is to: put two apple in countertop.\n'
-        '> think: To solve the task, I need to find and take the first apple, then move it to countertop, then find and take the second apple, then move it to countertop.\n'
-        'OK.\n'
-        '> go to garbagecan 1\n'
-        'You arrive at garbagecan 1. On the garbagecan 1, you see a apple 2, a apple 1, and a potato 1.\n'
-        '> take apple 2 from garbagecan 1\n'
-        'You pick up the apple 2 from the garbagecan 1.\n'
-        '> think: Now I find a apple. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to countertop 3\n'
-        'You arrive at countertop 3. On the countertop 3, you see nothing.\n'
-        '> move apple 2 to countertop 3\n'
-        'You move the apple 2 to the countertop 3.\n'
-        '> go to garbagecan 1\n'
-        'You arrive at garbagecan 1. On the garbagecan 1, you see a apple 1, and a potato 1.\n'
-        '> take apple 1 from garbagecan 1\n'
-        'You pick up the apple 1 from the garbagecan 1.\n'
-        '> go to countertop 3\n'
-        'You arrive at countertop 3. On the countertop 3, you see a apple 2.\n'
-        '> move apple 1 to countertop 3\n'
-        'You move the apple 1 to the countertop 3.\n'
+    "react_puttwo_0": (
+        "You are in the middle of a room. Looking quickly around you, you see a countertop 3, a "
+        "countertop 2, a countertop 1, a desk 1, a garbagecan 1, a sidetable 2, a sidetable 1, "
+        "and a sinkbasin 1.\n"
+        "\n"
+        "Your task is to: put two apple in countertop.\n"
+        "> think: To solve the task, I need to find and take the first apple, then move it to "
+        "countertop, then find and take the second apple, then move it to countertop.\n"
+        "OK.\n"
+        "> go to garbagecan 1\n"
+        "You arrive at garbagecan 1. On the garbagecan 1, you see a apple 2, a apple 1, and a "
+        "potato 1.\n"
+        "> take apple 2 from garbagecan 1\n"
+        "You pick up the apple 2 from the garbagecan 1.\n"
+        "> think: Now I find a apple. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to countertop 3\n"
+        "You arrive at countertop 3. On the countertop 3, you see nothing.\n"
+        "> move apple 2 to countertop 3\n"
+        "You move the apple 2 to the countertop 3.\n"
+        "> go to garbagecan 1\n"
+        "You arrive at garbagecan 1. On the garbagecan 1, you see a apple 1, and a potato 1.\n"
+        "> take apple 1 from garbagecan 1\n"
+        "You pick up the apple 1 from the garbagecan 1.\n"
+        "> go to countertop 3\n"
+        "You arrive at countertop 3. On the countertop 3, you see a apple 2.\n"
+        "> move apple 1 to countertop 3\n"
+        "You move the apple 1 to the countertop 3.\n"
     ),
-    'react_puttwo_1': (
-        'You are in the middle of a room. Looking quickly around you, you see a countertop 3, a countertop 2, a countertop 1, a desk 1, a drawer 2, a drawer 1, a dresser 2, a dresser 1, a fridge 1, a shelf 2, and a shelf 1.\n'
-        '\n'
-        'Your task is to: find two alarmclock and put them in shelf.\n'
-        '> think: To solve the task, I need to find and take the first alarmclock, then move it to shelf, then find and take the second alarmclock, then move it to shelf.\n'
-        'OK.\n'
-        '> go to dresser 2\n'
-        'You arrive at dresser 2. On the dresser 2, you see a alarmclock 2.\n'
-        '> take alarmclock 2 from dresser 2\n'
-        'You pick up the alarmclock 2 from the dresser 2.\n'
-        '> think: Now I find a alarmclock. Next, I need to finish the task with it.\n'
-        'OK.\n'
-        '> go to shelf 2\n'
-        'You arrive at shelf 2. On the shelf 2, you see nothing.\n'
-        '> move alarmclock 2 to shelf 2\n'
-        'You move the alarmclock 2 to the shelf 2.\n'
-        '> go to dresser 1\n'
-        'You arrive at dresser 1. On the dresser 1, you see a alarmclock 1, and a creditcard 1.\n'
-        '> take alarmclock 1 from dresser 1\n'
-        'You pick up the alarmclock 1 from the dresser 1.\n'
-        '> go to shelf 2\n'
-        'You arrive at shelf 2. On the shelf 2, you see a alarmclock 2.\n'
-        '> move alarmclock 1 to shelf 2\n'
-        'You move the alarmclock 1 to the shelf 2.\n'
+    "react_puttwo_1": (
+        "You are in the middle of a room. Looking quickly around you, you see a countertop 3, a "
+        "countertop 2, a countertop 1, a desk 1, a drawer 2, a drawer 1, a dresser 2, a dresser "
+        "1, a fridge 1, a shelf 2, and a shelf 1.\n"
+        "\n"
+        "Your task is to: find two alarmclock and put them in shelf.\n"
+        "> think: To solve the task, I need to find and take the first alarmclock, then move it "
+        "to shelf, then find and take the second alarmclock, then move it to shelf.\n"
+        "OK.\n"
+        "> go to dresser 2\n"
+        "You arrive at dresser 2. On the dresser 2, you see a alarmclock 2.\n"
+        "> take alarmclock 2 from dresser 2\n"
+        "You pick up the alarmclock 2 from the dresser 2.\n"
+        "> think: Now I find a alarmclock. Next, I need to finish the task with it.\n"
+        "OK.\n"
+        "> go to shelf 2\n"
+        "You arrive at shelf 2. On the shelf 2, you see nothing.\n"
+        "> move alarmclock 2 to shelf 2\n"
+        "You move the alarmclock 2 to the shelf 2.\n"
+        "> go to dresser 1\n"
+        "You arrive at dresser 1. On the dresser 1, you see a alarmclock 1, and a creditcard 1.\n"
+        "> take alarmclock 1 from dresser 1\n"
+        "You pick up the alarmclock 1 from the dresser 1.\n"
+        "> go to shelf 2\n"
+        "You arrive at shelf 2. On the shelf 2, you see a alarmclock 2.\n"
+        "> move alarmclock 1 to shelf 2\n"
+        "You move the alarmclock 1 to the shelf 2.\n"
     ),
 }

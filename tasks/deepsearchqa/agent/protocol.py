@@ -8,7 +8,8 @@ never ran; here the action line is kept and parsed from this step's output only.
 the prompt continues ``"\\nObservation: <results>\\nThought:"``. Greedy, at most 256 tokens, at most
 6 steps; a step without an action gets the env's "Invalid action" observation.
 
-Agent side: shared by the evaluator and the scripted recipe; imports nothing from the task's grader side.
+Agent side: shared by the evaluator and the scripted recipe; imports nothing from the task's grader
+side.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from agent_kit.rollout import Episode
 
 #: The reference's ``REACT_SYSTEM_PROMPT``, verbatim (rdagent 1.0.0 wheel,
-#: ``rdagent/scenarios/rl/autorl_bench/benchmarks/deepsearchqa/eval.py``; trailing newline included).
+#: ``rdagent/scenarios/rl/autorl_bench/benchmarks/deepsearchqa/eval.py``; trailing newline
+#: included).
 SYSTEM_PROMPT = """You are a research assistant that answers questions by searching the web.
 
 You must follow this format strictly:
@@ -40,7 +42,8 @@ _ACTION = re.compile(r"Action:\s*(search|answer)\[(.+?)\]", re.DOTALL)
 
 
 def first_prompt(question_observation: str) -> str:
-    """The prompt before the first step (the env's first observation holds question and answer type)."""
+    """The prompt before the first step (the env's first observation holds question and answer
+    type)."""
     return f"{SYSTEM_PROMPT}\n\n{question_observation}\n\nThought:"
 
 

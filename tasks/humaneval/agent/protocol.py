@@ -1,4 +1,5 @@
-"""The humaneval prompt protocol and solution assembly, shared by the evaluator and the scripted recipe.
+"""The humaneval prompt protocol and solution assembly, shared by the evaluator and the scripted
+recipe.
 
 The user turn is OpenCompass's ``humaneval_openai_sample_evals_gen_dcae0e`` instruction followed by
 the problem's prompt. A reply's code is extracted (first markdown code block, else the whole reply)
@@ -14,7 +15,8 @@ from __future__ import annotations
 import re
 
 INSTRUCTION = (
-    "Read the following function signature and docstring, and fully implement the function described. "
+    "Read the following function signature and docstring, and fully implement the function "
+    "described. "
     "Your response should only contain the code for this function.\n"
 )
 
@@ -24,14 +26,16 @@ _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.DOTALL)
 def format_prompt(prompt: str) -> str:
     """The user turn for one problem.
 
-    >>> format_prompt("def f():\\n").endswith("only contain the code for this function.\\ndef f():\\n")
+    >>> format_prompt("def f():\\n").endswith(
+    ...     "only contain the code for this function.\\ndef f():\\n")
     True
     """
     return INSTRUCTION + prompt
 
 
 def extract_code(completion: str) -> str:
-    """The code in a reply: the first fenced block (an unclosed fence runs to the end), else the reply.
+    """The code in a reply: the first fenced block (an unclosed fence runs to the end), else the
+    reply.
 
     >>> extract_code("Here:\\n```python\\ndef f():\\n    return 1\\n```\\nDone.")
     'def f():\\n    return 1\\n'
@@ -57,7 +61,8 @@ def build_solution(prompt: str, completion: str, entry_point: str) -> str:
         'Doc.'
         return x
     <BLANKLINE>
-    >>> build_solution("def f(x):\\n    'Doc.'\\n", "```python\\ndef f(x):\\n    return 1\\n```", "f")
+    >>> build_solution("def f(x):\\n    'Doc.'\\n",
+    ...                "```python\\ndef f(x):\\n    return 1\\n```", "f")
     "def f(x):\\n    'Doc.'\\n\\ndef f(x):\\n    return 1\\n"
     """
     code = extract_code(completion)

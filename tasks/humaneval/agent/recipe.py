@@ -1,4 +1,5 @@
-"""Scripted recipe for humaneval: SFT on the canonical solutions, then GRPO with a tests-pass reward.
+"""Scripted recipe for humaneval: SFT on the canonical solutions, then GRPO with a tests-pass
+reward.
 
 The prompt and the solution assembly are the evaluator's (:mod:`.protocol`, the protocol
 ``description.md`` documents); the reward judges each completion by the training problem's own
@@ -37,13 +38,21 @@ def load_rows(data_dir: Path) -> list[dict[str, str]]:
     rows = []
     for line in (data_dir / "train.jsonl").read_text(encoding="utf-8").splitlines():
         item = json.loads(line)
-        rows.append({"prompt": format_prompt(item["question"]), "solution": item["answer"], "question": item["question"],
-                     "test": item["test"], "entry_point": item["entry_point"]})
+        rows.append(
+            {
+                "prompt": format_prompt(item["question"]),
+                "solution": item["answer"],
+                "question": item["question"],
+                "test": item["test"],
+                "entry_point": item["entry_point"],
+            }
+        )
     return rows
 
 
 class PassesTests:
-    """GRPO reward: 1 when the completion passes the training problem's tests (judged as the evaluator does)."""
+    """GRPO reward: 1 when the completion passes the training problem's tests (judged as the
+    evaluator does)."""
 
     __name__ = "tests_pass"
 
@@ -52,12 +61,20 @@ class PassesTests:
         self.judge = FunctionJudge(Sandbox(SandboxLimits(timeout_s=5, cpu_s=5)))
         self.judge.check()
 
-    def __call__(self, completions: list[Any], question: list[str], test: list[str], entry_point: list[str],
-                 **_: Any) -> list[float]:
+    def __call__(
+        self,
+        completions: list[Any],
+        question: list[str],
+        test: list[str],
+        entry_point: list[str],
+        **_: Any,
+    ) -> list[float]:
         """Judge every completion, two at a time."""
         texts = completion_texts(completions)
-        cases = [(Problem(q, t, e), build_solution(q, c, e))
-                 for c, q, t, e in zip(texts, question, test, entry_point, strict=True)]
+        cases = [
+            (Problem(q, t, e), build_solution(q, c, e))
+            for c, q, t, e in zip(texts, question, test, entry_point, strict=True)
+        ]
         return [1.0 if v.passed else 0.0 for v in self.judge.judge_many(cases, workers=2)]
 
 
@@ -67,17 +84,31 @@ def run(settings: ScriptedSettings) -> int:
     output = Path(os.environ["OUTPUT_DIR"])
     base = os.environ["MODEL_PATH"]
     log(f"humaneval: {len(rows)} training rows; budget left {remaining_s():.0f} s")
-    conversations = [[{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["solution"]}]
-                     for r in rows]
+    conversations = [
+        [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["solution"]}]
+        for r in rows
+    ]
     # The default max_length (128) would cut the solutions off these long prompts.
     needed = min(MAX_SEQUENCE, longest_conversation_tokens(base, conversations))
-    sft(settings.with_sft(max_length=max(settings.sft.max_length, needed)), conversations, base, output / "v1")
+    sft(
+        settings.with_sft(max_length=max(settings.sft.max_length, needed)),
+        conversations,
+        base,
+        output / "v1",
+    )
     submit("output/v1")
     if remaining_s() < 30:
         log("less than 30 s left; skipping GRPO")
         return 0
-    grpo_rows = [{"prompt": [{"role": "user", "content": r["prompt"]}], "question": r["question"], "test": r["test"],
-                  "entry_point": r["entry_point"]} for r in rows]
+    grpo_rows = [
+        {
+            "prompt": [{"role": "user", "content": r["prompt"]}],
+            "question": r["question"],
+            "test": r["test"],
+            "entry_point": r["entry_point"],
+        }
+        for r in rows
+    ]
     grpo(settings, grpo_rows, PassesTests(), output / "v1", output / "v2")
     submit("output/v2")
     return 0
