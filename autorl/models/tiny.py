@@ -197,5 +197,5 @@ def ensure_tiny_model(cache_root: Path, cfg: TinyModelConfig | None = None) -> P
     cfg = cfg or TinyModelConfig()
     shape = f"h{cfg.hidden_size}-l{cfg.num_hidden_layers}-v{cfg.vocab_size}"
     key = f"tiny-b{TINY_BUILD_VERSION}-{shape}-s{cfg.seed}"
-    meta = {"build_version": TINY_BUILD_VERSION}
+    meta: dict[str, object] = {"build_version": TINY_BUILD_VERSION}
     return ensure_built_model(cache_root, key, cfg, lambda: _corpus(cfg.seed), meta)
