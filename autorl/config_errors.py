@@ -72,7 +72,7 @@ def _option_path(group: str, name: str) -> str:
     try:
         return str(option_file(group, name))
     except ConfigError:
-        return f"conf/{group}/{name}.yaml"
+        return f"tasks/{name}/task.yaml" if group == "task" else f"conf/{group}/{name}.yaml"
 
 
 def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
@@ -226,6 +226,8 @@ def config_error(
         )
         if chosen:
             source = _option_path(*chosen.split("=", 1))
+        elif group == "task":  # the task group's options are folders, not conf/ files
+            source = "the task folder (tasks/<id>/task.yaml run:, or its options.py)"
         else:
             source = f"conf/{group}/<option>.yaml" if group in GROUPS else "conf/config.yaml"
         return ConfigError(

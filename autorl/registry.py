@@ -9,8 +9,10 @@ Two kinds of registry live here, both read without importing anything heavy:
   autorl's and each plugin's: agents (``adapter:``), engines (``implementation:``) and sandbox
   backends (``implementation:``) are added by one YAML file each, in ``conf/`` or a plugin's.
 - :func:`list_options` reads a config group folder under ``conf/`` (``agent/``, ``driver/``,
-  ``task/``, ``model/``, ``cluster/``), autorl's and each plugin's (:mod:`autorl.plugins`); each
-  YAML file is one option and its ``description`` field is the line that ``autorl.ls`` prints.
+  ``model/``, ``cluster/``), autorl's and each plugin's (:mod:`autorl.plugins`); each YAML file is
+  one option and its ``description`` field is the line that ``autorl.ls`` prints. The ``task``
+  group's options are the task folders instead (``tasks/<id>/task.yaml``), autorl's and the
+  plugins'.
 """
 
 from __future__ import annotations
