@@ -40,7 +40,7 @@ def _cfg(**changes: Any) -> ContaminationConfig:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskData]:
-    """Every task's fixture data with the options a sweep uses (conf/task/<id>.yaml)."""
+    """Every task's fixture data with the options a sweep uses (tasks/<id>/options.py)."""
     cache = tmp_path_factory.mktemp("cache")
     return {tid: build_task_data(spec, "fixture", cache / "tasks", seed=0) for tid, spec in TASKS.items()}
 
