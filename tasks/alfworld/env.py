@@ -176,9 +176,9 @@ def unload_planner(library: Any) -> None:
 
     TextWorld's PDDL env loads its own copy of ``libdownward.so`` (34 MB) for every game, from a
     temporary folder that it deletes at once, and never unloads it: the deleted copy stays mapped,
-    and its disk space taken, until the process exits. An EnvPool actor plays thousands of games; a
-    sweep of three full ALFWorld cells filled the disk in its third cell ("No space left on device",
-    2026-11-29). The library is private to its game, so nothing calls it after the game is closed.
+    and its disk space taken, until the process exits. An EnvPool actor plays thousands of games,
+    so without this a sweep of a few full ALFWorld cells fills the disk ("No space left on device").
+    The library is private to its game, so nothing calls it after the game is closed.
     """
     import _ctypes
 
