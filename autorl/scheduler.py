@@ -47,6 +47,7 @@ from autorl.actors.workspace import Workspace
 from autorl.cluster import check_nodes_sealable, connect
 from autorl.config import CellSpec, SweepPlan, resolve_cache_dir
 from autorl.errors import PrerequisiteError
+from autorl.models.resolve import model_build
 from autorl.progress import CellBoard
 from autorl.records.migrations import autorl_version
 from autorl.records.types import CellOutcome, CellRecord, plain_config
@@ -152,22 +153,21 @@ class SweepRunner:
             ) from error
 
     def run(self) -> dict[str, str]:
-        """Run every unfinished cell, and every completed one recorded under an older task version;
-        returns the
-        final status of every cell of the plan."""
+        """Run every unfinished cell, and every completed one whose score measured another task
+        version or another build of its base model; returns the final status of every cell."""
         todo: deque[tuple[CellSpec, int]] = deque()
         skipped, stale = [], []
         for cell in self.plan.cells:
             existing = self.recorder.get_cell(cell.cell_id)
             if existing is not None and existing.status == "completed":
-                version = get_task(cell.task).version
-                if existing.task_version == version:
+                version, build = get_task(cell.task).version, _model_build_of(cell)
+                changed = stale_reason(existing, version, build)
+                if not changed:
                     skipped.append(cell.cell_id)
                     continue
-                # Its score measured an older task (data or evaluation changed since): a table that
-                # kept it would mix versions, so it runs again as a new attempt, the old one kept in
-                # the store.
-                stale.append(f"{cell.cell_id} (v{existing.task_version} -> v{version})")
+                # Its score measured another task or model: a table that kept it would mix them,
+                # so it runs again as a new attempt, the old one kept in the store.
+                stale.append(f"{cell.cell_id} ({changed})")
             todo.append((cell, 1))
             if existing is None:
                 self.recorder.upsert_cell(self._record(cell, "pending", 0))
@@ -179,9 +179,8 @@ class SweepRunner:
             )
         if stale:
             self.board.note(
-                f"{len(stale)} completed cell(s) ran an older task version and run again (their "
-                "earlier "
-                f"attempt stays in the record store): {', '.join(stale)}"
+                f"{len(stale)} completed cell(s) ran an older task version or model build and run "
+                f"again (their earlier attempt stays in the record store): {', '.join(stale)}"
             )
         active: list[_Attempt] = []
         limit = self.cfg.scheduler.max_concurrent_cells
@@ -250,6 +249,7 @@ class SweepRunner:
             config_json=json.dumps(config, sort_keys=True),
             task_source=config["task"]["source"],
             autorl_version=autorl_version(),
+            model_build=model_build(config["model"]["kind"], config["model"]["hub_id"]),
         )
 
     def _place(self, cell: CellSpec, tries: int) -> _Attempt:
@@ -437,3 +437,29 @@ def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
         return statuses, runner.cells()
     finally:
         ray.shutdown()
+
+
+def _model_build_of(cell: CellSpec) -> str:
+    return model_build(cell.config.model.kind, cell.config.model.hub_id)
+
+
+def stale_reason(existing: CellRecord, task_version: int, build: str) -> str | None:
+    """Why a completed cell's score no longer measures the cell as planned now (None: it does).
+
+    A cell from a store that recorded no model build (``model_build`` None) counts as the same
+    build.
+
+    >>> done = CellRecord("s", "c", "scripted", "none", "gsm8k", 3, "small", 0, 60.0, "completed",
+    ...                   model_build="small-b2")
+    >>> stale_reason(done, 3, "small-b2") is None
+    True
+    >>> stale_reason(done, 3, "small-b3")
+    'model small-b2 -> small-b3'
+    >>> stale_reason(done, 4, "small-b2")
+    'task v3 -> v4'
+    """
+    if existing.task_version != task_version:
+        return f"task v{existing.task_version} -> v{task_version}"
+    if existing.model_build is not None and existing.model_build != build:
+        return f"model {existing.model_build} -> {build}"
+    return None

@@ -8,6 +8,28 @@ from autorl.errors import ConfigError, PrerequisiteError
 from autorl.schema import ModelConfig, ModelKind
 
 
+def model_build(kind: ModelKind | str, hub_id: str | None) -> str:
+    """The build a base model comes from: ``tiny-b1``, ``small-b3``, or a hub model's id.
+
+    A cell records it; a completed cell recorded on another build runs again when its sweep
+    resumes, since its scores measured another model.
+
+    >>> model_build("tiny", None)
+    'tiny-b1'
+    >>> model_build("hub", "Qwen/Qwen2.5-0.5B-Instruct")
+    'Qwen/Qwen2.5-0.5B-Instruct'
+    """
+    from autorl.models.small import SMALL_BUILD_VERSION
+    from autorl.models.tiny import TINY_BUILD_VERSION
+
+    kind = ModelKind(kind)
+    if kind == ModelKind.tiny:
+        return f"tiny-b{TINY_BUILD_VERSION}"
+    if kind == ModelKind.small:
+        return f"small-b{SMALL_BUILD_VERSION}"
+    return str(hub_id)
+
+
 def resolve_model(model_cfg: ModelConfig, cache_dir: Path) -> Path:
     """Return a local folder holding the model, building or downloading it once.
 

@@ -373,6 +373,22 @@ def _feedback(conn: sqlite3.Connection) -> None:
     )
 
 
+def _model_build(conn: sqlite3.Connection) -> None:
+    """Version 8: ``cells.model_build``, the build of the base model a cell ran on.
+
+    Earlier cells get the builds of their time, read from their config: ``tiny-b1`` (tiny's only
+    build so far), ``small-b2`` (small's build before its tokenizer trained on rendered prompts),
+    a hub model's id; NULL where the config does not name the model's kind.
+    """
+    conn.execute("ALTER TABLE cells ADD COLUMN model_build TEXT")
+    conn.execute(
+        "UPDATE cells SET model_build = CASE json_extract(config_json, '$.model.kind') "
+        "WHEN 'tiny' THEN 'tiny-b1' WHEN 'small' THEN 'small-b2' "
+        "ELSE json_extract(config_json, '$.model.hub_id') END "
+        "WHERE json_valid(config_json)"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial", _initial),
     Migration(2, "v1_late_tables", _v1_late_tables),
@@ -381,6 +397,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "integrity", _integrity),
     Migration(6, "attempts", _attempts),
     Migration(7, "feedback", _feedback),
+    Migration(8, "model_build", _model_build),
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

@@ -144,6 +144,9 @@ class CellRecord:
             (:meth:`autorl.seal.launch.CellSeal.mode_label`); None for cells from before version 4.
         limit_hit: ``memory`` or ``pids`` when the cell's cgroup hit that limit, else None.
         resumes: How often the agent was resumed with a continuation prompt (``agent.reprompt``).
+        model_build: The build of the base model the cell ran on (:func:`autorl.models.resolve.
+            model_build`); a completed cell recorded on another build runs again on resume. None
+            where a store from before schema version 8 held no config to tell it from.
         flagged_submissions: Submissions carrying an integrity flag (they count only with
             ``integrity.allow_substitution``).
         weight_distance: The best submission's relative weight distance to the base (0: a copy).
@@ -207,6 +210,7 @@ class CellRecord:
     feedback_baseline: float | None = None
     best_feedback_score: float | None = None
     best_on_test: float | None = None
+    model_build: str | None = None
 
     def __post_init__(self) -> None:
         _check_status(self.status, CELL_STATUSES, "cell")

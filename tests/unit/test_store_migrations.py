@@ -108,7 +108,7 @@ def test_the_fixture_is_what_the_previous_main_wrote(old_store: Path) -> None:
 def test_migrations_are_numbered_from_one_with_unique_names() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
     assert len({m.name for m in MIGRATIONS}) == len(MIGRATIONS)
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION == 8
 
 
 def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
@@ -123,6 +123,7 @@ def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
             "integrity",
             "attempts",
             "feedback",
+            "model_build",
         )
         log = store.migration_log()
     assert [(v, name) for v, name, _, _ in log] == [
@@ -132,6 +133,7 @@ def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
         (5, "integrity"),
         (6, "attempts"),
         (7, "feedback"),
+        (8, "model_build"),
     ]
     assert all(by == autorl_version() for *_, by in log)
     assert [r[0] for r in _raw(old_store, "SELECT version FROM schema_version")] == [SCHEMA_VERSION]
@@ -200,7 +202,7 @@ def test_opening_twice_changes_nothing_more(old_store: Path) -> None:
     with RecordStore(old_store) as store:
         assert store.migrated_from is None and store.migrations_applied == ()
         assert store.schema_version == SCHEMA_VERSION
-        assert len(store.migration_log()) == 6
+        assert len(store.migration_log()) == SCHEMA_VERSION - 1
     assert _dump(old_store) == once
 
 
@@ -384,6 +386,9 @@ class _CellCfg:
     task: _TaskCfg = dataclasses.field(default_factory=_TaskCfg)
     budget: dict[str, Any] = dataclasses.field(default_factory=lambda: {"seconds": 60})
     tags: tuple[str, ...] = ("a", "b")
+    model: dict[str, Any] = dataclasses.field(
+        default_factory=lambda: {"kind": "tiny", "hub_id": None}
+    )
 
 
 def test_plain_config_takes_a_dict_or_a_typed_config() -> None:
@@ -391,6 +396,7 @@ def test_plain_config_takes_a_dict_or_a_typed_config() -> None:
         "task": {"name": "gsm8k", "source": "fixture", "data_dir": "/data"},
         "budget": {"seconds": 60},
         "tags": ["a", "b"],
+        "model": {"kind": "tiny", "hub_id": None},
     }
     assert plain_config(as_dict) == as_dict
     assert plain_config(_CellCfg()) == as_dict
@@ -407,6 +413,7 @@ def test_plain_config_takes_a_dict_or_a_typed_config() -> None:
             "task": {"name": "gsm8k", "source": "fixture", "data_dir": "/data"},
             "budget": {"seconds": 60},
             "tags": ["a", "b"],
+            "model": {"kind": "tiny", "hub_id": None},
         },
         _CellCfg(),
     ],
@@ -428,9 +435,10 @@ def test_the_scheduler_registers_the_cell_config(config: Any) -> None:
     )
     record = SweepRunner._record(SimpleNamespace(), cell, "pending", 0)  # type: ignore[arg-type]
     assert record.task_source == "fixture" and record.autorl_version == autorl_version()
+    assert record.model_build == "tiny-b1"
     assert record.config_json == (
-        '{"budget": {"seconds": 60}, "tags": ["a", "b"], '
-        '"task": {"data_dir": "/data", "name": "gsm8k", "source": "fixture"}}'
+        '{"budget": {"seconds": 60}, "model": {"hub_id": null, "kind": "tiny"}, '
+        '"tags": ["a", "b"], "task": {"data_dir": "/data", "name": "gsm8k", "source": "fixture"}}'
     )
 
 
@@ -457,3 +465,21 @@ def test_old_rows_are_filed_under_their_attempt_and_a_new_attempt_keeps_them(
         # The old one is kept.
         assert len(store.list_submissions(CANCELLED, old.attempts)) == old_subs
         assert [a.status for a in store.list_attempts(CANCELLED)] == ["cancelled", "pending"]
+
+
+def test_old_cells_get_the_model_build_of_their_time(old_store: Path) -> None:
+    """Version 8 fills ``model_build`` from each cell's config; a resume then re-runs the cells
+    whose build changed since (autorl.scheduler.stale_reason) and skips the others."""
+    from autorl.models.resolve import model_build
+    from autorl.scheduler import stale_reason
+
+    store = RecordStore(old_store)
+    cells = store.list_cells()
+    assert {c.model_build for c in cells} == {"tiny-b1"}
+    completed = [c for c in cells if c.status == "completed"]
+    assert completed and all(
+        stale_reason(c, c.task_version, model_build("tiny", None)) is None for c in completed
+    )
+    assert stale_reason(completed[0], completed[0].task_version, "tiny-b2") == (
+        "model tiny-b1 -> tiny-b2"
+    )
