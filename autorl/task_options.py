@@ -203,6 +203,11 @@ def typed_options(
 
     try:
         merged = OmegaConf.merge(OmegaConf.structured(cls), values)
+        # A given mapping (``search: {...}``, ``judge_params: {...}``) is the option's complete
+        # value: merged into the default one, it would keep keys of another backend or request.
+        for name, value in values.items():
+            if isinstance(value, Mapping):
+                OmegaConf.update(merged, name, dict(value), merge=False)
         typed: T = OmegaConf.to_object(merged)  # type: ignore[assignment]
     except OmegaConfBaseException as exc:
         raise error(_type_message(what, cls, exc)) from exc

@@ -80,3 +80,11 @@ def test_an_unknown_key_gets_did_you_mean_and_the_valid_keys() -> None:
         compose(["+task.eval.fixture.num_shot=2"])
     with pytest.raises(ConfigError, match=r"unknown key task\.build\.nope"):
         compose(["task.build.nope.train_size=3"])
+
+
+def test_a_given_mapping_replaces_the_default_mapping_whole() -> None:
+    """``search`` and ``judge_params`` are complete values: another backend's keys never linger."""
+    spec = get_task("deepsearchqa")
+    given = {"search": {"backend": "bm25", "num_results": 1}, "judge_params": {"max_tokens": 5}}
+    options = eval_options(spec, "hub", given)
+    assert options["search"] == given["search"] and options["judge_params"] == {"max_tokens": 5}
