@@ -16,10 +16,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # The longest test files, longest first: `make test` hands whole files to two xdist workers in collection
 # order (--dist loadfile --no-loadscope-reorder; xdist's own order puts files with more tests first, which
 # started the longest, a one-test file, 23 minutes into a 39-minute run), so these start first and the
-# many short files fill in at the end. Seconds in the CI run of 2026-11-28 15:01 (--durations).
+# many short files fill in at the end. Seconds in a CI run (--durations).
 SLOWEST_FIRST = (
-    "tests/integration/test_online_rl.py",  # ALFWorld with the probe: 496 (CI of 2026-11-29 12:14, a faster machine)
-    "tests/integration/test_real_cli.py",  # 415 as five sweeps; one sweep of five cells: 219 (2026-11-29)
+    "tests/integration/test_online_rl.py",  # ALFWorld with the probe: 496 (a faster machine)
+    "tests/integration/test_real_cli.py",  # 415 as five sweeps; one sweep of five cells: 219
     "tests/integration/test_sweep.py",  # 359
     "tests/integration/test_hostile_agent.py",  # 260
     "tests/integration/test_plugins.py",  # 229

@@ -1,4 +1,4 @@
-"""The embedded default cell with ``grading.feedback=dev`` (SPEC §2): the agent sees dev scores, the
+"""The embedded default cell with ``grading.feedback=dev`` (docs/design.md#the-grading-api): the agent sees dev scores, the
 cell is selected on them and reported with the selected submission's test score."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Each real agent CLI (every registered one) runs a whole cell end to end, against a scripted LLM.
 
 ``python -m autorl.sweep agent=codex,claude-code,gemini-cli,opencode,openhands driver=local``, one sweep
-(five sweeps cost 412 s of CI time, 2026-11-29), with the driver's endpoints pointed at the replay
+(not one per CLI: every sweep starts a Ray of its own), with the driver's endpoints pointed at the replay
 LLM server (tests/helpers/replay_llm_server.py: a fake LLM standing in for the paid OpenAI, Anthropic
 and Google APIs, which CI cannot reach; it speaks their real wire protocols, streaming). The CLI talks
 to the cell's driver gateway in its own protocol (Codex: OpenAI Responses; Claude Code: Anthropic

@@ -1,4 +1,4 @@
-"""A sweep folder written by the previous main (b0f395e) resumes under this autorl.
+"""A sweep folder written by an earlier autorl (its record store at schema version 1) resumes.
 
 The fixture (``tests/fixtures/sweep_b0f395e``, see its README) is the folder of
 ``task=gsm8k seed=0,1`` with the overrides below, interrupted after seed 0 completed: seed 1 is

@@ -104,7 +104,7 @@ def test_offline_runs_per_cell_and_comparison_table(tmp_path: Path, monkeypatch:
     for status, score in (("queued", None), ("scored", 5.0), ("scored", 5.0)):  # the replay is not logged twice
         tracker.submission(cell("a"), SubmissionRecord("a", 1, "output/v1", status, score=score))
     tracker.submission(cell("a"), SubmissionRecord("a", 2, "output/v2", "invalid", error="corrupt"))
-    # SPEC §2: a flagged submission is logged with its score but never raises the best.
+    # A flagged submission is logged with its score but never raises the best.
     tracker.submission(cell("a"), SubmissionRecord("a", 3, "output/v3", "scored", score=9.0, flags="model_mismatch",
                                                    weight_distance=1.25))
     tracker.cell_status(cell("a", "completed", best_score=5.0, improvement=3.0))

@@ -292,7 +292,7 @@ def test_command_agent_without_a_command_is_refused_before_anything_starts() -> 
 
 def test_integrity_settings_are_checked_before_anything_starts() -> None:
     plan = plan_sweep([])
-    assert plan.cells[0].config.integrity.allow_substitution is False  # SPEC §2: flagged submissions never count silently
+    assert plan.cells[0].config.integrity.allow_substitution is False  # flagged submissions never count silently
     assert plan.cells[0].config.integrity.judge.enabled is False and plan.cells[0].config.integrity.contamination.enabled
     with pytest.raises(ConfigError, match=r"integrity.judge.enabled=true needs integrity.judge.driver"):
         plan_sweep(["integrity.judge.enabled=true"])

@@ -1,4 +1,4 @@
-"""grading.feedback (SPEC §2): the selection rule, the test split in both modes, a dev split the agent
+"""grading.feedback (docs/design.md#the-grading-api): the selection rule, the test split in both modes, a dev split the agent
 sees scores of, and test scores it never sees."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The grading API over real HTTP: every input rule of SPEC §5, scoring with a real grader in-process."""
+"""The grading API over real HTTP: every input rule of docs/design.md#the-grading-api, scoring with a real grader in-process."""
 
 from __future__ import annotations
 

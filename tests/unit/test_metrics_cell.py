@@ -1,4 +1,4 @@
-"""Per-cell metrics (SPEC §8) and sweep analyses on hand-made records, edge cases included."""
+"""Per-cell metrics (docs/design.md#records-and-the-report) and sweep analyses on hand-made records, edge cases included."""
 
 from __future__ import annotations
 

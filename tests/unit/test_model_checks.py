@@ -1,4 +1,4 @@
-"""Submission checks (SPEC §5 input rules) on a tiny real model built offline."""
+"""Submission checks (the grading API's input rules) on a tiny real model built offline."""
 
 from __future__ import annotations
 

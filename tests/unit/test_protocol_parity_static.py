@@ -31,7 +31,7 @@ PARITY_ROWS = ("data and split", "prompt", "decoding", "horizon", "scoring", "wh
     ("The answer is 1,234,567.50", "1234567.5"),
     ("#### 12,000", "12000"),
     ("so she pays $2,500 in total.", "2500"),  # last-number fallback keeps grouped numbers whole
-    ("The answer is 3,4", "4"),                # a comma list is not one number (was 34)
+    ("The answer is 3,4", "4"),                # a comma list is not one number (not 34)
     ("The answer is 3, 4", "4"),               # a list after "The answer is": the last number, as OpenCompass
     ("#### 3,4", "4"),
     ("We get 12,34 cookies", "34"),            # not thousands-grouped: split, as OpenCompass splits

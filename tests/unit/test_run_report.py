@@ -220,7 +220,7 @@ def test_end_of_sweep_failures_are_notes_not_errors(tmp_path: Path, monkeypatch:
 
 
 def test_integrity_section_and_the_best_by_spec_rule(sweep: tuple[Path, RecordStore]) -> None:
-    """SPEC §2 in the report: a flagged submission is shown but never the best; contamination and judge findings listed."""
+    """The score rule in the report: a flagged submission is shown but never the best; contamination and judge findings listed."""
     sweep_dir, store = sweep
     judge = {"flags": ["judge:eval_data_use"], "cached": False, "sent": {"driver": "replay", "trace_chars": 900},
              "findings": [{"category": "eval_data_use", "evidence": {"file": "code/<b>x</b>.py", "revision": "ab12",
