@@ -16,7 +16,9 @@ from autorl.schema_fields import setting
 
 
 class ApiProtocol(StrEnum):
-    """A wire protocol of the driver gateway (each on its own route; see :mod:`autorl.gateway.app`)."""
+    """A wire protocol of the driver gateway (each on its own route; see
+    :mod:`autorl.gateway.app`).
+    """
 
     chat = "chat"
     responses = "responses"
@@ -25,7 +27,9 @@ class ApiProtocol(StrEnum):
 
 
 class AgentMode(StrEnum):
-    """The paper's operating modes, given to a CLI agent as prompt variants (:mod:`autorl.agents.prompt`)."""
+    """The paper's operating modes, given to a CLI agent as prompt variants
+    (:mod:`autorl.agents.prompt`).
+    """
 
     free = "free"
     sft_only = "sft_only"
@@ -47,7 +51,9 @@ class RepromptConfig:
     """
 
     max: int = setting("resumes per cell at most; 0: off (the agent runs once)")
-    min_remaining_s: float = setting("resume only while more than this many seconds of the budget are left")
+    min_remaining_s: float = setting(
+        "resume only while more than this many seconds of the budget are left"
+    )
 
     def check(self) -> None:
         """Refuse settings that cannot mean anything (called when a sweep is planned).
@@ -58,9 +64,15 @@ class RepromptConfig:
         from autorl.errors import ConfigError
 
         if self.max < 0:
-            raise ConfigError(f"agent.reprompt.max must be 0 (off) or a positive number of resumes, got {self.max}")
+            raise ConfigError(
+                "agent.reprompt.max must be 0 (off) or a positive number of resumes, got "
+                f"{self.max}"
+            )
         if self.min_remaining_s < 0:
-            raise ConfigError(f"agent.reprompt.min_remaining_s must be at least 0 seconds, got {self.min_remaining_s}")
+            raise ConfigError(
+                "agent.reprompt.min_remaining_s must be at least 0 seconds, got "
+                f"{self.min_remaining_s}"
+            )
 
 
 @dataclass
@@ -73,9 +85,12 @@ class AgentConfig:
     needs_driver: bool = setting("true: the agent calls a driver LLM through the cell's gateway")
     protocol: ApiProtocol | None = setting(
         "the driver API the agent speaks (the gateway translates it if the provider does not); "
-        "null for agents without a driver", default=None,
+        "null for agents without a driver",
+        default=None,
     )
-    reprompt: RepromptConfig = setting("resume an agent that exits early, in the same workspace (off: max 0)")
+    reprompt: RepromptConfig = setting(
+        "resume an agent that exits early, in the same workspace (off: max 0)"
+    )
 
 
 @dataclass
@@ -108,11 +123,16 @@ class CliAgentConfig(AgentConfig):
 
     install: InstallConfig = setting("the pinned CLI")
     mode: AgentMode = setting("the operating mode given in the prompt")
-    binary: str | None = setting("path to the CLI; null: the project-local install (agents_dir), then PATH")
-    agents_dir: str | None = setting("where CLIs are installed; null: $AUTORL_AGENTS_DIR, else <repo>/.cache/agents")
+    binary: str | None = setting(
+        "path to the CLI; null: the project-local install (agents_dir), then PATH"
+    )
+    agents_dir: str | None = setting(
+        "where CLIs are installed; null: $AUTORL_AGENTS_DIR, else <repo>/.cache/agents"
+    )
     extra_args: list[str] = setting("appended to the CLI's command line before the prompt")
     tool_timeout_s: float | None = setting(
-        "one shell command may run this long; null: the cell's budget (LaunchContext.tool_timeout_s)",
+        "one shell command may run this long; null: the cell's budget "
+        "(LaunchContext.tool_timeout_s)",
         default=None,
     )
 

@@ -173,8 +173,8 @@ class ProcessEnvs:
 def _run(
     task: str, engine: Any, private_dir: Path, overrides: dict[str, Any], env_workers: int = 1
 ) -> dict[str, Any]:
-    """Evaluate with the task's fixture eval options (tasks/<task>/options.py) and ``overrides`` over
-    them; ``env_workers`` > 1 steps the environments in that many processes."""
+    """Evaluate with the task's fixture eval options (tasks/<task>/options.py) and ``overrides``
+    over them; ``env_workers`` > 1 steps the environments in that many processes."""
     from autorl.envs.host import local_episode_client
     from autorl.tasks import EvalContext, get_task, load_evaluator
 
