@@ -2,8 +2,9 @@
 
 It exists so that the embedded default and the tests run on a CPU with no model hub: a byte-level
 BPE tokenizer trained on a generated corpus, a ChatML chat template and a randomly initialised
-Qwen3 model (a Qwen2 config would make `AutoTokenizer` swap in Qwen2Tokenizer and change ids; see
-stack-notes.md §3). head_dim is 64 so that the same model also loads in vLLM.
+Qwen3 model (with a Qwen2 config `AutoTokenizer` swaps in Qwen2Tokenizer, which splits text into
+other ids than the tokenizer trained here). head_dim is 64 so that the same model also loads in
+vLLM.
 """
 
 from __future__ import annotations
