@@ -9,13 +9,18 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
-# As in a sweep (autorl/cluster.py): torch threads of the two xdist workers and of their sweeps share the
-# cores, and spinning idle threads slowed a neighbour's training several times over (bench/omp_wait_policy.py).
+# As in a sweep (autorl/cluster.py): torch threads of the two xdist workers and of their sweeps
+# share the
+# cores, and spinning idle threads slowed a neighbour's training several times over
+# (bench/omp_wait_policy.py).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# The longest test files, longest first: `make test` hands whole files to two xdist workers in collection
-# order (--dist loadfile --no-loadscope-reorder; xdist's own order puts files with more tests first, which
-# started the longest, a one-test file, 23 minutes into a 39-minute run), so these start first and the
+# The longest test files, longest first: `make test` hands whole files to two xdist workers in
+# collection
+# order (--dist loadfile --no-loadscope-reorder; xdist's own order puts files with more tests first,
+# which
+# started the longest, a one-test file, 23 minutes into a 39-minute run), so these start first and
+# the
 # many short files fill in at the end. Seconds in a CI run (--durations).
 SLOWEST_FIRST = (
     "tests/integration/test_online_rl.py",  # ALFWorld with the probe: 496 (a faster machine)

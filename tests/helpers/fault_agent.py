@@ -1,4 +1,5 @@
-"""A cheap agent for tests/integration/test_faults.py (run by ``agent=command``, standard library only).
+"""A cheap agent for tests/integration/test_faults.py (run by ``agent=command``, standard library
+only).
 
 It writes a line into ``code/`` (so a code revision is taken), submits the base model with one
 weights nudged in their last bits (a new weights hash, so every attempt's submission is really
@@ -38,8 +39,13 @@ def submit(model_dir: Path) -> dict:
     """POST /submit and wait for the score."""
     request = urllib.request.Request(
         os.environ["GRADING_SERVER_URL"] + "/submit",
-        data=json.dumps({"model_path": str(model_dir.relative_to(os.environ["WORKSPACE"]))}).encode(),
-        headers={"Authorization": f"Bearer {os.environ['GRADING_TOKEN']}", "Content-Type": "application/json"},
+        data=json.dumps(
+            {"model_path": str(model_dir.relative_to(os.environ["WORKSPACE"]))}
+        ).encode(),
+        headers={
+            "Authorization": f"Bearer {os.environ['GRADING_TOKEN']}",
+            "Content-Type": "application/json",
+        },
     )
     with urllib.request.urlopen(request, timeout=600) as response:  # noqa: S310 - the cell's own API
         return json.loads(response.read())
@@ -48,7 +54,9 @@ def submit(model_dir: Path) -> dict:
 def main() -> int:
     hold, gate = Path(sys.argv[1]), Path(sys.argv[2])
     output, base = Path(os.environ["OUTPUT_DIR"]), Path(os.environ["MODEL_PATH"])
-    code = Path(os.environ["WORKSPACE"]) / "code"  # something for the code revision taken at submission
+    code = (
+        Path(os.environ["WORKSPACE"]) / "code"
+    )  # something for the code revision taken at submission
     code.mkdir(exist_ok=True)
     (code / "attempt.txt").write_text(f"nonce {random.random()}\n")
     shutil.copytree(base, output / "nudged")

@@ -37,8 +37,9 @@ def save_adapter(base: Path, dest: Path) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    config = LoraConfig(r=2, lora_alpha=16, target_modules=["q_proj", "v_proj"],
-                        init_lora_weights=False)
+    config = LoraConfig(
+        r=2, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False
+    )
     get_peft_model(AutoModelForCausalLM.from_pretrained(base), config).save_pretrained(dest)
     AutoTokenizer.from_pretrained(base).save_pretrained(dest)
     return dest
@@ -71,14 +72,24 @@ def grade(root: Path, cache_dir: Path) -> None:
         return score_model(TARGET, model_dir, cache_dir, batch_size=16, base_dir=base), False
 
     service = SubmissionService(ctx, scorer, StoreSink(store), run_meta, copies)
-    app = create_app(service, run_meta, token=TOKEN, task_id="gsm8k", max_body_bytes=4096,
-                     submit_timeout_s=lambda: 300.0)
+    app = create_app(
+        service,
+        run_meta,
+        token=TOKEN,
+        task_id="gsm8k",
+        max_body_bytes=4096,
+        submit_timeout_s=lambda: 300.0,
+    )
     server = GradingServer(app)
     server.start()
     try:
         for name in ("full", "adapter"):
-            answer = httpx.post(f"{server.url}/submit", json={"model_path": f"output/{name}"},
-                                headers={"authorization": f"Bearer {TOKEN}"}, timeout=300)
+            answer = httpx.post(
+                f"{server.url}/submit",
+                json={"model_path": f"output/{name}"},
+                headers={"authorization": f"Bearer {TOKEN}"},
+                timeout=300,
+            )
             if answer.json().get("status") not in ("scored", "duplicate"):
                 raise SystemExit(f"submission {name} was not scored: {answer.text}")
     finally:

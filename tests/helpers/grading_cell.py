@@ -1,6 +1,7 @@
 """A cell's grading side for tests that serve a real grading API without Ray.
 
-:func:`start_grading_cell` serves the real :class:`GradingServer` (uvicorn on a real socket) over the
+:func:`start_grading_cell` serves the real :class:`GradingServer` (uvicorn on a real socket) over
+the
 real :class:`SubmissionService`. The scorer is the real in-process grader
 (:func:`autorl.grading.scoring.score_model`) on a small GSM8K fixture target; the sink is a real
 record store, standing in for the Recorder actor.
@@ -23,7 +24,14 @@ from autorl.records.store import RecordStore
 from autorl.records.types import SubmissionRecord
 from autorl.workspace.run_meta import RunMeta
 
-TARGET = EvalTarget("gsm8k", 1, "fixture", 0, {"train_size": 20, "eval_size": 16}, {"num_shots": 0, "max_new_tokens": 8})
+TARGET = EvalTarget(
+    "gsm8k",
+    1,
+    "fixture",
+    0,
+    {"train_size": 20, "eval_size": 16},
+    {"num_shots": 0, "max_new_tokens": 8},
+)
 
 
 @dataclass
@@ -55,7 +63,8 @@ class GatedScorer:
 
 @dataclass
 class LiveGradingCell:
-    """A served cell: its workspace (``output/`` empty, ``models/tiny`` the base) and what serves it."""
+    """A served cell: its workspace (``output/`` empty, ``models/tiny`` the base) and what serves
+    it."""
 
     workspace: Path
     server: GradingServer
@@ -73,10 +82,20 @@ class LiveGradingCell:
 
 
 def start_grading_cell(
-    root: Path, tiny_model_dir: Path, cache_dir: Path, *, token: str, cell_id: str, max_queued: int,
-    max_body_bytes: int, submit_timeout_s: float, budget_s: float, envs: TrainingEnvs | None = None,
+    root: Path,
+    tiny_model_dir: Path,
+    cache_dir: Path,
+    *,
+    token: str,
+    cell_id: str,
+    max_queued: int,
+    max_body_bytes: int,
+    submit_timeout_s: float,
+    budget_s: float,
+    envs: TrainingEnvs | None = None,
 ) -> LiveGradingCell:
-    """Serve one cell whose files live under ``root`` (workspace, records, grader copies); its agent started now."""
+    """Serve one cell whose files live under ``root`` (workspace, records, grader copies); its agent
+    started now."""
     workspace = root / "workspace"
     (workspace / "output").mkdir(parents=True)
     (workspace / "models").mkdir()
@@ -87,18 +106,28 @@ def start_grading_cell(
     scorer = GatedScorer(cache_dir)
     run_meta = RunMeta(workspace / "run_meta.json", budget_s, root)
     run_meta.update(start_time=time.time())
-    ctx = CellGradingContext(cell_id, workspace, weights_hash(check_loadable_model(tiny_model_dir)), baseline, max_queued)
+    ctx = CellGradingContext(
+        cell_id, workspace, weights_hash(check_loadable_model(tiny_model_dir)), baseline, max_queued
+    )
     service = SubmissionService(ctx, scorer, StoreSink(store), run_meta, root / "grader_copies")
     timeout: Callable[[], float] = lambda: submit_timeout_s  # noqa: E731 - the API asks for the time left each time
-    app = create_app(service, run_meta, token=token, task_id="gsm8k", max_body_bytes=max_body_bytes,
-                     submit_timeout_s=timeout, envs=envs)
+    app = create_app(
+        service,
+        run_meta,
+        token=token,
+        task_id="gsm8k",
+        max_body_bytes=max_body_bytes,
+        submit_timeout_s=timeout,
+        envs=envs,
+    )
     server = GradingServer(app)
     server.start()
     return LiveGradingCell(workspace, server, service, scorer, store, baseline)
 
 
 def save_variant(tiny_model_dir: Path, dest: Path, *, noise_seed: int | None) -> Path:
-    """A copy of the base model, with its weights perturbed when ``noise_seed`` is given; returns ``dest``."""
+    """A copy of the base model, with its weights perturbed when ``noise_seed`` is given; returns
+    ``dest``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

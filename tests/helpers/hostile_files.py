@@ -84,7 +84,8 @@ class FileAttacks:
                     yield os.path.join(folder, name)
 
     def walk_for_private_data(self) -> tuple[bool, Any]:
-        """Walk / and look for the private eval text in every data-like file (and any 'private' folder)."""
+        """Walk / and look for the private eval text in every data-like file (and any 'private'
+        folder)."""
         names = {os.path.basename(p) for p in self.s.get("private_files", [])}
         counts = {"files": 0, "read": 0, "unreadable": 0}
         hits: list[str] = []
@@ -94,7 +95,9 @@ class FileAttacks:
             counts["files"] += 1
             if any(path.startswith(h.rstrip("/") + "/") for h in host) and len(visible_host) < 20:
                 visible_host.append(path)
-            if not (os.path.basename(path) in names or "private" in path or path.endswith(TEXT_SUFFIXES)):
+            if not (
+                os.path.basename(path) in names or "private" in path or path.endswith(TEXT_SUFFIXES)
+            ):
                 continue
             try:
                 if not os.path.isfile(path) or os.path.getsize(path) > (64 << 20):
@@ -125,16 +128,28 @@ class FileAttacks:
         return ok, detail
 
     def own_paths(self) -> list[str]:
-        """Folders this agent is given (a sealed sandbox shows their ancestors as bare skeleton folders)."""
-        paths = [os.environ.get(k, "") for k in ("WORKSPACE", "HOME", "MODEL_PATH", "DATA_PATH", "OUTPUT_DIR")]
-        paths += [os.path.realpath(os.environ.get("MODEL_PATH", "")), sys.prefix, sys.base_prefix,
-                  os.path.dirname(os.path.realpath(sys.executable))]
-        paths += os.environ.get("PATH", "").split(os.pathsep) + os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        """Folders this agent is given (a sealed sandbox shows their ancestors as bare skeleton
+        folders)."""
+        paths = [
+            os.environ.get(k, "")
+            for k in ("WORKSPACE", "HOME", "MODEL_PATH", "DATA_PATH", "OUTPUT_DIR")
+        ]
+        paths += [
+            os.path.realpath(os.environ.get("MODEL_PATH", "")),
+            sys.prefix,
+            sys.base_prefix,
+            os.path.dirname(os.path.realpath(sys.executable)),
+        ]
+        paths += os.environ.get("PATH", "").split(os.pathsep) + os.environ.get(
+            "PYTHONPATH", ""
+        ).split(os.pathsep)
         return [os.path.normpath(p) for p in paths if p]
 
     def list_host_folders(self) -> tuple[bool, Any]:
-        """List the repo, task cache, sweep folder, /root and Ray's folders: any entry that is not on
-        the way to a folder this agent was given (records.sqlite, the cache's tasks/, ...) is host content."""
+        """List the repo, task cache, sweep folder, /root and Ray's folders: any entry that is not
+        on
+        the way to a folder this agent was given (records.sqlite, the cache's tasks/, ...) is host
+        content."""
         targets = {**self.host_paths(), "root_home": "/root", "ray_default": "/tmp/ray"}
         own = self.own_paths()
         detail, ok = {}, False
@@ -144,8 +159,14 @@ class FileAttacks:
             except OSError as error:
                 detail[label] = self.errname(error)
                 continue
-            foreign = [e for e in entries if not any(
-                o == os.path.join(path, e) or o.startswith(os.path.join(path, e) + "/") for o in own)]
+            foreign = [
+                e
+                for e in entries
+                if not any(
+                    o == os.path.join(path, e) or o.startswith(os.path.join(path, e) + "/")
+                    for o in own
+                )
+            ]
             detail[label] = {"entries": len(entries), "not_ours": foreign[:10]}
             ok = ok or bool(foreign)
         return ok, detail
@@ -167,7 +188,8 @@ class FileAttacks:
         return unique
 
     def import_modules(self) -> None:
-        """Import autorl, autorl.tasks, a task builder and the repo's tasks/ with every Python found."""
+        """Import autorl, autorl.tasks, a task builder and the repo's tasks/ with every Python
+        found."""
         modules = ["autorl", "autorl.tasks", "autorl.task_code.gsm8k.build", "tasks.gsm8k.build"]
         repo = self.host_paths().get("repo", "")
         code = (
@@ -190,15 +212,26 @@ class FileAttacks:
         results: dict[str, dict[str, str]] = {m: {} for m in modules}
         for python in self.interpreters():
             try:
-                ran = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120,
-                                     cwd=self.workspace)
-                outcome = json.loads(ran.stdout.strip().splitlines()[-1]) if ran.stdout.strip() else {}
+                ran = subprocess.run(
+                    [python, "-c", code],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    cwd=self.workspace,
+                )
+                outcome = (
+                    json.loads(ran.stdout.strip().splitlines()[-1]) if ran.stdout.strip() else {}
+                )
             except (OSError, subprocess.SubprocessError, ValueError) as error:
                 outcome = {m: f"could not run: {error}" for m in modules}
             for module in modules:
                 results[module][python] = outcome.get(module, "no answer")
-        names = {"autorl": "import_autorl", "autorl.tasks": "import_autorl_tasks",
-                 "autorl.task_code.gsm8k.build": "import_task_builder", "tasks.gsm8k.build": "import_repo_tasks"}
+        names = {
+            "autorl": "import_autorl",
+            "autorl.tasks": "import_autorl_tasks",
+            "autorl.task_code.gsm8k.build": "import_task_builder",
+            "tasks.gsm8k.build": "import_repo_tasks",
+        }
         for module in modules:
             ok = any(str(v).startswith("imported") for v in results[module].values())
             self.record(names[module], ok, results[module])
@@ -222,7 +255,8 @@ class FileAttacks:
         return "ok" in detail.values(), detail
 
     def write_base_model(self) -> tuple[bool, Any]:
-        """Open $MODEL_PATH/config.json for writing, create a file there, chmod it (via the link and its target)."""
+        """Open $MODEL_PATH/config.json for writing, create a file there, chmod it (via the link and
+        its target)."""
         model = os.environ["MODEL_PATH"]
         real = os.path.realpath(model)
         detail: dict[str, Any] = {"realpath": real}
@@ -234,7 +268,9 @@ class FileAttacks:
             detail[f"{label}: create a file"] = "created" if created else "refused"
             try:
                 mode = os.stat(os.path.join(folder, "config.json")).st_mode & 0o7777
-                os.chmod(os.path.join(folder, "config.json"), mode)  # same mode: a no-op if it works
+                os.chmod(
+                    os.path.join(folder, "config.json"), mode
+                )  # same mode: a no-op if it works
                 detail[f"{label}: chmod config.json"] = "ok"
                 chmod_ok = True
             except OSError as error:
@@ -244,10 +280,18 @@ class FileAttacks:
         return ok, detail
 
     def write_outside(self) -> tuple[bool, Any]:
-        """Create a file in /, /usr, /etc, /root, the repo, the cache, the sweep and cell folders."""
+        """Create a file in /, /usr, /etc, /root, the repo, the cache, the sweep and cell
+        folders."""
         cell_dir = str(self.workspace.parent)
-        targets = {"/": "/", "/usr": "/usr", "/etc": "/etc", "/root": "/root", "/var": "/var", "cell_dir": cell_dir,
-                   **self.host_paths()}
+        targets = {
+            "/": "/",
+            "/usr": "/usr",
+            "/etc": "/etc",
+            "/root": "/root",
+            "/var": "/var",
+            "cell_dir": cell_dir,
+            **self.host_paths(),
+        }
         detail, ok = {}, False
         for label, folder in targets.items():
             created = self.try_create(folder)
@@ -260,14 +304,22 @@ class FileAttacks:
         interpreter, the forwarder script and socket folder, the generated /etc files."""
         import sysconfig
 
-        folders = {"site-packages": sysconfig.get_paths()["purelib"],
-                   "interpreter folder": os.path.dirname(os.path.realpath(sys.executable))}
+        folders = {
+            "site-packages": sysconfig.get_paths()["purelib"],
+            "interpreter folder": os.path.dirname(os.path.realpath(sys.executable)),
+        }
         files = {"/etc/passwd": "/etc/passwd", "/etc/hosts": "/etc/hosts"}
         procs = self.processes()
         ancestors, _ = self.lineage(procs)
-        mine = tuple(os.path.realpath(os.environ.get(k, "/nonexistent")) + "/" for k in ("HOME", "WORKSPACE"))
-        for pid in ancestors:  # the sandbox's launcher and forwarder: their script and socket folders
-            own_args = procs[pid]["cmd"].split(" -- ")[0]  # what follows "--" is this agent's own command
+        mine = tuple(
+            os.path.realpath(os.environ.get(k, "/nonexistent")) + "/" for k in ("HOME", "WORKSPACE")
+        )
+        for (
+            pid
+        ) in ancestors:  # the sandbox's launcher and forwarder: their script and socket folders
+            own_args = procs[pid]["cmd"].split(" -- ")[
+                0
+            ]  # what follows "--" is this agent's own command
             for arg in own_args.replace("=", " ").split():
                 if os.path.realpath(arg).startswith(mine):
                     continue
@@ -278,16 +330,21 @@ class FileAttacks:
                     folders[f"socket folder of pid {pid}"] = os.path.dirname(arg)
         detail: dict[str, str] = {}
         for label, folder in folders.items():
-            detail[f"create in {label} ({folder})"] = "created" if self.try_create(folder) else "refused"
+            detail[f"create in {label} ({folder})"] = (
+                "created" if self.try_create(folder) else "refused"
+            )
         for label, path in files.items():
             detail[f"open {label} ({path}) for writing"] = self.open_for_writing(path)
         return "created" in detail.values() or "ok" in detail.values(), detail
 
     def plant_host_links(self) -> None:
-        """Plant links for the host to follow, then submit (the host snapshots code/ and rewrites run_meta.json):
+        """Plant links for the host to follow, then submit (the host snapshots code/ and rewrites
+        run_meta.json):
 
-        - ``run_meta.json.tmp`` → a host file outside the workspace (the canary): the host's rewrite would write it;
-        - ``code/`` → the private split's folder: the host's code snapshot would copy the eval data into the records.
+        - ``run_meta.json.tmp`` → a host file outside the workspace (the canary): the host's rewrite
+        would write it;
+        - ``code/`` → the private split's folder: the host's code snapshot would copy the eval data
+        into the records.
         """
         canary = self.s.get("canary")
         private = self.s.get("private_files", [])
@@ -306,8 +363,12 @@ class FileAttacks:
                     code.unlink()
                 code.symlink_to(os.path.dirname(private[0]))
                 planted["code"] = f"{code} -> {os.path.dirname(private[0])}"
-            status, body = self.http("POST", os.environ["GRADING_SERVER_URL"] + "/submit", os.environ["GRADING_TOKEN"],
-                                     {"model_path": "output/v1", "wait": False})
+            status, body = self.http(
+                "POST",
+                os.environ["GRADING_SERVER_URL"] + "/submit",
+                os.environ["GRADING_TOKEN"],
+                {"model_path": "output/v1", "wait": False},
+            )
             planted["submit"] = f"{status} {body[:120]}"
         except OSError as error:
             planted["error"] = f"could not plant the links: {error}"
@@ -317,8 +378,11 @@ class FileAttacks:
     def read_ray_token(self) -> tuple[bool, Any]:
         """Read Ray's auth token and list Ray's session folders."""
         detail, ok = {}, False
-        candidates = ["/root/.ray/auth_token", os.path.expanduser("~root/.ray/auth_token"),
-                      os.path.expanduser("~/.ray/auth_token")]
+        candidates = [
+            "/root/.ray/auth_token",
+            os.path.expanduser("~root/.ray/auth_token"),
+            os.path.expanduser("~/.ray/auth_token"),
+        ]
         for path in dict.fromkeys(candidates):
             try:
                 with open(path) as handle:

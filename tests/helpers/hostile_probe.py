@@ -55,14 +55,23 @@ class Probe(FileAttacks, ProcessAttacks):
         self.s = settings
         self.attempts: list[dict[str, Any]] = []
         self.report: dict[str, Any] = {
-            "uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "pid": os.getpid(),
-            "python": sys.executable, "started": time.time(), "attempts": self.attempts, "done": False,
+            "uid": os.getuid(),
+            "euid": os.geteuid(),
+            "gid": os.getgid(),
+            "pid": os.getpid(),
+            "python": sys.executable,
+            "started": time.time(),
+            "attempts": self.attempts,
+            "done": False,
         }
         self.output = Path(os.environ.get("OUTPUT_DIR", "output"))
         self.workspace = Path(os.environ.get("WORKSPACE", os.getcwd()))
-        # The needles come reversed, so that the settings file in HOME does not itself hold private text.
+        # The needles come reversed, so that the settings file in HOME does not itself hold private
+        # text.
         self.needles = [n[::-1].encode() for n in settings.get("needles_reversed", []) if n]
-        self.spawned: set[int] = set()  # children this probe left running on purpose (setsid, daemon)
+        self.spawned: set[int] = (
+            set()
+        )  # children this probe left running on purpose (setsid, daemon)
         self.tag = f".hostile_{os.getpid()}_{secrets.token_hex(4)}"
 
     # ---- bookkeeping ----------------------------------------------------------------------------
@@ -98,8 +107,14 @@ class Probe(FileAttacks, ProcessAttacks):
         """The host folders the test told us about (repo, cache, sweep folder, ...)."""
         return {k: v for k, v in self.s.get("host_paths", {}).items() if v}
 
-    def http(self, method: str, url: str, token: str | None, body: dict[str, Any] | None = None,
-             timeout: float = 5.0) -> tuple[int, str]:
+    def http(
+        self,
+        method: str,
+        url: str,
+        token: str | None,
+        body: dict[str, Any] | None = None,
+        timeout: float = 5.0,
+    ) -> tuple[int, str]:
         """One request; returns (status, body) or (0, error)."""
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(url, data=data, method=method)
@@ -126,9 +141,17 @@ class Probe(FileAttacks, ProcessAttacks):
         started = time.time()
         dest = self.output / "v1"
         shutil.copytree(os.environ["MODEL_PATH"], dest, dirs_exist_ok=True)
-        status, body = self.http("POST", os.environ["GRADING_SERVER_URL"] + "/submit",
-                                 os.environ["GRADING_TOKEN"], {"model_path": "output/v1", "wait": False})
-        self.report["submission"] = {"status": status, "body": body, "seconds": round(time.time() - started, 2)}
+        status, body = self.http(
+            "POST",
+            os.environ["GRADING_SERVER_URL"] + "/submit",
+            os.environ["GRADING_TOKEN"],
+            {"model_path": "output/v1", "wait": False},
+        )
+        self.report["submission"] = {
+            "status": status,
+            "body": body,
+            "seconds": round(time.time() - started, 2),
+        }
         self.save()
 
     def finish_submission(self, timeout: float) -> None:
@@ -140,18 +163,23 @@ class Probe(FileAttacks, ProcessAttacks):
             return
         deadline = time.time() + timeout
         while submission_id is not None and time.time() < deadline:
-            status, body = self.http("GET", f"{os.environ['GRADING_SERVER_URL']}/submissions/{submission_id}",
-                                     os.environ["GRADING_TOKEN"])
+            status, body = self.http(
+                "GET",
+                f"{os.environ['GRADING_SERVER_URL']}/submissions/{submission_id}",
+                os.environ["GRADING_TOKEN"],
+            )
             sub["final"] = {"status": status, "body": body}
             if status == 200 and '"queued"' not in body and '"scoring"' not in body:
                 break
             time.sleep(2)
         self.save()
 
-    # ---- the run ----------------------------------------------------------------------------------
+    # ---- the run
+    # ----------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Every attempt, the honest submission, the report; then linger until the budget kill if asked."""
+        """Every attempt, the honest submission, the report; then linger until the budget kill if
+        asked."""
         self.submit_base_copy()
         self.leave_children()
         self.attempt("read_private_files_by_host_path", self.read_private_files)
@@ -188,8 +216,10 @@ class Probe(FileAttacks, ProcessAttacks):
 
 
 def main() -> None:
-    """``hostile_probe.py settings.json``: private_files, needles_reversed, records, host_paths (repo, cache,
-    sweep_dir, out_dir, ray_tmp), gcs_port, host_ip, other_cell {url, token}, call_harvested, canary, marker,
+    """``hostile_probe.py settings.json``: private_files, needles_reversed, records, host_paths
+    (repo, cache,
+    sweep_dir, out_dir, ray_tmp), gcs_port, host_ip, other_cell {url, token}, call_harvested,
+    canary, marker,
     setsid_sleep_s, fork_count, alloc_mb, walk_seconds, scan_seconds, submit_wait_s, linger."""
     settings = json.loads(Path(sys.argv[1]).read_text()) if len(sys.argv) > 1 else {}
     Probe(settings).run()

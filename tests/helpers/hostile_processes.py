@@ -55,7 +55,9 @@ class ProcessAttacks:
                         elif line.startswith("PPid:"):
                             info["ppid"] = int(line.split()[1])
                 with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                    info["cmd"] = handle.read(300).replace(b"\0", b" ").decode(errors="replace").strip()
+                    info["cmd"] = (
+                        handle.read(300).replace(b"\0", b" ").decode(errors="replace").strip()
+                    )
             except OSError:
                 continue
             found[pid] = info
@@ -69,7 +71,9 @@ class ProcessAttacks:
             ancestors.add(pid)
         descendants, frontier = set(self.spawned), {os.getpid(), *self.spawned}
         while frontier:
-            frontier = {p for p, info in procs.items() if info["ppid"] in frontier and p not in descendants}
+            frontier = {
+                p for p, info in procs.items() if info["ppid"] in frontier and p not in descendants
+            }
             descendants |= frontier
         return ancestors, descendants
 
@@ -99,7 +103,8 @@ class ProcessAttacks:
         return "connected" in detail.values(), detail
 
     def scan_loopback(self) -> tuple[bool, Any]:
-        """Connect to every loopback port; any listener but this cell's own API/gateway is a way out."""
+        """Connect to every loopback port; any listener but this cell's own API/gateway is a way
+        out."""
         own, open_ports = self.own_ports(), []
         deadline = time.time() + float(self.s.get("scan_seconds", 30))
         scanned = 0
@@ -111,25 +116,39 @@ class ProcessAttacks:
                 sock.settimeout(0.2)
                 # A connect to the ephemeral port the kernel picked as the source is a TCP
                 # self-connection (simultaneous open), not a listener: skipped.
-                if (sock.connect_ex(("127.0.0.1", port)) == 0 and port not in own
-                        and sock.getsockname() != sock.getpeername()):
+                if (
+                    sock.connect_ex(("127.0.0.1", port)) == 0
+                    and port not in own
+                    and sock.getsockname() != sock.getpeername()
+                ):
                     open_ports.append(port)
-        return bool(open_ports), {"open_ports_not_ours": open_ports[:50], "own_ports": sorted(own), "scanned_to": scanned}
+        return bool(open_ports), {
+            "open_ports_not_ours": open_ports[:50],
+            "own_ports": sorted(own),
+            "scanned_to": scanned,
+        }
 
     def other_processes(self) -> tuple[bool, Any]:
         """List processes: any outside this agent's own lineage is another process it can see."""
         procs = self.processes()
         ancestors, descendants = self.lineage(procs)
-        others = {p: i for p, i in procs.items() if p != os.getpid() and p not in ancestors and p not in descendants}
+        others = {
+            p: i
+            for p, i in procs.items()
+            if p != os.getpid() and p not in ancestors and p not in descendants
+        }
         self.report["visible_processes"] = {p: procs[p] for p in sorted(procs)[:200]}
         return bool(others), {
-            "visible": len(procs), "ancestors": {p: procs[p]["cmd"][:80] for p in sorted(ancestors)},
+            "visible": len(procs),
+            "ancestors": {p: procs[p]["cmd"][:80] for p in sorted(ancestors)},
             "others": {p: (i["uid"], i["cmd"][:80]) for p, i in sorted(others.items())[:15]},
         }
 
     def read_other_environ(self) -> tuple[bool, Any]:
-        """Read /proc/<pid>/environ of every process this agent did not start: any variable it does not
-        already have (a credential, a cluster address, another cell's token) is a leak. Grading tokens
+        """Read /proc/<pid>/environ of every process this agent did not start: any variable it does
+        not
+        already have (a credential, a cluster address, another cell's token) is a leak. Grading
+        tokens
         of other cells found there are kept for :meth:`call_other_cells`."""
         procs = self.processes()
         _, descendants = self.lineage(procs)
@@ -144,7 +163,11 @@ class ProcessAttacks:
             except OSError:
                 denied += 1
                 continue
-            env = dict(item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item)
+            env = dict(
+                item.decode(errors="replace").split("=", 1)
+                for item in raw.split(b"\0")
+                if b"=" in item
+            )
             new = sorted(k for k, v in env.items() if k not in ignored and os.environ.get(k) != v)
             if new:
                 leaks[pid] = new[:10]
@@ -154,12 +177,17 @@ class ProcessAttacks:
             if url and token and token != os.environ.get("GRADING_TOKEN"):
                 harvested.append({"url": url, "token": token})
         self.report["harvested_grading_apis"] = harvested
-        detail = {"new_variables_by_pid": dict(list(leaks.items())[:10]), "nothing_new": same[:10], "denied": denied,
-                  "other_cells_found": len(harvested)}
+        detail = {
+            "new_variables_by_pid": dict(list(leaks.items())[:10]),
+            "nothing_new": same[:10],
+            "denied": denied,
+            "other_cells_found": len(harvested),
+        }
         return bool(leaks), detail
 
     def signal_other_process(self) -> tuple[bool, Any]:
-        """Signal 0 (a permission check that delivers nothing) every process outside this agent's lineage
+        """Signal 0 (a permission check that delivers nothing) every process outside this agent's
+        lineage
         (its ancestors are the sandbox's own launcher and forwarder, or, unsealed, the node's)."""
         procs = self.processes()
         ancestors, descendants = self.lineage(procs)
@@ -172,23 +200,35 @@ class ProcessAttacks:
                 allowed.append(pid)
             except OSError:
                 refused += 1
-        return bool(allowed), {"may_signal": allowed[:20], "refused": refused, "ancestors": sorted(ancestors)}
+        return bool(allowed), {
+            "may_signal": allowed[:20],
+            "refused": refused,
+            "ancestors": sorted(ancestors),
+        }
 
     def call_other_cells(self) -> tuple[bool, Any]:
         """GET /submissions of another cell's grading API (given by the test, or found in /proc)."""
-        # Other cells found in /proc are called only when asked: on a shared node they are real sweeps.
-        targets = list(self.report.get("harvested_grading_apis", []))[:3] if self.s.get("call_harvested") else []
+        # Other cells found in /proc are called only when asked: on a shared node they are real
+        # sweeps.
+        targets = (
+            list(self.report.get("harvested_grading_apis", []))[:3]
+            if self.s.get("call_harvested")
+            else []
+        )
         if self.s.get("other_cell"):
             targets.append(self.s["other_cell"])
         detail, ok = {}, False
         for target in targets:
-            status, body = self.http("GET", target["url"].rstrip("/") + "/submissions", target["token"], timeout=3)
+            status, body = self.http(
+                "GET", target["url"].rstrip("/") + "/submissions", target["token"], timeout=3
+            )
             detail[target["url"]] = f"{status} {body[:100]}"
             ok = ok or status == 200
         return ok, detail or "no other cell's API to try"
 
     def escape_cgroup(self) -> tuple[bool, Any]:
-        """Open (never write) the cgroup files that would lift this agent's limits or move it out."""
+        """Open (never write) the cgroup files that would lift this agent's limits or move it
+        out."""
         detail: dict[str, str] = {}
         try:
             lines = Path("/proc/self/cgroup").read_text().splitlines()
@@ -197,8 +237,12 @@ class ProcessAttacks:
         detail["/proc/self/cgroup"] = "; ".join(lines)[:300]
         for line in lines:
             _, controllers, path = line.split(":", 2)
-            for controller in (controllers.split(",") if controllers else ["unified"]):
-                base = "/sys/fs/cgroup" if controller == "unified" and not controllers else f"/sys/fs/cgroup/{controller}"
+            for controller in controllers.split(",") if controllers else ["unified"]:
+                base = (
+                    "/sys/fs/cgroup"
+                    if controller == "unified" and not controllers
+                    else f"/sys/fs/cgroup/{controller}"
+                )
                 for name in ("cgroup.procs", "pids.max", "memory.limit_in_bytes", "memory.max"):
                     for folder in (base + path, base):
                         target = os.path.join(folder, name)
@@ -230,7 +274,12 @@ class ProcessAttacks:
         for pid in children:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-        detail = {"forked": len(children), "of": limit, "stopped_by": error_text, "seconds": round(time.time() - started, 2)}
+        detail = {
+            "forked": len(children),
+            "of": limit,
+            "stopped_by": error_text,
+            "seconds": round(time.time() - started, 2),
+        }
         return len(children) >= limit, detail
 
     def allocate(self) -> tuple[bool, Any]:
@@ -244,31 +293,51 @@ class ProcessAttacks:
         )
         started = time.time()
         try:
-            ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+            ran = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=180
+            )
         except subprocess.TimeoutExpired:
             return False, "timed out (swapping?)"
-        detail = {"returncode": ran.returncode, "stdout": ran.stdout.strip()[-80:], "stderr": ran.stderr.strip()[-200:],
-                  "seconds": round(time.time() - started, 2), "mb": megabytes}
+        detail = {
+            "returncode": ran.returncode,
+            "stdout": ran.stdout.strip()[-80:],
+            "stderr": ran.stderr.strip()[-200:],
+            "seconds": round(time.time() - started, 2),
+            "mb": megabytes,
+        }
         return ran.returncode == 0 and "allocated" in ran.stdout, detail
 
     def leave_children(self) -> None:
-        """A ``setsid sh -c 'sleep N; touch marker'`` child and a double-forked daemon, to outlive the budget."""
-        marker = self.s.get("marker") or os.path.join(os.environ.get("HOME", "/tmp"), "setsid_marker")
+        """A ``setsid sh -c 'sleep N; touch marker'`` child and a double-forked daemon, to outlive
+        the budget."""
+        marker = self.s.get("marker") or os.path.join(
+            os.environ.get("HOME", "/tmp"), "setsid_marker"
+        )
         sleep_s = int(self.s.get("setsid_sleep_s", 75))
         detail: dict[str, Any] = {"marker": marker, "sleep_s": sleep_s}
         setsid = shutil.which("setsid")
         try:
             if setsid:
-                child = subprocess.Popen([setsid, "sh", "-c", f"sleep {sleep_s}; touch {marker}"],
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                child = subprocess.Popen(
+                    [setsid, "sh", "-c", f"sleep {sleep_s}; touch {marker}"],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             else:
-                child = subprocess.Popen(["sh", "-c", f"sleep {sleep_s}; touch {marker}"], start_new_session=True,
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                child = subprocess.Popen(
+                    ["sh", "-c", f"sleep {sleep_s}; touch {marker}"],
+                    start_new_session=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             detail["setsid_pid"] = child.pid
             self.spawned.add(child.pid)
         except OSError as error:
             detail["setsid"] = f"could not start: {error}"
-        # The classic daemon: fork, setsid, fork again, the parent chain exits (re-parented to init).
+        # The classic daemon: fork, setsid, fork again, the parent chain exits (re-parented to
+        # init).
         read_end, write_end = os.pipe()
         first = os.fork()
         if first == 0:
@@ -320,7 +389,8 @@ class ProcessAttacks:
         return found, detail
 
     def tcp_to_host(self) -> tuple[bool, Any]:
-        """TCP to the node's own address: connected or refused both mean a route out of the sandbox."""
+        """TCP to the node's own address: connected or refused both mean a route out of the
+        sandbox."""
         host = self.s.get("host_ip")
         if not host:
             return False, "no host address given"

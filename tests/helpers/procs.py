@@ -1,4 +1,5 @@
-"""Processes and ports a test starts: finding them by a marker in their command line, stopping them by PID."""
+"""Processes and ports a test starts: finding them by a marker in their command line, stopping them
+by PID."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 
 def free_port() -> int:
-    """An OS-assigned ephemeral port on loopback (32768+, outside Ray's worker range 10002-19999)."""
+    """An OS-assigned ephemeral port on loopback (32768+, outside Ray's worker range
+    10002-19999)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])

@@ -44,14 +44,21 @@ def create_site(catalogue_path: Path, goals_path: Path) -> Any:
 
     def header(env: BuiltinWebShop, back: bool = True) -> list[str]:
         assert env.session is not None
-        parts = [f"<div id='instruction-text'><h4>Instruction:</h4><p>{escape(env.session.goal['instruction_text'])}</p></div>"]
+        parts = [
+            f"<div id='instruction-text'><h4>Instruction:</h4><p>{escape(env.session.goal['instruction_text'])}</p></div>"
+        ]
         return parts + (["<button>Back to Search</button>"] if back else [])
 
     @app.get("/{session_id}", response_class=HTMLResponse)
     def index(session_id: str) -> str:
         env = shop(session_id)
-        return _html(["<h1>WebShop</h1>", *header(env, back=False),
-                      "<form><input name='search_query'><button>Search</button></form>"])
+        return _html(
+            [
+                "<h1>WebShop</h1>",
+                *header(env, back=False),
+                "<form><input name='search_query'><button>Search</button></form>",
+            ]
+        )
 
     def results(env: BuiltinWebShop, keywords: str, page: int) -> None:
         assert env.session is not None and env.catalogue is not None
@@ -69,15 +76,24 @@ def create_site(catalogue_path: Path, goals_path: Path) -> Any:
         while rest and rest[0] in ("< Prev", "Next >"):
             html.append(f"<button>{escape(rest.pop(0))}</button>")
         for i in range(0, len(rest), 3):
-            html += [f"<a class='product-link'>{escape(rest[i])}</a>", f"<h4>{escape(rest[i + 1])}</h4>",
-                     f"<h5>{escape(rest[i + 2])}</h5>"]
+            html += [
+                f"<a class='product-link'>{escape(rest[i])}</a>",
+                f"<h4>{escape(rest[i + 1])}</h4>",
+                f"<h5>{escape(rest[i + 2])}</h5>",
+            ]
         return _html(html)
 
     def item(env: BuiltinWebShop, asin: str, options: str) -> None:
         assert env.session is not None
-        env.session.page, env.session.asin, env.session.options = "item", asin, dict(ast.literal_eval(options))
+        env.session.page, env.session.asin, env.session.options = (
+            "item",
+            asin,
+            dict(ast.literal_eval(options)),
+        )
 
-    @app.get("/item_page/{session_id}/{asin}/{keywords}/{page}/{options}", response_class=HTMLResponse)
+    @app.get(
+        "/item_page/{session_id}/{asin}/{keywords}/{page}/{options}", response_class=HTMLResponse
+    )
     def item_page(session_id: str, asin: str, keywords: str, page: int, options: str) -> str:
         env = shop(session_id)
         item(env, asin, options)
@@ -85,19 +101,32 @@ def create_site(catalogue_path: Path, goals_path: Path) -> Any:
         product = env.catalogue.products[asin]
         html = header(env) + ["<button>&lt; Prev</button>"]
         for kind, values in product["options"].items():
-            html += [f"<h4>{escape(kind)}</h4>"] + [f"<input type='radio'><label>{escape(v)}</label>" for v in values]
-        html += [f"<h2>{escape(product['Title'])}</h2>", f"<h4>Price: ${product['price']:.2f}</h4>", "<h4>Rating: N.A.</h4>"]
+            html += [f"<h4>{escape(kind)}</h4>"] + [
+                f"<input type='radio'><label>{escape(v)}</label>" for v in values
+            ]
+        html += [
+            f"<h2>{escape(product['Title'])}</h2>",
+            f"<h4>Price: ${product['price']:.2f}</h4>",
+            "<h4>Rating: N.A.</h4>",
+        ]
         html += [f"<button>{b}</button>" for b in ("Description", "Features", "Reviews", "Buy Now")]
         return _html(html)
 
-    @app.get("/item_sub_page/{session_id}/{asin}/{keywords}/{page}/{sub_page}/{options}", response_class=HTMLResponse)
-    def item_sub_page(session_id: str, asin: str, keywords: str, page: int, sub_page: str, options: str) -> str:
+    @app.get(
+        "/item_sub_page/{session_id}/{asin}/{keywords}/{page}/{sub_page}/{options}",
+        response_class=HTMLResponse,
+    )
+    def item_sub_page(
+        session_id: str, asin: str, keywords: str, page: int, sub_page: str, options: str
+    ) -> str:
         env = shop(session_id)
         item(env, asin, options)
         assert env.session is not None
         env.session.page, env.session.subpage = "sub", sub_page.lower()
         content = env.page_parts()[4:]
-        return _html(header(env) + ["<button>&lt; Prev</button>"] + [f"<p>{escape(c)}</p>" for c in content])
+        return _html(
+            header(env) + ["<button>&lt; Prev</button>"] + [f"<p>{escape(c)}</p>" for c in content]
+        )
 
     @app.get("/done/{session_id}/{asin}/{options}", response_class=HTMLResponse)
     def done(session_id: str, asin: str, options: str) -> str:

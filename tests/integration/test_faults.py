@@ -3,7 +3,8 @@
 One ``ray.cluster_utils.Cluster`` for the module: a head whose single CPU and ``grader_slot`` hold
 the grader (so only cells run on the workers) and two one-CPU worker nodes for cells. Node death is
 detected after ~2 s instead of Ray's ~15 s (health checks every 0.5 s). Each sweep is the real CLI
-(``python -m autorl.sweep cluster.address=...``; the test cluster runs without token auth, and a client
+(``python -m autorl.sweep cluster.address=...``; the test cluster runs without token auth, and a
+client
 that sends a token to it sees its actors die unscheduled) with the cheap ``command`` agent
 ``tests/helpers/fault_agent.py``: it submits a nudged copy of the base (really scored; not before a
 gate file is gone), then stays alive while a hold file exists, so the test can break things while
@@ -43,7 +44,11 @@ from tests.integration.conftest import sweep_env
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "tests" / "helpers" / "fault_agent.py"
-FAST_HEALTH = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500, "health_check_failure_threshold": 3}
+FAST_HEALTH = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 3,
+}
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +58,22 @@ def cluster() -> Iterator[Any]:
     temp_dir = tempfile.mkdtemp(prefix="arf-", dir="/tmp")
     started = time.monotonic()
     with pytest.MonkeyPatch.context() as patch:
-        # Cluster writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster (default /tmp/ray/...),
-        # which other Ray users on the machine read and which a fresh machine does not have: use our own.
+        # Cluster writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster (default
+        # /tmp/ray/...),
+        # which other Ray users on the machine read and which a fresh machine does not have: use our
+        # own.
         patch.setenv("RAY_TMPDIR", temp_dir)
         os.makedirs(os.path.join(temp_dir, "ray"))
-        cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "resources": {"grader_slot": 1}, "include_dashboard": False, "temp_dir": temp_dir,
-            "_system_config": FAST_HEALTH,
-        })
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 1,
+                "resources": {"grader_slot": 1},
+                "include_dashboard": False,
+                "temp_dir": temp_dir,
+                "_system_config": FAST_HEALTH,
+            },
+        )
         try:
             for _ in range(2):
                 cluster.add_node(num_cpus=1, temp_dir=temp_dir)
@@ -72,14 +85,29 @@ def cluster() -> Iterator[Any]:
             shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _command(cluster: Any, out_dir: Path, sweep_id: str, seed: int, hold: Path, gate: Path) -> list[str]:
+def _command(
+    cluster: Any, out_dir: Path, sweep_id: str, seed: int, hold: Path, gate: Path
+) -> list[str]:
     return [
-        sys.executable, "-m", "autorl.sweep", f"out_dir={out_dir}", f"sweep_id={sweep_id}", f"seed={seed}",
-        "progress=false", f"cluster.address={cluster.address}", "cluster.auth_mode=disabled", "agent=command",
+        sys.executable,
+        "-m",
+        "autorl.sweep",
+        f"out_dir={out_dir}",
+        f"sweep_id={sweep_id}",
+        f"seed={seed}",
+        "progress=false",
+        f"cluster.address={cluster.address}",
+        "cluster.auth_mode=disabled",
+        "agent=command",
         f"agent.files=[{AGENT}]",
-        f"agent.command=['{{python}}',-I,'{{home}}/fault_agent.py',{hold},{gate}]", "sandbox.mode=none",
-        "budget.seconds=240", "budget.kill_grace_s=2", "scheduler.max_retries=1", "+grader.resources.grader_slot=1",
-        "task.eval.fixture.limit=24", "tracking.report.enabled=true",
+        f"agent.command=['{{python}}',-I,'{{home}}/fault_agent.py',{hold},{gate}]",
+        "sandbox.mode=none",
+        "budget.seconds=240",
+        "budget.kill_grace_s=2",
+        "scheduler.max_retries=1",
+        "+grader.resources.grader_slot=1",
+        "task.eval.fixture.limit=24",
+        "tracking.report.enabled=true",
     ]
 
 
@@ -100,7 +128,9 @@ def _log(proc: subprocess.Popen[str]) -> str:
     return "\n".join(line for line in text.splitlines() if "[state-dump]" not in line)[-6000:]
 
 
-def _wait(what: str, check: Callable[[], Any], proc: subprocess.Popen[str], timeout: float = 240) -> Any:
+def _wait(
+    what: str, check: Callable[[], Any], proc: subprocess.Popen[str], timeout: float = 240
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -119,7 +149,14 @@ def _wait(what: str, check: Callable[[], Any], proc: subprocess.Popen[str], time
 
 
 def _scored(db: Path, cell: str, attempt: int) -> bool:
-    return bool(_query(db, "SELECT 1 FROM submissions WHERE cell_id = ? AND attempt = ? AND status = 'scored'", cell, attempt))
+    return bool(
+        _query(
+            db,
+            "SELECT 1 FROM submissions WHERE cell_id = ? AND attempt = ? AND status = 'scored'",
+            cell,
+            attempt,
+        )
+    )
 
 
 def _rows(sweep_dir: Path) -> list[dict[str, str]]:
@@ -128,9 +165,12 @@ def _rows(sweep_dir: Path) -> list[dict[str, str]]:
 
 
 def _start(command: list[str], cache_dir: Path, log_path: Path) -> subprocess.Popen[str]:
-    # A file, not a pipe: nobody reads a pipe while the test waits, and a full one would block the sweep.
+    # A file, not a pipe: nobody reads a pipe while the test waits, and a full one would block the
+    # sweep.
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(command, env=sweep_env(cache_dir), stdout=log, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            command, env=sweep_env(cache_dir), stdout=log, stderr=subprocess.STDOUT, text=True
+        )
     proc.log_path = log_path  # type: ignore[attr-defined]
     return proc
 
@@ -149,20 +189,35 @@ def test_node_recorder_and_grader_faults(cluster: Any, tmp_path: Path, cache_dir
     sweep_dir, hold, gate = tmp_path / "out" / sweep_id, tmp_path / "hold", tmp_path / "gate"
     db = sweep_dir / "records.sqlite"
     hold.touch()
-    proc = _start(_command(cluster, tmp_path / "out", sweep_id, 0, hold, gate), cache_dir, tmp_path / "sweep.log")
+    proc = _start(
+        _command(cluster, tmp_path / "out", sweep_id, 0, hold, gate),
+        cache_dir,
+        tmp_path / "sweep.log",
+    )
     ray.init(address=cluster.address, namespace=f"autorl-{sweep_id}", log_to_driver=False)
     try:
         # (a) Attempt 1 has a scored submission and holds: kill its node.
         _wait("attempt 1's scored submission", lambda: _scored(db, cell, 1), proc)
-        ((node_id,),) = _query(db, "SELECT node_id FROM cell_attempts WHERE cell_id = ? AND attempt = 1", cell)
+        ((node_id,),) = _query(
+            db, "SELECT node_id FROM cell_attempts WHERE cell_id = ? AND attempt = 1", cell
+        )
         (node,) = [n for n in cluster.worker_nodes if n.node_id == node_id]
         gate.touch()  # attempt 2 waits before it submits
         cluster.remove_node(node, allow_graceful=False)
         killed_at = time.monotonic()
-        _wait("attempt 2 to run", lambda: _query(
-            db, "SELECT 1 FROM cell_attempts WHERE cell_id = ? AND attempt = 2 AND status = 'running'", cell), proc)
+        _wait(
+            "attempt 2 to run",
+            lambda: _query(
+                db,
+                "SELECT 1 FROM cell_attempts WHERE cell_id = ? AND attempt = 2 AND status = "
+                "'running'",
+                cell,
+            ),
+            proc,
+        )
         retried_after = time.monotonic() - killed_at
-        # Only now: a process of attempt 1 that outlived its node for a moment must not see it and finish.
+        # Only now: a process of attempt 1 that outlived its node for a moment must not see it and
+        # finish.
         hold.unlink()  # attempt 2 runs to its end
 
         # (b) Kill the Recorder (Ray restarts it: max_restarts=-1) while attempt 2 records.
@@ -172,7 +227,11 @@ def test_node_recorder_and_grader_faults(cluster: Any, tmp_path: Path, cache_dir
         # (c) Kill the grader while it scores attempt 2's submission (its baseline is cached).
         pool = ray.get_actor("grader_pool")
         gate.unlink()
-        _wait("attempt 2's submission to reach a grader", lambda: ray.get(pool.queue_depth.remote()) > 0, proc)
+        _wait(
+            "attempt 2's submission to reach a grader",
+            lambda: ray.get(pool.queue_depth.remote()) > 0,
+            proc,
+        )
         (grader,) = ray.get(pool.graders.remote())
         ray.kill(grader, no_restart=False)
         output = _finish(proc)
@@ -182,29 +241,62 @@ def test_node_recorder_and_grader_faults(cluster: Any, tmp_path: Path, cache_dir
             proc.kill()
 
     (row,) = _rows(sweep_dir)
-    assert row["status"] == "completed" and row["submissions"] == "1" and row["valid_submissions"] == "1", output[-3000:]
-    attempts = _query(db, "SELECT attempt, status, error, node_id FROM cell_attempts WHERE cell_id = ? ORDER BY attempt", cell)
+    assert (
+        row["status"] == "completed"
+        and row["submissions"] == "1"
+        and row["valid_submissions"] == "1"
+    ), output[-3000:]
+    attempts = _query(
+        db,
+        "SELECT attempt, status, error, node_id FROM cell_attempts WHERE cell_id = ? ORDER BY "
+        "attempt",
+        cell,
+    )
     assert [(a[0], a[1]) for a in attempts] == [(1, "failed"), (2, "completed")], attempts
-    assert attempts[0][2] and attempts[1][3] not in (None, node_id), attempts  # retried on the other node
-    # Each attempt keeps its own submission 1, code revisions and trace-free logs; none is duplicated.
-    subs = _query(db, "SELECT attempt, submission_id, status, weights_hash, score FROM submissions WHERE cell_id = ? "
-                      "ORDER BY attempt, submission_id", cell)
+    assert attempts[0][2] and attempts[1][3] not in (None, node_id), (
+        attempts
+    )  # retried on the other node
+    # Each attempt keeps its own submission 1, code revisions and trace-free logs; none is
+    # duplicated.
+    subs = _query(
+        db,
+        "SELECT attempt, submission_id, status, weights_hash, score FROM submissions WHERE cell_id "
+        "= ? "
+        "ORDER BY attempt, submission_id",
+        cell,
+    )
     assert [(s[0], s[1], s[2]) for s in subs] == [(1, 1, "scored"), (2, 1, "scored")], subs
     assert float(row["best_score"]) == subs[1][4]  # only the final attempt counts
-    revisions = _query(db, "SELECT attempt, COUNT(*) FROM code_revisions WHERE cell_id = ? GROUP BY attempt", cell)
+    revisions = _query(
+        db, "SELECT attempt, COUNT(*) FROM code_revisions WHERE cell_id = ? GROUP BY attempt", cell
+    )
     assert {a for a, n in revisions if n >= 1} == {1, 2}, revisions
-    # Scored exactly once: one cached score per submitted weights (plus nothing else), one record each.
+    # Scored exactly once: one cached score per submitted weights (plus nothing else), one record
+    # each.
     cached = _query(db, "SELECT key FROM score_cache")
-    assert len(cached) == 2 and all(any(s[3] in key for (key,) in cached) for s in subs), (cached, subs)
-    # The grader pool saw its grader replaced, and its busy fractions reached the store and the report.
+    assert len(cached) == 2 and all(any(s[3] in key for (key,) in cached) for s in subs), (
+        cached,
+        subs,
+    )
+    # The grader pool saw its grader replaced, and its busy fractions reached the store and the
+    # report.
     ((stats,),) = _query(db, "SELECT value_json FROM sweep_stats WHERE name = 'grader_pool'")
     assert '"replaced": 1' in stats, stats
     page = (sweep_dir / "report" / "index.html").read_text()
     assert 'id="attempts"' in page and "2 (final)" in page and 'id="graders"' in page
-    scoring = _query(db, "SELECT attempt, finished_at - started_at FROM submissions WHERE cell_id = ? ORDER BY attempt", cell)
-    print(f"node/recorder/grader faults: retry running {retried_after:.1f} s after the node kill; scoring s per attempt "
-          f"(attempt 2 includes the grader kill) {[(a, round(t, 2)) for a, t in scoring]}; "
-          f"test {time.monotonic() - started:.1f} s", file=sys.stderr)
+    scoring = _query(
+        db,
+        "SELECT attempt, finished_at - started_at FROM submissions WHERE cell_id = ? ORDER BY "
+        "attempt",
+        cell,
+    )
+    print(
+        f"node/recorder/grader faults: retry running {retried_after:.1f} s after the node kill; "
+        "scoring s per attempt "
+        f"(attempt 2 includes the grader kill) {[(a, round(t, 2)) for a, t in scoring]}; "
+        f"test {time.monotonic() - started:.1f} s",
+        file=sys.stderr,
+    )
 
 
 def test_sigkilled_sweep_resumes(cluster: Any, tmp_path: Path, cache_dir: Path) -> None:
@@ -229,10 +321,17 @@ def test_sigkilled_sweep_resumes(cluster: Any, tmp_path: Path, cache_dir: Path) 
 
     (row,) = _rows(sweep_dir)
     assert row["status"] == "completed" and row["submissions"] == "1", output[-3000:]
-    attempts = _query(db, "SELECT attempt, status FROM cell_attempts WHERE cell_id = ? ORDER BY attempt", cell)
+    attempts = _query(
+        db, "SELECT attempt, status FROM cell_attempts WHERE cell_id = ? ORDER BY attempt", cell
+    )
     assert attempts == [(1, "interrupted"), (2, "completed")]
-    subs = _query(db, "SELECT attempt, submission_id, status FROM submissions WHERE cell_id = ? ORDER BY attempt, "
-                      "submission_id", cell)
+    subs = _query(
+        db,
+        "SELECT attempt, submission_id, status FROM submissions WHERE cell_id = ? ORDER BY "
+        "attempt, "
+        "submission_id",
+        cell,
+    )
     assert subs == [(1, 1, "scored"), (2, 1, "scored")]
     assert _query(db, "SELECT COUNT(*) FROM cells") == [(1,)]
     print(f"SIGKILL resume: test {time.monotonic() - started:.1f} s", file=sys.stderr)

@@ -1,15 +1,23 @@
-"""Online RL through the grading API (issue #14): an ALFWorld cell's GRPO stage plays its rollouts through the env
+"""Online RL through the grading API (issue #14): an ALFWorld cell's GRPO stage plays its rollouts
+through the env
 endpoints, learns from their rewards, and its reward rises.
 
-What the log must show: every RL iteration's rollouts and the env-endpoint calls they took, and what the update
-did to the rollouts it trained on (the log-likelihood of those that won more than their group rises, that of the
-others falls: the learning signal checked where it acts); then the recipe's probe, the same 128 rollouts of the 8
-replayed games played before RL and after it with the same sampling noise (``agent_kit.hf_noise``), whose reward
+What the log must show: every RL iteration's rollouts and the env-endpoint calls they took, and what
+the update
+did to the rollouts it trained on (the log-likelihood of those that won more than their group rises,
+that of the
+others falls: the learning signal checked where it acts); then the recipe's probe, the same 128
+rollouts of the 8
+replayed games played before RL and after it with the same sampling noise (``agent_kit.hf_noise``),
+whose reward
 must rise, more of its rollouts winning more after RL than fewer.
 
-Why the probe and not the batches' means: another draw of the same policy's 32 rollouts moves a batch's mean by
-about 0.08, as much as a few batches of RL move it, so asserting a rise of the means passes or fails by the draw
-(bench/README.md, "Online RL curves" and "the probe", has the measurements). Played with the same noise, a
+Why the probe and not the batches' means: another draw of the same policy's 32 rollouts moves a
+batch's mean by
+about 0.08, as much as a few batches of RL move it, so asserting a rise of the means passes or fails
+by the draw
+(bench/README.md, "Online RL curves" and "the probe", has the measurements). Played with the same
+noise, a
 rollout changes only where the policy changed.
 """
 
@@ -26,37 +34,68 @@ from tests.integration.conftest import sweep_command, sweep_env
 
 pytestmark = pytest.mark.integration
 BATCHES = 5
-# bench/README.md's CI-sized ALFWorld cell: 60 training games in rooms without distractors, 6 eval games, SFT
-# 3 x 60 = 180 steps of 6 packed games (a policy that wins a few of its sampled rollouts), then 5 RL batches of
-# 8 replayed games x 4 rollouts, and a probe of 4 batches' worth of rollouts. SFT and RL end by their step counts,
-# not by the clock: the budget is a ceiling the recipe checks before each RL iteration, set far above what an idle
-# machine needs (about 700 s) so that a CI machine loaded by the other test worker still runs all five batches.
+# bench/README.md's CI-sized ALFWorld cell: 60 training games in rooms without distractors, 6 eval
+# games, SFT
+# 3 x 60 = 180 steps of 6 packed games (a policy that wins a few of its sampled rollouts), then 5 RL
+# batches of
+# 8 replayed games x 4 rollouts, and a probe of 4 batches' worth of rollouts. SFT and RL end by
+# their step counts,
+# not by the clock: the budget is a ceiling the recipe checks before each RL iteration, set far
+# above what an idle
+# machine needs (about 700 s) so that a CI machine loaded by the other test worker still runs all
+# five batches.
 CELL = [
-    "task=alfworld", "model=small", "seed=0", "budget.seconds=3000", "cell.cpus=2", "cluster.num_cpus=3",
-    "task.build.fixture.train_size=60", "task.build.fixture.eval_size=6", "task.build.fixture.extra_receptacle_kinds=0",
-    "task.build.fixture.distractor_objects=0", "agent.sft.max_steps=60",
+    "task=alfworld",
+    "model=small",
+    "seed=0",
+    "budget.seconds=3000",
+    "cell.cpus=2",
+    "cluster.num_cpus=3",
+    "task.build.fixture.train_size=60",
+    "task.build.fixture.eval_size=6",
+    "task.build.fixture.extra_receptacle_kinds=0",
+    "task.build.fixture.distractor_objects=0",
+    "agent.sft.max_steps=60",
     "agent.sft.per_device_train_batch_size=32",
-    f"agent.online_grpo.batches={BATCHES}", "agent.online_grpo.probe=4", "progress=false",
+    f"agent.online_grpo.batches={BATCHES}",
+    "agent.online_grpo.probe=4",
+    "progress=false",
 ]
-ITERATION = re.compile(r"RL iteration (\d+)/\d+: (\d+) rollouts, (\d+) env-endpoint calls \(\d+ in all\), "
-                       r"mean rollout reward ([\d.]+), inadmissible actions \d+ %(?:; update: log-likelihood of "
-                       r"rollouts reinforced ([-+][\d.]+), penalized ([-+][\d.]+))?")
-PROBE = re.compile(r"RL probe \(32 x 4 rollouts of the first batch's episodes, the same sampling noise before and "
-                   r"after\): mean reward ([\d.]+) before RL, ([\d.]+) after; (\d+) of 128 rollouts rose, (\d+) fell")
+ITERATION = re.compile(
+    r"RL iteration (\d+)/\d+: (\d+) rollouts, (\d+) env-endpoint calls \(\d+ in all\), "
+    r"mean rollout reward ([\d.]+), inadmissible actions \d+ %(?:; update: log-likelihood of "
+    r"rollouts reinforced ([-+][\d.]+), penalized ([-+][\d.]+))?"
+)
+PROBE = re.compile(
+    r"RL probe \(32 x 4 rollouts of the first batch's episodes, the same sampling noise before and "
+    r"after\): mean reward ([\d.]+) before RL, ([\d.]+) after; (\d+) of 128 rollouts rose, (\d+) "
+    r"fell"
+)
 
 
-def test_grpo_on_env_endpoint_rollouts_raises_the_reward(tmp_path: Path, ray_tmp: Path, cache_dir: Path) -> None:
-    done = subprocess.run(sweep_command(tmp_path / "out", ray_tmp, *CELL), env=sweep_env(cache_dir),
-                          capture_output=True, text=True, timeout=3600)
+def test_grpo_on_env_endpoint_rollouts_raises_the_reward(
+    tmp_path: Path, ray_tmp: Path, cache_dir: Path
+) -> None:
+    done = subprocess.run(
+        sweep_command(tmp_path / "out", ray_tmp, *CELL),
+        env=sweep_env(cache_dir),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep_dir,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
     with open(sweep_dir / "results.csv") as handle:
         (row,) = csv.DictReader(handle)
     log = (sweep_dir / "cells" / row["cell_id"] / "agent.log").read_text()
-    assert "RL replays 8 training episodes (8 of them in SFT's), 8 a batch, with 16 SFT sequences" in log, log[-3000:]
+    assert (
+        "RL replays 8 training episodes (8 of them in SFT's), 8 a batch, with 16 SFT sequences"
+        in log
+    ), log[-3000:]
     iterations = ITERATION.findall(log)
     assert [int(n) for n, *_ in iterations] == list(range(1, BATCHES + 1)), log[-3000:]
-    # Every rollout is a reset and at least one step through the endpoints (an ALFWorld game takes up to 20).
+    # Every rollout is a reset and at least one step through the endpoints (an ALFWorld game takes
+    # up to 20).
     assert all(int(calls) >= 2 * int(rollouts) for _, rollouts, calls, *_ in iterations), iterations
     updates = [(float(up), float(down)) for *_, up, down in iterations if up]
     assert len(updates) >= BATCHES - 1, f"iterations with wins and losses in a group: {iterations}"

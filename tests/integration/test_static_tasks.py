@@ -20,17 +20,22 @@ pytestmark = pytest.mark.integration
 CELLS = ("alpacaeval.scripted.none.tiny.s0", "humaneval.scripted.none.tiny.s0")
 SMALL = [
     "task=humaneval,alpacaeval",
-    "agent.sft.max_steps=10", "agent.sft.per_device_train_batch_size=8",
-    "agent.grpo.max_steps=1", "agent.grpo.per_device_train_batch_size=4",
+    "agent.sft.max_steps=10",
+    "agent.sft.per_device_train_batch_size=8",
+    "agent.grpo.max_steps=1",
+    "agent.grpo.per_device_train_batch_size=4",
     "agent.grpo.num_generations=2",
-    "task.build.fixture.train_size=120", "task.build.fixture.eval_size=12",
+    "task.build.fixture.train_size=120",
+    "task.build.fixture.eval_size=12",
     # One grader plus two cells: with 2 logical CPUs the two cells' bundles can take both and
     # leave the grader unschedulable.
     "cluster.num_cpus=3",
 ]
 
 
-def test_humaneval_and_alpacaeval_cells_score(tmp_path: Path, ray_tmp: Path, cache_dir: Path) -> None:
+def test_humaneval_and_alpacaeval_cells_score(
+    tmp_path: Path, ray_tmp: Path, cache_dir: Path
+) -> None:
     done = run_sweep_cli(tmp_path / "out", ray_tmp, cache_dir, *SMALL)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (sweep_dir,) = [p for p in (tmp_path / "out").iterdir() if p.is_dir()]
@@ -42,17 +47,40 @@ def test_humaneval_and_alpacaeval_cells_score(tmp_path: Path, ray_tmp: Path, cac
         assert row["status"] == "completed" and row["task_source"] == "fixture", row
         assert row["baseline"] != "" and 0.0 <= float(row["baseline"]) <= 100.0
         assert_clean_integrity(row)
-        scored = query(db, "SELECT score, details_json FROM submissions WHERE cell_id = ? AND status = 'scored'",
-                       cell_id)
-        assert scored, f"{cell_id}: no scored submission; agent.log:\n" + (
-            sweep_dir / "cells" / cell_id / "agent.log").read_text()[-3000:]
+        scored = query(
+            db,
+            "SELECT score, details_json FROM submissions WHERE cell_id = ? AND status = 'scored'",
+            cell_id,
+        )
+        assert scored, (
+            f"{cell_id}: no scored submission; agent.log:\n"
+            + (sweep_dir / "cells" / cell_id / "agent.log").read_text()[-3000:]
+        )
         assert all(0.0 <= float(score) <= 100.0 for score, _ in scored)  # type: ignore[arg-type]
 
-    (humaneval_details, *_) = [json.loads(str(d)) for _, d in query(
-        db, "SELECT score, details_json FROM submissions WHERE cell_id = ? AND status = 'scored'", CELLS[1])]
-    assert humaneval_details["sandbox_mode"] == "namespaces" and humaneval_details["num_examples"] == 12
-    (alpaca_details, *_) = [json.loads(str(d)) for _, d in query(
-        db, "SELECT score, details_json FROM submissions WHERE cell_id = ? AND status = 'scored'", CELLS[0])]
-    assert alpaca_details["judge"]["name"] == "local-rules" and alpaca_details["lc_glm"] == "length_controlled_minimal"
+    (humaneval_details, *_) = [
+        json.loads(str(d))
+        for _, d in query(
+            db,
+            "SELECT score, details_json FROM submissions WHERE cell_id = ? AND status = 'scored'",
+            CELLS[1],
+        )
+    ]
+    assert (
+        humaneval_details["sandbox_mode"] == "namespaces"
+        and humaneval_details["num_examples"] == 12
+    )
+    (alpaca_details, *_) = [
+        json.loads(str(d))
+        for _, d in query(
+            db,
+            "SELECT score, details_json FROM submissions WHERE cell_id = ? AND status = 'scored'",
+            CELLS[0],
+        )
+    ]
+    assert (
+        alpaca_details["judge"]["name"] == "local-rules"
+        and alpaca_details["lc_glm"] == "length_controlled_minimal"
+    )
     judge_answers = list((cache_dir / "eval" / "alpacaeval" / "judge").rglob("*.json"))
     assert len(judge_answers) >= 12, "the judge's answers are cached under the grader's cache dir"

@@ -16,7 +16,8 @@ from tests.helpers.gateway_cell import gate, gateways, replay, trap  # noqa: F40
 
 @pytest.fixture
 def make_group() -> Iterator[Callable[[CgroupLimits], CellCgroup]]:
-    """Creates real cgroups; every one is killed and removed at the end, also when the test fails."""
+    """Creates real cgroups; every one is killed and removed at the end, also when the test
+    fails."""
     groups: list[CellCgroup] = []
 
     def make(limits: CgroupLimits) -> CellCgroup:

@@ -22,8 +22,13 @@ from autorl.workspace.process import AgentExit, run_agent
 
 def _run(tmp_path: Path, code: str, budget_s: float = 30.0, cancel: threading.Event | None = None):
     return run_agent(
-        [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), log_path=tmp_path / "agent.log",
-        budget_s=budget_s, grace_s=1.0, cancel=cancel or threading.Event(),
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        log_path=tmp_path / "agent.log",
+        budget_s=budget_s,
+        grace_s=1.0,
+        cancel=cancel or threading.Event(),
     )
 
 
@@ -31,9 +36,16 @@ def test_output_past_the_log_cap_is_read_and_dropped(tmp_path: Path) -> None:
     """The agent prints 20 MB to a log capped at 1 MB: it is never blocked (it exits by itself, at
     once), the log holds the first MB and one line saying the rest was dropped."""
     code = "import sys\nfor _ in range(20): sys.stdout.write('y' * (1 << 20))\nsys.stdout.flush()"
-    result = run_agent([sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ),
-                       log_path=tmp_path / "agent.log", budget_s=60, grace_s=1.0, cancel=threading.Event(),
-                       max_log_bytes=1 << 20)
+    result = run_agent(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        log_path=tmp_path / "agent.log",
+        budget_s=60,
+        grace_s=1.0,
+        cancel=threading.Event(),
+        max_log_bytes=1 << 20,
+    )
     assert result.exit_class == "exited" and result.exit_code == 0
     log = (tmp_path / "agent.log").read_bytes()
     assert log.startswith(b"y" * (1 << 20)) and len(log) < (1 << 20) + 200
@@ -91,7 +103,8 @@ def test_without_a_cgroup_no_limit_is_reported(tmp_path: Path) -> None:
     assert _run(tmp_path, "pass").limit_hit is None
 
 
-# ------------------------------------------------------------------------- with the cell's cgroup (real v1)
+# ------------------------------------------------------------------------- with the cell's cgroup
+# (real v1)
 
 _SUPPORT = cgroup_support()
 real_cgroups = pytest.mark.skipif(
@@ -102,12 +115,20 @@ real_cgroups = pytest.mark.skipif(
 
 def _run_sealed(tmp_path: Path, code: str, group: CellCgroup, budget_s: float = 30.0) -> AgentExit:
     return run_agent(
-        [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), log_path=tmp_path / "agent.log",
-        budget_s=budget_s, grace_s=1.0, cancel=threading.Event(), cgroup=group,
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        log_path=tmp_path / "agent.log",
+        budget_s=budget_s,
+        grace_s=1.0,
+        cancel=threading.Event(),
+        cgroup=group,
     )
 
 
-_SETSID_CHILD = "import subprocess; subprocess.Popen(['setsid', 'sh', '-c', 'echo $$ > {pid}; exec sleep 100'])"
+_SETSID_CHILD = (
+    "import subprocess; subprocess.Popen(['setsid', 'sh', '-c', 'echo $$ > {pid}; exec sleep 100'])"
+)
 _DAEMON = (
     "import os, signal, time\n"
     "if os.fork() == 0:\n"
@@ -128,11 +149,19 @@ def _written_pid(path: Path) -> int:
 
 
 @real_cgroups
-def test_nothing_outlives_an_agent_that_exits(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+def test_nothing_outlives_an_agent_that_exits(
+    tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]
+) -> None:
     group = make_group(CgroupLimits(max_processes=64))
-    # The agent leaves a setsid child and a daemon behind, waits until both are running, and exits 0.
-    code = (_SETSID_CHILD.format(pid=tmp_path / "setsid.pid") + "\n" + _DAEMON.format(pid=str(tmp_path / "daemon.pid"))
-            + f"import pathlib\nwhile not pathlib.Path({str(tmp_path / 'daemon.pid')!r}).exists(): time.sleep(0.05)\n")
+    # The agent leaves a setsid child and a daemon behind, waits until both are running, and exits
+    # 0.
+    code = (
+        _SETSID_CHILD.format(pid=tmp_path / "setsid.pid")
+        + "\n"
+        + _DAEMON.format(pid=str(tmp_path / "daemon.pid"))
+        + f"import pathlib\nwhile not pathlib.Path({str(tmp_path / 'daemon.pid')!r}).exists(): "
+        "time.sleep(0.05)\n"
+    )
     result = _run_sealed(tmp_path, code, group)
     assert (result.exit_class, result.exit_code, result.limit_hit) == ("exited", 0, None)
     survivors = [_written_pid(tmp_path / "setsid.pid"), _written_pid(tmp_path / "daemon.pid")]
@@ -141,25 +170,37 @@ def test_nothing_outlives_an_agent_that_exits(tmp_path: Path, make_group: Callab
 
 
 @real_cgroups
-def test_at_the_budget_the_whole_cgroup_is_killed(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+def test_at_the_budget_the_whole_cgroup_is_killed(
+    tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]
+) -> None:
     group = make_group(CgroupLimits(max_processes=64))
     code = _DAEMON.format(pid=str(tmp_path / "daemon.pid")) + "time.sleep(300)\n"
     started = time.monotonic()
     result = _run_sealed(tmp_path, code, group, budget_s=2.0)
     assert result.exit_class == "timeout" and time.monotonic() - started < 15
-    assert not _alive(_written_pid(tmp_path / "daemon.pid"))  # it ignored SIGTERM and left the session
+    assert not _alive(
+        _written_pid(tmp_path / "daemon.pid")
+    )  # it ignored SIGTERM and left the session
     assert group.pids() == set()
 
 
 @real_cgroups
-def test_the_memory_limit_is_the_exit_class(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+def test_the_memory_limit_is_the_exit_class(
+    tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]
+) -> None:
     group = make_group(CgroupLimits(memory_bytes=100 << 20))
     result = _run_sealed(tmp_path, "b = b'\\x01' * (400 << 20)", group)
-    assert (result.exit_class, result.exit_code, result.limit_hit) == ("memory", -signal.SIGKILL, "memory")
+    assert (result.exit_class, result.exit_code, result.limit_hit) == (
+        "memory",
+        -signal.SIGKILL,
+        "memory",
+    )
 
 
 @real_cgroups
-def test_a_refused_fork_is_recorded(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+def test_a_refused_fork_is_recorded(
+    tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]
+) -> None:
     group = make_group(CgroupLimits(max_processes=20))
     code = (
         "import os, time\n"
@@ -176,10 +217,14 @@ def test_a_refused_fork_is_recorded(tmp_path: Path, make_group: Callable[[Cgroup
 
 
 @real_cgroups
-def test_the_agent_runs_inside_the_cgroup(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+def test_the_agent_runs_inside_the_cgroup(
+    tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]
+) -> None:
     group = make_group(CgroupLimits())
     seen = tmp_path / "seen"
     code = f"import pathlib; pathlib.Path({str(seen)!r}).write_text(pathlib.Path('/proc/self/cgroup').read_text())"
     result = _run_sealed(tmp_path, code, group)
     assert result.exit_class == "exited"
-    assert f"freezer:/{group.name}\n" in seen.read_text() or f"::/{group.name}\n" in seen.read_text()
+    assert (
+        f"freezer:/{group.name}\n" in seen.read_text() or f"::/{group.name}\n" in seen.read_text()
+    )

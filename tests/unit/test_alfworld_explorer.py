@@ -18,12 +18,18 @@ SPEC = get_task("alfworld")
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> TaskData:
-    return build_task_data(SPEC, "fixture", tmp_path_factory.mktemp("alfw-explorer"), seed=3,
-                           options={"train_size": 12, "eval_size": 24})
+    return build_task_data(
+        SPEC,
+        "fixture",
+        tmp_path_factory.mktemp("alfw-explorer"),
+        seed=3,
+        options={"train_size": 12, "eval_size": 24},
+    )
 
 
 def test_explorer_wins_every_eval_game_within_the_fixture_step_limit(data: TaskData) -> None:
-    """The expert sees what a policy sees (no ``expert_action``: eval episodes carry none), so a policy
+    """The expert sees what a policy sees (no ``expert_action``: eval episodes carry none), so a
+    policy
     that imitates it can win too; it must win all 24 games of all six types within ``max_steps``."""
     options = eval_options(SPEC, "fixture", {})
     client = local_episode_client("alfworld", "alfworld", data.private_dir, options)

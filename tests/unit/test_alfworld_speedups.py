@@ -1,4 +1,5 @@
-"""alfworld: TextWorld with autorl's speed-ups (tasks/alfworld/tw_speedups.py) plays exactly as TextWorld does.
+"""alfworld: TextWorld with autorl's speed-ups (tasks/alfworld/tw_speedups.py) plays exactly as
+TextWorld does.
 
 The same games are played with the same commands by plain TextWorld in a child process (no patch
 loaded there) and with every speed-up here; every observation, admissible command list, planner
@@ -19,8 +20,9 @@ from autorl.tasks import TaskData, build_task_data, get_task
 
 BUILD = {"train_size": 3, "eval_size": 4}
 
-# Plays every game given in argv[1] (a JSON list) for up to 12 commands; speed-ups only with argv[2] == "fast".
-PLAY = r'''
+# Plays every game given in argv[1] (a JSON list) for up to 12 commands; speed-ups only with argv[2]
+# == "fast".
+PLAY = r"""
 import contextlib, json, sys
 import textworld
 from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
@@ -47,21 +49,30 @@ for i, game in enumerate(games):
     env.close()
     played.append(record)
 print(json.dumps(played))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def games(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    data: TaskData = build_task_data(get_task("alfworld"), "fixture", tmp_path_factory.mktemp("alfw"), seed=0,
-                                     options=BUILD)
-    found = sorted(data.private_dir.rglob("game.tw-pddl")) + sorted(data.public_dir.rglob("game.tw-pddl"))
+    data: TaskData = build_task_data(
+        get_task("alfworld"), "fixture", tmp_path_factory.mktemp("alfw"), seed=0, options=BUILD
+    )
+    found = sorted(data.private_dir.rglob("game.tw-pddl")) + sorted(
+        data.public_dir.rglob("game.tw-pddl")
+    )
     assert len(found) == 7
     return [str(path) for path in found]
 
 
 def _play(games: list[str], mode: str) -> list[list[list[object]]]:
-    done = subprocess.run([sys.executable, "-c", PLAY, json.dumps(games), mode], capture_output=True, text=True,
-                          check=True, timeout=600, cwd=Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", PLAY, json.dumps(games), mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -72,17 +83,23 @@ def test_speedups_give_textworlds_own_observations_commands_and_plans(games: lis
     assert any(record[-1][-1] for record in plain)  # and some were won on the way
 
 
-def test_translate_once_shares_a_translation_only_inside_its_block(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_translate_once_shares_a_translation_only_inside_its_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import fast_downward
 
     tw_speedups.install()
     calls: list[tuple[str, bool]] = []
 
-    def counting(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> object:
+    def counting(
+        domain: str, problem: str, verbose: bool = False, optimize: bool = False
+    ) -> object:
         calls.append((problem, optimize))
         return object()
 
-    monkeypatch.setattr(fast_downward.pddl2sas, "__wrapped__", counting)  # the translation the memo wraps
+    monkeypatch.setattr(
+        fast_downward.pddl2sas, "__wrapped__", counting
+    )  # the translation the memo wraps
     with tw_speedups.translate_once():
         first = fast_downward.pddl2sas("d", "p")
         assert fast_downward.pddl2sas("d", "p") is first

@@ -7,7 +7,8 @@
 - Nothing under ``autorl/`` is named after a task folder or imports one by name: task code lives
   in ``tasks/<id>/`` and is reached through its manifest's entry points.
 - The agent side (``agent_kit/`` and every ``tasks/<id>/agent/``) imports nothing from ``autorl`` or
-  ``tasks`` (a task's agent package only its own modules): it runs with a toolchain that has neither.
+  ``tasks`` (a task's agent package only its own modules): it runs with a toolchain that has
+  neither.
 """
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ TASKS = ROOT / "tasks"
 AGENT_KIT = ROOT / "agent_kit"
 
 # Paths (relative to ROOT) whose modules may import ray; a folder allows everything under it.
-RAY_ALLOWED = ("autorl/actors/", "autorl/scheduler.py", "autorl/cluster.py", "autorl/tracking/metrics.py")
+RAY_ALLOWED = (
+    "autorl/actors/",
+    "autorl/scheduler.py",
+    "autorl/cluster.py",
+    "autorl/tracking/metrics.py",
+)
 _DYNAMIC_IMPORTERS = {"import_module", "__import__", "load_object"}
 
 
@@ -45,7 +51,8 @@ class Import:
 
 
 def module_name(path: Path) -> str:
-    """``autorl/agents/cli.py`` -> ``autorl.agents.cli``; a package's ``__init__.py`` -> the package."""
+    """``autorl/agents/cli.py`` -> ``autorl.agents.cli``; a package's ``__init__.py`` -> the
+    package."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -72,13 +79,26 @@ def imports_of(path: Path) -> Iterator[Import]:
         elif isinstance(node, ast.ImportFrom):
             base = _resolve(path, source, node.level, node.module)
             for alias in node.names:
-                # ``from autorl import tasks`` imports the module autorl.tasks; ``from m import f`` is m.f.
-                yield Import(source, f"{base}.{alias.name}" if base else alias.name, path, node.lineno)
+                # ``from autorl import tasks`` imports the module autorl.tasks; ``from m import f``
+                # is m.f.
+                yield Import(
+                    source, f"{base}.{alias.name}" if base else alias.name, path, node.lineno
+                )
         elif isinstance(node, ast.Call) and node.args:
             func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            name = (
+                func.attr
+                if isinstance(func, ast.Attribute)
+                else func.id
+                if isinstance(func, ast.Name)
+                else ""
+            )
             first = node.args[0]
-            if name in _DYNAMIC_IMPORTERS and isinstance(first, ast.Constant) and isinstance(first.value, str):
+            if (
+                name in _DYNAMIC_IMPORTERS
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+            ):
                 yield Import(source, first.value.partition(":")[0], path, node.lineno)
 
 
@@ -105,7 +125,8 @@ def node_of(module: str) -> str | None:
 
 
 def package_graph(imports: list[Import]) -> dict[str, dict[str, Import]]:
-    """node -> {imported node: the first import that makes the edge}; edges within a node are left out."""
+    """node -> {imported node: the first import that makes the edge}; edges within a node are left
+    out."""
     graph: dict[str, dict[str, Import]] = {}
     for imp in imports:
         src, dst = node_of(imp.source), node_of(imp.target)
@@ -133,7 +154,7 @@ def find_cycle(graph: dict[str, dict[str, Import]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, {})):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state and (found := visit(nxt)) is not None:
                 return found
         path.pop()
@@ -148,7 +169,10 @@ def find_cycle(graph: dict[str, dict[str, Import]]) -> list[str] | None:
 
 def _ray_allowed(path: Path) -> bool:
     rel = path.relative_to(ROOT).as_posix()
-    return any(rel.startswith(allowed) if allowed.endswith("/") else rel == allowed for allowed in RAY_ALLOWED)
+    return any(
+        rel.startswith(allowed) if allowed.endswith("/") else rel == allowed
+        for allowed in RAY_ALLOWED
+    )
 
 
 def test_only_the_sweep_runtime_imports_ray() -> None:
@@ -158,7 +182,8 @@ def test_only_the_sweep_runtime_imports_ray() -> None:
         if (imp.target == "ray" or imp.target.startswith("ray.")) and not _ray_allowed(imp.path)
     ]
     assert not offenders, (
-        f"ray is imported outside {', '.join(RAY_ALLOWED)}; take a plain callable or sink there and let the "
+        f"ray is imported outside {', '.join(RAY_ALLOWED)}; take a plain callable or sink there "
+        "and let the "
         "actor or scheduler wrap the actor call:\n" + "\n".join(offenders)
     )
 
@@ -173,9 +198,16 @@ def test_packages_import_each_other_without_cycles() -> None:
     assert {"agents", "gateway", "records", "grading"} <= set(graph)  # the parse found the packages
     cycle = find_cycle(graph)
     if cycle is not None:
-        edges = [f"  {a} -> {b}: {graph[a][b].where()} imports {graph[a][b].target}"
-                 for a, b in zip(cycle, cycle[1:], strict=False)]
-        pytest.fail("import cycle between packages under autorl/: " + " -> ".join(cycle) + "\n" + "\n".join(edges))
+        edges = [
+            f"  {a} -> {b}: {graph[a][b].where()} imports {graph[a][b].target}"
+            for a, b in zip(cycle, cycle[1:], strict=False)
+        ]
+        pytest.fail(
+            "import cycle between packages under autorl/: "
+            + " -> ".join(cycle)
+            + "\n"
+            + "\n".join(edges)
+        )
 
 
 def task_ids() -> list[str]:
@@ -206,12 +238,16 @@ def test_nothing_under_autorl_is_named_after_a_task_or_imports_one_by_name() -> 
         match = named.search(path.stem if path.is_file() else path.name)
         if match:
             offenders.append(f"{path.relative_to(ROOT)}: named after task {match.group(2)!r}")
-    own = _defined_names(PACKAGE / "task_code" / "__init__.py")  # add_tasks_dir, TASKS_DIR: not task code
+    own = _defined_names(
+        PACKAGE / "task_code" / "__init__.py"
+    )  # add_tasks_dir, TASKS_DIR: not task code
     for imp in all_imports():
         if imp.target.startswith("autorl.task_code.") and imp.target.split(".")[2] not in own:
             offenders.append(f"{imp.where()}: imports {imp.target} by name")
-    assert not offenders, ("task code belongs in tasks/<id>/ and is reached through its manifest's entry points:\n"
-                           + "\n".join(offenders))
+    assert not offenders, (
+        "task code belongs in tasks/<id>/ and is reached through its manifest's entry points:\n"
+        + "\n".join(offenders)
+    )
 
 
 def agent_side_modules() -> list[Path]:
@@ -223,12 +259,23 @@ def agent_side_modules() -> list[Path]:
 def test_the_agent_side_imports_nothing_of_autorl_or_tasks() -> None:
     paths = agent_side_modules()
     names = {module_name(p) for p in paths}
-    assert {"agent_kit.sandbox", "agent_kit.scripted.__main__", "tasks.gsm8k.agent.recipe"} <= names, names
+    assert {
+        "agent_kit.sandbox",
+        "agent_kit.scripted.__main__",
+        "tasks.gsm8k.agent.recipe",
+    } <= names, names
     offenders = []
     for path in paths:
-        own = module_name(path).split(".agent", 1)[0] + ".agent." if path.is_relative_to(TASKS) else "agent_kit."
+        own = (
+            module_name(path).split(".agent", 1)[0] + ".agent."
+            if path.is_relative_to(TASKS)
+            else "agent_kit."
+        )
         for imp in imports_of(path):
             if imp.target.split(".")[0] in ("autorl", "tasks") and not imp.target.startswith(own):
                 offenders.append(f"{imp.where()}: {imp.target}")
-    assert not offenders, ("agent-side code runs with the agent's toolchain, where neither autorl nor tasks/ exists; "
-                           "move what it needs into agent_kit/ (autorl may import it from there):\n" + "\n".join(offenders))
+    assert not offenders, (
+        "agent-side code runs with the agent's toolchain, where neither autorl nor tasks/ exists; "
+        "move what it needs into agent_kit/ (autorl may import it from there):\n"
+        + "\n".join(offenders)
+    )

@@ -33,7 +33,9 @@ def test_busy_fraction_counts_only_time_with_work_waiting() -> None:
     summary = busy.summary()  # an open interval counts up to now
     assert summary["queue_nonempty_s"] == 10.0
     assert [(g["busy_s"], g["busy_fraction"], g["requests"]) for g in summary["graders"]] == [
-        (8.0, 0.8, 3), (4.0, 0.4, 1)]
+        (8.0, 0.8, 3),
+        (4.0, 0.4, 1),
+    ]
     busy.end(0)
     busy.replaced(1)
     assert busy.fractions() == [0.8, 0.4] and busy.summary()["graders"][1]["replaced"] == 1

@@ -1,4 +1,5 @@
-"""The cell's cgroup: the files written for v1 and v2 (fake trees), and real v1 cgroups on this machine.
+"""The cell's cgroup: the files written for v1 and v2 (fake trees), and real v1 cgroups on this
+machine.
 
 The fake trees stand in for /proc/self/{mountinfo,cgroup} and the cgroup mounts; the real tests
 need root and cgroup v1 (``pids``, ``memory``, ``cpu``, ``freezer``), as the sweep's nodes have.
@@ -22,10 +23,13 @@ from autorl.seal.cgroups import CellCgroup, CgroupLimits, cgroup_support
 
 MB = 1 << 20
 
-# ---------------------------------------------------------------------------------------------- fake trees
+# ----------------------------------------------------------------------------------------------
+# fake trees
 
 
-def _fake_v1(tmp_path: Path, controllers: tuple[str, ...] = ("pids", "memory", "cpu,cpuacct", "freezer")) -> Path:
+def _fake_v1(
+    tmp_path: Path, controllers: tuple[str, ...] = ("pids", "memory", "cpu,cpuacct", "freezer")
+) -> Path:
     """A v1 node like this project's: the memory cgroup is a container's, the others the root."""
     sys_root, proc = tmp_path / "sys", tmp_path / "proc"
     proc.mkdir()
@@ -33,26 +37,34 @@ def _fake_v1(tmp_path: Path, controllers: tuple[str, ...] = ("pids", "memory", "
     for number, ctrls in enumerate(controllers, start=1):
         own = "/process_api/abc" if ctrls == "memory" else "/"
         (sys_root / ctrls / own.lstrip("/")).mkdir(parents=True)
-        mounts.append(f"{40 + number} 31 0:{40 + number} / {sys_root / ctrls} rw,relatime - cgroup cgroup rw,{ctrls}")
+        mounts.append(
+            f"{40 + number} 31 0:{40 + number} / {sys_root / ctrls} rw,relatime - cgroup cgroup "
+            f"rw,{ctrls}"
+        )
         members.append(f"{number}:{ctrls}:{own}")
     mounts.append(f"60 31 0:60 / {sys_root / 'unified'} rw - cgroup2 cgroup2 rw")
     members.append("0::/")
     if "memory" in controllers:
-        (sys_root / "memory/process_api/abc/memory.memsw.limit_in_bytes").write_text("9223372036854771712\n")
+        (sys_root / "memory/process_api/abc/memory.memsw.limit_in_bytes").write_text(
+            "9223372036854771712\n"
+        )
     (proc / "mountinfo").write_text("\n".join(mounts) + "\n")
     (proc / "cgroup").write_text("\n".join(members) + "\n")
     return proc
 
 
 def _fake_v2(tmp_path: Path, enabled: str = "cpu memory pids") -> Path:
-    """A pure v2 node whose process sits in a delegated cgroup /workers/w1 (controllers enabled for children)."""
+    """A pure v2 node whose process sits in a delegated cgroup /workers/w1 (controllers enabled for
+    children)."""
     sys_root, proc = tmp_path / "sys", tmp_path / "proc"
     proc.mkdir()
     parent = sys_root / "workers/w1"
     parent.mkdir(parents=True)
     (parent / "cgroup.subtree_control").write_text(enabled + "\n")
     (parent / "cgroup.freeze").write_text("0\n")
-    (proc / "mountinfo").write_text(f"35 24 0:30 / {sys_root} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n")
+    (proc / "mountinfo").write_text(
+        f"35 24 0:30 / {sys_root} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    )
     (proc / "cgroup").write_text("0::/workers/w1\n")
     return proc
 
@@ -77,7 +89,9 @@ def test_v1_limits_are_written_to_each_hierarchy(tmp_path: Path) -> None:
     assert group.version == "v1" and group.dirs["memory"] == memory
     assert (memory / "memory.limit_in_bytes").read_text() == str(100 * MB)
     assert (memory / "memory.memsw.limit_in_bytes").read_text() == str(100 * MB)  # no swap on top
-    assert (tmp_path / "sys/cpu,cpuacct/cell-a/cpu.cfs_quota_us").read_text() == "50000"  # of the default period
+    assert (
+        tmp_path / "sys/cpu,cpuacct/cell-a/cpu.cfs_quota_us"
+    ).read_text() == "50000"  # of the default period
     assert (tmp_path / "sys/pids/cell-a/pids.max").read_text() == "20"
     assert (tmp_path / "sys/freezer/cell-a").is_dir()
 
@@ -124,7 +138,8 @@ def test_v1_limit_hit(tmp_path: Path) -> None:
     assert group.limit_hit() == "pids"
     oom.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
     assert group.limit_hit() == "memory"
-    # An old kernel without the oom_kill count: the limit was reached and the main process got SIGKILL.
+    # An old kernel without the oom_kill count: the limit was reached and the main process got
+    # SIGKILL.
     oom.write_text("oom_kill_disable 0\nunder_oom 0\n")
     pids.write_text("max 0\n")
     (group.dirs["memory"] / "memory.failcnt").write_text("5\n")
@@ -140,15 +155,22 @@ def test_v1_missing_controller(tmp_path: Path) -> None:
         CellCgroup.create("cell-g", _limits(), proc_self=proc)
     assert not (tmp_path / "sys/pids/cell-g").exists()
     # Limits that need no memory controller still work.
-    assert CellCgroup.create("cell-g", CgroupLimits(cpus=1, max_processes=5), proc_self=proc).dirs.keys() == {
-        "cpu", "pids", "freezer"}
+    assert CellCgroup.create(
+        "cell-g", CgroupLimits(cpus=1, max_processes=5), proc_self=proc
+    ).dirs.keys() == {"cpu", "pids", "freezer"}
 
 
 def test_a_cgroup_outside_the_mount_is_reported(tmp_path: Path) -> None:
     proc = _fake_v1(tmp_path)
-    (proc / "cgroup").write_text((proc / "cgroup").read_text().replace("1:pids:/", "1:pids:/../elsewhere"))
+    (proc / "cgroup").write_text(
+        (proc / "cgroup").read_text().replace("1:pids:/", "1:pids:/../elsewhere")
+    )
     mountinfo = (proc / "mountinfo").read_text()
-    (proc / "mountinfo").write_text(mountinfo.replace(" / " + str(tmp_path / "sys/pids"), " /jail " + str(tmp_path / "sys/pids")))
+    (proc / "mountinfo").write_text(
+        mountinfo.replace(
+            " / " + str(tmp_path / "sys/pids"), " /jail " + str(tmp_path / "sys/pids")
+        )
+    )
     assert "not visible" in cgroup_support(proc_self=proc).missing["pids"]
 
 
@@ -213,7 +235,9 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
     proc.wait()
 
 
-def test_v2_kill_uses_cgroup_kill_when_present(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+def test_v2_kill_uses_cgroup_kill_when_present(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
     group = CellCgroup.create("cell-l", _limits(), proc_self=_fake_v2(tmp_path))
     folder = tmp_path / "sys/workers/w1/cell-l"
     (folder / "cgroup.procs").write_text(f"{sleeper.pid}\n")
@@ -223,7 +247,9 @@ def test_v2_kill_uses_cgroup_kill_when_present(tmp_path: Path, sleeper: subproce
     assert sleeper.poll() is None  # the kernel kills, not us
 
 
-def test_v2_kill_without_cgroup_kill_freezes_and_signals(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+def test_v2_kill_without_cgroup_kill_freezes_and_signals(
+    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
     group = CellCgroup.create("cell-m", _limits(), proc_self=_fake_v2(tmp_path))
     folder = tmp_path / "sys/workers/w1/cell-m"
     (folder / "cgroup.procs").write_text(f"{sleeper.pid}\n")
@@ -233,7 +259,8 @@ def test_v2_kill_without_cgroup_kill_freezes_and_signals(tmp_path: Path, sleeper
     assert (folder / "cgroup.freeze").read_text() == "0"  # thawed after the kill
 
 
-# ---------------------------------------------------------------------------------------------- real v1
+# ----------------------------------------------------------------------------------------------
+# real v1
 
 _SUPPORT = cgroup_support()
 real_v1 = pytest.mark.skipif(
@@ -250,13 +277,20 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _run_in(group: CellCgroup, code: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in ``group`` until its main process exits (files, not pipes: its children may keep them open)."""
+def _run_in(
+    group: CellCgroup, code: str, timeout_s: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in ``group`` until its main process exits (files, not pipes: its children may
+    keep them open)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-c", code], preexec_fn=group.enter, stdout=out, stderr=err)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code], preexec_fn=group.enter, stdout=out, stderr=err
+        )
         code_ = proc.wait(timeout=timeout_s)
         out.seek(0), err.seek(0)
-        return subprocess.CompletedProcess(proc.args, code_, out.read().decode(), err.read().decode())
+        return subprocess.CompletedProcess(
+            proc.args, code_, out.read().decode(), err.read().decode()
+        )
 
 
 def _wait_for(path: Path, timeout_s: float = 10) -> int:
@@ -268,7 +302,9 @@ def _wait_for(path: Path, timeout_s: float = 10) -> int:
 
 
 @real_v1
-def test_kill_ends_setsid_children_and_daemons(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+def test_kill_ends_setsid_children_and_daemons(
+    tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]
+) -> None:
     group = make_group(CgroupLimits(max_processes=50))
     setsid_pid, daemon_pid = tmp_path / "setsid.pid", tmp_path / "daemon.pid"
     code = (
@@ -331,7 +367,9 @@ def test_cpu_quota_throttles(make_group: Callable[[CgroupLimits], CellCgroup]) -
 
 
 @real_v1
-def test_frozen_processes_do_not_run(tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+def test_frozen_processes_do_not_run(
+    tmp_path: Path, make_group: Callable[[CgroupLimits], CellCgroup]
+) -> None:
     group = make_group(CgroupLimits())
     ticks = tmp_path / "ticks"
     code = f"import time\nwhile True:\n    open({str(ticks)!r}, 'a').write('.'); time.sleep(0.05)"
@@ -357,7 +395,9 @@ def _wait_for_ticks(path: Path, more_than: int = 0) -> None:
 
 
 @real_v1
-def test_remove_is_idempotent_and_cleans_up(make_group: Callable[[CgroupLimits], CellCgroup]) -> None:
+def test_remove_is_idempotent_and_cleans_up(
+    make_group: Callable[[CgroupLimits], CellCgroup],
+) -> None:
     group = make_group(CgroupLimits(memory_bytes=64 * MB, cpus=1, max_processes=8))
     proc = subprocess.Popen(["sleep", "100"], preexec_fn=group.enter)
     group.remove()  # kills what is in it first

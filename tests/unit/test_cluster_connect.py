@@ -13,12 +13,18 @@ from autorl.errors import PrerequisiteError
 from autorl.schema import ClusterConfig
 
 
-@pytest.mark.parametrize("error", [
-    AuthenticationError("Token authentication is enabled but the token sent is not the cluster's"),
-    ConnectionError("Could not find any running Ray instance"),
-])
-def test_joining_with_a_wrong_token_or_address_names_what_to_check(monkeypatch: pytest.MonkeyPatch,
-                                                                   error: Exception) -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        AuthenticationError(
+            "Token authentication is enabled but the token sent is not the cluster's"
+        ),
+        ConnectionError("Could not find any running Ray instance"),
+    ],
+)
+def test_joining_with_a_wrong_token_or_address_names_what_to_check(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise error
 

@@ -1,4 +1,5 @@
-"""The grader-side contamination check: calibrated on every task's fixture split, and hostile workspaces."""
+"""The grader-side contamination check: calibrated on every task's fixture split, and hostile
+workspaces."""
 
 from __future__ import annotations
 
@@ -25,15 +26,23 @@ TASKS = discover_tasks()
 ROOT = Path(__file__).resolve().parents[2]
 # The calibrated values (conf/config.yaml integrity.contamination): every task's clean workspace has
 # 0 items hit at any n from 5 to 13, so the flag rests on what real (hub) splits need: 13 words (the
-# GPT-3 decontamination length) keeps chance matches of common phrases out, and 3 items at 1 % flag a
+# GPT-3 decontamination length) keeps chance matches of common phrases out, and 3 items at 1 % flag
+# a
 # handful of copied items on a 200-item split (1,319-item hub GSM8K: 14 items).
 CALIBRATED = {"ngram": 13, "threshold": 0.01, "min_items": 3}
 PLANTED = 3
 
 
 def _cfg(**changes: Any) -> ContaminationConfig:
-    base = ContaminationConfig(enabled=True, ngram=13, threshold=0.01, min_items=3, max_file_bytes=8 << 20,
-                               max_total_bytes=256 << 20, max_files=20000)
+    base = ContaminationConfig(
+        enabled=True,
+        ngram=13,
+        threshold=0.01,
+        min_items=3,
+        max_file_bytes=8 << 20,
+        max_total_bytes=256 << 20,
+        max_files=20000,
+    )
     assert {key: getattr(base, key) for key in CALIBRATED} == CALIBRATED
     return replace(base, **changes)
 
@@ -42,7 +51,10 @@ def _cfg(**changes: Any) -> ContaminationConfig:
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskData]:
     """Every task's fixture data with the options a sweep uses (tasks/<id>/options.py)."""
     cache = tmp_path_factory.mktemp("cache")
-    return {tid: build_task_data(spec, "fixture", cache / "tasks", seed=0) for tid, spec in TASKS.items()}
+    return {
+        tid: build_task_data(spec, "fixture", cache / "tasks", seed=0)
+        for tid, spec in TASKS.items()
+    }
 
 
 def _given(spec: TaskSpec) -> list[Path]:
@@ -50,32 +62,54 @@ def _given(spec: TaskSpec) -> list[Path]:
     return [spec.folder / "description.md", spec.agent_dir]
 
 
-def _check(roots: list[Path], tid: str, data: TaskData, cfg: ContaminationConfig | None = None) -> C.ContaminationReport:
-    return C.check_cell(roots, data.private_dir, data.public_dir, cfg or _cfg(), also_public=_given(TASKS[tid]))
+def _check(
+    roots: list[Path], tid: str, data: TaskData, cfg: ContaminationConfig | None = None
+) -> C.ContaminationReport:
+    return C.check_cell(
+        roots, data.private_dir, data.public_dir, cfg or _cfg(), also_public=_given(TASKS[tid])
+    )
 
 
 def _jsonl_rows(folder: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for path in sorted(folder.rglob("*.jsonl"))
-            for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line)
+        for path in sorted(folder.rglob("*.jsonl"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
 
 
 def clean_workspace(tid: str, data: TaskData, dest: Path) -> Path:
-    """What an honest agent leaves: the public split, the task's description and agent code, training
-    logs of the public items, model outputs on training questions, a model folder, a link to the base."""
+    """What an honest agent leaves: the public split, the task's description and agent code,
+    training
+    logs of the public items, model outputs on training questions, a model folder, a link to the
+    base."""
     spec = TASKS[tid]
     shutil.copytree(data.public_dir, dest / "data")
     shutil.copyfile(spec.folder / "description.md", dest / "description.md")
-    shutil.copytree(spec.agent_dir, dest / "code" / "task_agent", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        spec.agent_dir, dest / "code" / "task_agent", ignore=shutil.ignore_patterns("__pycache__")
+    )
     rows = _jsonl_rows(data.public_dir)
     texts = [list(E._strings(row)) for row in rows]
-    with (dest / "code" / "train.log").open("w") as log, (dest / "code" / "samples.jsonl").open("w") as samples:
+    with (
+        (dest / "code" / "train.log").open("w") as log,
+        (dest / "code" / "samples.jsonl").open("w") as samples,
+    ):
         for step, (row, text) in enumerate(zip(rows, texts, strict=True)):
-            other = texts[(step * 7 + 3) % len(texts)]  # a model answering with another training item's text
-            log.write(f"[scripted] step {step} prompt={text[0] if text else ''!r} completion={' '.join(other)!r}\n")
+            other = texts[
+                (step * 7 + 3) % len(texts)
+            ]  # a model answering with another training item's text
+            log.write(
+                f"[scripted] step {step} prompt={text[0] if text else ''!r} "
+                f"completion={' '.join(other)!r}\n"
+            )
             samples.write(json.dumps({"prompt": row, "completion": other}) + "\n")
     (dest / "output" / "v1").mkdir(parents=True)
     header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
-    (dest / "output" / "v1" / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + bytes(16))
+    (dest / "output" / "v1" / "model.safetensors").write_bytes(
+        len(header).to_bytes(8, "little") + header + bytes(16)
+    )
     (dest / "models").mkdir()
     (dest / "models" / "base").symlink_to(data.public_dir, target_is_directory=True)
     return dest
@@ -83,20 +117,27 @@ def clean_workspace(tid: str, data: TaskData, dest: Path) -> Path:
 
 def _planted(tid: str, data: TaskData, k: int = PLANTED) -> list[str]:
     """``k`` raw eval JSONL lines whose items the index counts (each has a distinctive n-gram)."""
-    index = E.eval_index(data.private_dir.resolve(), (data.public_dir.resolve(), *(p.resolve() for p in _given(TASKS[tid]))),
-                         CALIBRATED["ngram"])
+    index = E.eval_index(
+        data.private_dir.resolve(),
+        (data.public_dir.resolve(), *(p.resolve() for p in _given(TASKS[tid]))),
+        CALIBRATED["ngram"],
+    )
     lines = []
     for label in index.labels:
         name, _, number = label.rpartition(":")
         if name.endswith(".jsonl"):
-            lines.append((data.private_dir / name).read_text(encoding="utf-8").splitlines()[int(number) - 1])
+            lines.append(
+                (data.private_dir / name).read_text(encoding="utf-8").splitlines()[int(number) - 1]
+            )
         if len(lines) == k:
             return lines
     raise AssertionError(f"{tid}: fewer than {k} counted JSONL items")
 
 
 @pytest.mark.parametrize("tid", sorted(TASKS))
-def test_clean_workspace_is_not_flagged(tid: str, built: dict[str, TaskData], tmp_path: Path) -> None:
+def test_clean_workspace_is_not_flagged(
+    tid: str, built: dict[str, TaskData], tmp_path: Path
+) -> None:
     report = _check([clean_workspace(tid, built[tid], tmp_path / "ws")], tid, built[tid])
     assert report.items_total > 0
     assert (report.items_hit, report.flagged) == (0, False), report.evidence
@@ -107,7 +148,9 @@ def test_clean_workspace_is_not_flagged(tid: str, built: dict[str, TaskData], tm
 
 @pytest.mark.parametrize("tid", sorted(TASKS))
 @pytest.mark.parametrize("form", ["raw_jsonl", "plain_text", "json_string"])
-def test_planted_eval_items_are_flagged(tid: str, form: str, built: dict[str, TaskData], tmp_path: Path) -> None:
+def test_planted_eval_items_are_flagged(
+    tid: str, form: str, built: dict[str, TaskData], tmp_path: Path
+) -> None:
     data = built[tid]
     ws = clean_workspace(tid, data, tmp_path / "ws")
     lines = _planted(tid, data)
@@ -117,9 +160,13 @@ def test_planted_eval_items_are_flagged(tid: str, form: str, built: dict[str, Ta
     elif form == "plain_text":
         (ws / "notes.txt").write_text("\n\n".join(texts))
     else:  # inside a JSON string: newlines and quotes escaped, non-ASCII as \uXXXX, then escaped again
-        inner = json.dumps({"messages": [{"role": "user", "content": t + " \u00e9"} for t in texts]})
+        inner = json.dumps(
+            {"messages": [{"role": "user", "content": t + " \u00e9"} for t in texts]}
+        )
         (ws / "code" / "runs" / "trace.json").parent.mkdir(parents=True)
-        (ws / "code" / "runs" / "trace.json").write_text(json.dumps({"log": inner}, ensure_ascii=True))
+        (ws / "code" / "runs" / "trace.json").write_text(
+            json.dumps({"log": inner}, ensure_ascii=True)
+        )
     report = _check([ws], tid, data)
     assert report.items_hit == PLANTED, report.evidence
     assert report.flagged
@@ -135,7 +182,8 @@ def test_conf_holds_the_calibrated_values() -> None:
 
 
 def test_search_corpus_is_no_eval_item(built: dict[str, TaskData], tmp_path: Path) -> None:
-    """deepsearchqa's training searches return documents of the shared corpus, eval towns' included."""
+    """deepsearchqa's training searches return documents of the shared corpus, eval towns'
+    included."""
     data = built["deepsearchqa"]
     ws = clean_workspace("deepsearchqa", data, tmp_path / "ws")
     shutil.copyfile(data.private_dir / "corpus.jsonl", ws / "code" / "search_results.jsonl")
@@ -156,7 +204,8 @@ def _stolen(data: TaskData, k: int = PLANTED) -> str:
 
 
 def _in_thread(fn: object, timeout: float = 30.0) -> C.ContaminationReport:
-    """Run a scan in a thread: a scan that blocks (on a FIFO) fails the test instead of hanging it."""
+    """Run a scan in a thread: a scan that blocks (on a FIFO) fails the test instead of hanging
+    it."""
     out: list[C.ContaminationReport] = []
     worker = threading.Thread(target=lambda: out.append(fn()), daemon=True)  # type: ignore[operator]
     worker.start()
@@ -204,7 +253,10 @@ def test_huge_file_is_read_up_to_the_cap(gsm8k: TaskData, tmp_path: Path) -> Non
     report = _check([ws], "gsm8k", gsm8k, _cfg(max_file_bytes=1 << 20))
     assert report.bytes_scanned == 1 << 20
     assert report.skipped == {"over_cap": 1}
-    assert (report.items_hit, report.binary_files) == (3, 1)  # NUL bytes do not hide the text before them
+    assert (report.items_hit, report.binary_files) == (
+        3,
+        1,
+    )  # NUL bytes do not hide the text before them
 
 
 def test_total_bytes_cap_truncates(gsm8k: TaskData, tmp_path: Path) -> None:
@@ -239,7 +291,9 @@ def test_deep_tree_is_cut_without_recursion_error(gsm8k: TaskData, tmp_path: Pat
     assert report.items_hit == 1
 
 
-def test_file_growing_while_read_is_bounded(gsm8k: TaskData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_file_growing_while_read_is_bounded(
+    gsm8k: TaskData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     target = ws / "grows.txt"

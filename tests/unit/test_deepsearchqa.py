@@ -1,6 +1,8 @@
-"""deepsearchqa: the hub split on a local stand-in, search backends, the judge, and ReAct with real searches."""
+"""deepsearchqa: the hub split on a local stand-in, search backends, the judge, and ReAct with real
+searches."""
 
-# No `from __future__ import annotations`: FastAPI must see the stand-in handler's Request annotation.
+# No `from __future__ import annotations`: FastAPI must see the stand-in handler's Request
+# annotation.
 
 import json
 import socket
@@ -25,7 +27,9 @@ from autorl.tasks import (
 
 SPEC = get_task("deepsearchqa")
 BUILD = {"train_size": 8, "eval_size": 6, "distractor_towns": 6}
-EVAL = eval_options(SPEC, "fixture", {"judge_concurrency": 2})  # complete: what a hand-made context must pass
+EVAL = eval_options(
+    SPEC, "fixture", {"judge_concurrency": 2}
+)  # complete: what a hand-made context must pass
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +41,9 @@ def _rows(path: Path) -> list[dict[str, str]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_hub_split_is_the_references_100_200_after_shuffle_seed_42(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hub_split_is_the_references_100_200_after_shuffle_seed_42(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import datasets
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -45,14 +51,31 @@ def test_hub_split_is_the_references_100_200_after_shuffle_seed_42(tmp_path: Pat
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
     hub = tmp_path / "hub"
     (hub / "data").mkdir(parents=True)
-    (hub / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n"
-                                   "  - split: eval\n    path: data/eval-*\n---\n")
+    (hub / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n"
+        "  - split: eval\n    path: data/eval-*\n---\n"
+    )
     problems = [f"Stand-in question number {i}?" for i in range(320)]
-    pq.write_table(pa.table({"problem": problems, "answer": [f"answer {i}" for i in range(320)],
-                             "answer_type": ["Set Answer" if i % 3 else "Single Answer" for i in range(320)]}),
-                   hub / "data" / "eval-00000-of-00001.parquet")
-    built = build_task_data(SPEC, "hub", tmp_path / "cache", options={"train_size": 100, "eval_size": 200, "hub_path": str(hub)})
-    train, evals = _rows(built.public_dir / "questions.jsonl"), _rows(built.private_dir / "questions.jsonl")
+    pq.write_table(
+        pa.table(
+            {
+                "problem": problems,
+                "answer": [f"answer {i}" for i in range(320)],
+                "answer_type": ["Set Answer" if i % 3 else "Single Answer" for i in range(320)],
+            }
+        ),
+        hub / "data" / "eval-00000-of-00001.parquet",
+    )
+    built = build_task_data(
+        SPEC,
+        "hub",
+        tmp_path / "cache",
+        options={"train_size": 100, "eval_size": 200, "hub_path": str(hub)},
+    )
+    train, evals = (
+        _rows(built.public_dir / "questions.jsonl"),
+        _rows(built.private_dir / "questions.jsonl"),
+    )
     shuffled = datasets.load_dataset(str(hub), split="eval").shuffle(seed=42)
     assert [r["problem"] for r in train] == shuffled["problem"][:100]
     assert [r["problem"] for r in evals] == shuffled["problem"][100:300]
@@ -61,7 +84,8 @@ def test_hub_split_is_the_references_100_200_after_shuffle_seed_42(tmp_path: Pat
 
 
 def test_fixture_data_is_unchanged(data: TaskData) -> None:
-    # The digest of the version-3 fixture build (hyphenated two-syllable names): the generator's output is pinned.
+    # The digest of the version-3 fixture build (hyphenated two-syllable names): the generator's
+    # output is pinned.
     assert data.digest == "a2b7cd2d5cd29208486d6853623ca5f8f06838ef364e0b3f1865b05437b1a0ea"
 
 
@@ -87,8 +111,14 @@ def serp() -> Iterator[tuple[str, list[dict[str, str]]]]:
         seen.append(dict(request.query_params))
         if request.query_params.get("api_key") != "secret":
             return {"error": "Invalid API key"}
-        return {"organic_results": [{"snippet": "first hit"}, {"title": "no snippet"}, {"snippet": "second hit"},
-                                    {"snippet": "fourth"}]}
+        return {
+            "organic_results": [
+                {"snippet": "first hit"},
+                {"title": "no snippet"},
+                {"snippet": "second hit"},
+                {"snippet": "fourth"},
+            ]
+        }
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -102,8 +132,9 @@ def serp() -> Iterator[tuple[str, list[dict[str, str]]]]:
     thread.join(10)
 
 
-def test_web_search_client_against_a_local_stand_in(serp: tuple[str, list[dict[str, str]]],
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_web_search_client_against_a_local_stand_in(
+    serp: tuple[str, list[dict[str, str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, seen = serp
     monkeypatch.setenv("TEST_SERP_KEY", "secret")
     client = WebSearch(url, "TEST_SERP_KEY", num_results=3, timeout_s=10)
@@ -111,7 +142,11 @@ def test_web_search_client_against_a_local_stand_in(serp: tuple[str, list[dict[s
     assert seen[-1] == {"q": "varnholm rivers", "num": "3", "api_key": "secret", "engine": "google"}
     monkeypatch.setenv("TEST_SERP_KEY", "wrong")
     assert WebSearch(url, "TEST_SERP_KEY", 3, 10).search("x") == "No results found."
-    assert WebSearch("http://127.0.0.1:9/none", "TEST_SERP_KEY", 3, timeout_s=2).search("x").startswith("Search error:")
+    assert (
+        WebSearch("http://127.0.0.1:9/none", "TEST_SERP_KEY", 3, timeout_s=2)
+        .search("x")
+        .startswith("Search error:")
+    )
     monkeypatch.delenv("TEST_SERP_KEY")
     with pytest.raises(EnvError, match="TEST_SERP_KEY"):
         WebSearch(url, "TEST_SERP_KEY", 3, 10)
@@ -122,31 +157,45 @@ def test_search_settings_are_all_required_per_backend(data: TaskData) -> None:
     from autorl.task_code.deepsearchqa.search import make_search
 
     assert isinstance(make_search(EVAL["search"], data.private_dir), Bm25Search)
-    with pytest.raises(EnvError, match="search backend 'bm25' lacks num_results; it takes backend, num_results"):
+    with pytest.raises(
+        EnvError, match="search backend 'bm25' lacks num_results; it takes backend, num_results"
+    ):
         make_search({"backend": "bm25"}, data.private_dir)
     with pytest.raises(EnvError, match="unknown search backend 'google'; valid: bm25, web"):
         make_search({"backend": "google", "num_results": 2}, data.private_dir)
 
 
 def test_judge_never_accepts_an_empty_answer_a_hedge_or_a_missing_set_item() -> None:
-    with open_judge({"judge_driver": None, "judge_server": "rules", "judge_params": {}, "judge_concurrency": 2}, None) as judge:
-        verdicts = judge_answers(judge, [("Single Answer", "1742", ""), ("Single Answer", "1742", "in 1742"),
-                                         ("Set Answer", "Ostra, Lindel", "Lindel and Ostra"),
-                                         ("Set Answer", "Ostra, Lindel", "Ostra"),
-                                         ("Single Answer", "salt", "salt wool amber glass timber copper silk"),
-                                         ("Set Answer", "Ostra, Lindel", "Ostra, Lindel, Varn")])
+    with open_judge(
+        {"judge_driver": None, "judge_server": "rules", "judge_params": {}, "judge_concurrency": 2},
+        None,
+    ) as judge:
+        verdicts = judge_answers(
+            judge,
+            [
+                ("Single Answer", "1742", ""),
+                ("Single Answer", "1742", "in 1742"),
+                ("Set Answer", "Ostra, Lindel", "Lindel and Ostra"),
+                ("Set Answer", "Ostra, Lindel", "Ostra"),
+                ("Single Answer", "salt", "salt wool amber glass timber copper silk"),
+                ("Set Answer", "Ostra, Lindel", "Ostra, Lindel, Varn"),
+            ],
+        )
         assert verdicts == [False, True, True, False, False, False]
         assert judge.usage.requests == 5  # the empty answer was never sent
 
 
 class _SearchThenAnswer:
-    """Searches the question, then answers with the gold answer found in the observation's town document."""
+    """Searches the question, then answers with the gold answer found in the observation's town
+    document."""
 
     def __init__(self, rows: list[dict[str, str]]) -> None:
         self.gold = {r["problem"]: r["answer"] for r in rows}
         self.calls = 0
 
-    def generate_text(self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
+    def generate_text(
+        self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
         self.calls += 1
         assert stop is not None and "\nAction:" not in stop
         out = []
@@ -155,7 +204,9 @@ class _SearchThenAnswer:
             if "\nObservation: " not in prompt:
                 out.append(f" I should search.\nAction: search[{question}]\nObservation: (made up)")
             else:
-                assert self.gold[question].split(",")[0] in prompt  # the real search result is in the prompt
+                assert (
+                    self.gold[question].split(",")[0] in prompt
+                )  # the real search result is in the prompt
                 out.append(f" Found it.\nAction: answer[{self.gold[question]}]")
         return out
 
@@ -169,12 +220,16 @@ def test_react_searches_for_real_and_is_judged(data: TaskData) -> None:
 
 
 class _NeverAnswers:
-    def generate_text(self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
+    def generate_text(
+        self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
         return ["Action: search[]" if i % 2 else "" for i, _ in enumerate(prompts)]
 
 
 def test_unanswered_questions_are_incorrect(data: TaskData) -> None:
-    result = load_evaluator(SPEC)(_NeverAnswers(), EvalContext(data.private_dir, options=EVAL | {"max_steps": 2}))
+    result = load_evaluator(SPEC)(
+        _NeverAnswers(), EvalContext(data.private_dir, options=EVAL | {"max_steps": 2})
+    )
     assert result.score == 0.0 and result.details["answered"] == 0
 
 
@@ -182,7 +237,11 @@ def test_bad_judge_options_fail_before_generating(data: TaskData) -> None:
     from autorl.errors import ConfigError
 
     with pytest.raises(ConfigError, match="exactly one of"):
-        load_evaluator(SPEC)(_NeverAnswers(), EvalContext(data.private_dir, options=EVAL | {"judge_server": None}))
+        load_evaluator(SPEC)(
+            _NeverAnswers(), EvalContext(data.private_dir, options=EVAL | {"judge_server": None})
+        )
     with pytest.raises(ConfigError, match="Did you mean: rules"):
-        load_evaluator(SPEC)(_NeverAnswers(), EvalContext(data.private_dir, options=EVAL | {"judge_server": "rule"}))
+        load_evaluator(SPEC)(
+            _NeverAnswers(), EvalContext(data.private_dir, options=EVAL | {"judge_server": "rule"})
+        )
     assert LOCAL_JUDGES.names() == ["rules"]

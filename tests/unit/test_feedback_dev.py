@@ -1,4 +1,5 @@
-"""grading.feedback (docs/design.md#the-grading-api): the selection rule, the test split in both modes, a dev split the agent
+"""grading.feedback (docs/design.md#the-grading-api): the selection rule, the test split in both
+modes, a dev split the agent
 sees scores of, and test scores it never sees."""
 
 from __future__ import annotations
@@ -22,49 +23,83 @@ from autorl.tasks import build_task_data, get_task
 from autorl.workspace.run_meta import RunMeta
 
 
-def sub(i: int, status: str, score: float | None, test: float | None = None, flags: str | None = None) -> SubmissionRecord:
-    return SubmissionRecord("c", i, f"output/{i}", status, score=score, test_score=test, flags=flags)
+def sub(
+    i: int, status: str, score: float | None, test: float | None = None, flags: str | None = None
+) -> SubmissionRecord:
+    return SubmissionRecord(
+        "c", i, f"output/{i}", status, score=score, test_score=test, flags=flags
+    )
 
 
-# (submissions, allow_flagged, feedback) -> (best id, best_score (its test score), best_feedback_score, best_on_test)
+# (submissions, allow_flagged, feedback) -> (best id, best_score (its test score),
+# best_feedback_score, best_on_test)
 SELECTION = [
-    # dev feedback: selected on the dev score, reported with its test score; best_on_test is the max test score
+    # dev feedback: selected on the dev score, reported with its test score; best_on_test is the max
+    # test score
     ([sub(1, "scored", 0.2, 0.9), sub(2, "scored", 0.5, 0.4)], False, "dev", (2, 0.4, 0.5, 0.9)),
     # ties on the feedback score: the earliest wins, whatever the test scores
-    ([sub(1, "scored", 0.5, 0.1), sub(2, "duplicate", 0.5, 0.8), sub(3, "scored", 0.5, 0.9)], False, "dev",
-     (1, 0.1, 0.5, 0.9)),
+    (
+        [sub(1, "scored", 0.5, 0.1), sub(2, "duplicate", 0.5, 0.8), sub(3, "scored", 0.5, 0.9)],
+        False,
+        "dev",
+        (1, 0.1, 0.5, 0.9),
+    ),
     # invalid submissions never count, even with a test score
     ([sub(1, "invalid", None, 1.0), sub(2, "scored", 0.3, 0.2)], False, "dev", (2, 0.2, 0.3, 0.2)),
     # flagged: out unless allow_substitution
-    ([sub(1, "scored", 0.9, 0.9, "model_mismatch"), sub(2, "scored", 0.3, 0.3)], False, "dev", (2, 0.3, 0.3, 0.3)),
-    ([sub(1, "scored", 0.9, 0.8, "model_mismatch"), sub(2, "scored", 0.3, 0.3)], True, "dev", (1, 0.8, 0.9, 0.8)),
+    (
+        [sub(1, "scored", 0.9, 0.9, "model_mismatch"), sub(2, "scored", 0.3, 0.3)],
+        False,
+        "dev",
+        (2, 0.3, 0.3, 0.3),
+    ),
+    (
+        [sub(1, "scored", 0.9, 0.8, "model_mismatch"), sub(2, "scored", 0.3, 0.3)],
+        True,
+        "dev",
+        (1, 0.8, 0.9, 0.8),
+    ),
     # dev feedback before the test scoring: selected, but no test score yet
     ([sub(1, "scored", 0.4)], False, "dev", (1, None, 0.4, None)),
     # test feedback: the score is the test score (records from before test_score existed included)
     ([sub(1, "scored", 0.4), sub(2, "scored", 0.6, 0.6)], False, "test", (2, 0.6, 0.6, 0.6)),
-    ([sub(1, "invalid", None), sub(2, "copy_of_base", 0.1, 0.1)], False, "test", (2, 0.1, 0.1, 0.1)),
+    (
+        [sub(1, "invalid", None), sub(2, "copy_of_base", 0.1, 0.1)],
+        False,
+        "test",
+        (2, 0.1, 0.1, 0.1),
+    ),
     ([], False, "dev", (None, None, None, None)),
 ]
 
 
 @pytest.mark.parametrize(("subs", "allow_flagged", "feedback", "expected"), SELECTION)
-def test_selection_rule(subs: list[SubmissionRecord], allow_flagged: bool, feedback: str,
-                        expected: tuple[int | None, float | None, float | None, float | None]) -> None:
+def test_selection_rule(
+    subs: list[SubmissionRecord],
+    allow_flagged: bool,
+    feedback: str,
+    expected: tuple[int | None, float | None, float | None, float | None],
+) -> None:
     summary = summarize_submissions(subs, 0.1, allow_flagged=allow_flagged, feedback=feedback)
     best_id, best_score, best_feedback, best_on_test = expected
     assert summary["best_submission_id"] == best_id
     assert summary["best_score"] == best_score
     assert summary["best_feedback_score"] == best_feedback
     assert summary["best_on_test"] == best_on_test
-    assert summary["improvement"] == (round(best_score - 0.1, 6) if best_score is not None else None)
+    assert summary["improvement"] == (
+        round(best_score - 0.1, 6) if best_score is not None else None
+    )
 
 
 def test_earlier_attempts_never_count() -> None:
-    """The Recorder passes only the final attempt's submissions; a better earlier attempt changes nothing."""
+    """The Recorder passes only the final attempt's submissions; a better earlier attempt changes
+    nothing."""
     final = [sub(1, "scored", 0.3, 0.3)]
     earlier = [replace(sub(1, "scored", 0.9, 0.9), attempt=1)]
     assert summarize_submissions(final, 0.0, feedback="dev")["best_score"] == 0.3
-    assert summarize_submissions(earlier + final, 0.0, feedback="dev")["best_score"] == 0.9  # why only the final is passed
+    assert (
+        summarize_submissions(earlier + final, 0.0, feedback="dev")["best_score"] == 0.9
+    )  # why only the final is passed
 
 
 def test_test_split_is_identical_in_both_modes() -> None:
@@ -120,7 +155,9 @@ class _Sink:
         self.records[record.submission_id] = record
 
 
-def test_dev_feedback_agent_sees_dev_scores_only_and_test_scores_come_after(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_dev_feedback_agent_sees_dev_scores_only_and_test_scores_come_after(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
     from tests.helpers.grading_cell import save_variant
 
     workspace = tmp_path / "workspace"
@@ -139,7 +176,10 @@ def test_dev_feedback_agent_sees_dev_scores_only_and_test_scores_come_after(tmp_
     bodies = service.responses()
     assert [b["status"] for b in bodies] == ["scored", "duplicate", "copy_of_base"]
     assert [b["score"] for b in bodies] == [0.625, 0.625, 0.25]
-    assert all(b["best"] == {"submission_id": 1, "score": 0.625} and b["baseline_score"] == 0.25 for b in bodies)
+    assert all(
+        b["best"] == {"submission_id": 1, "score": 0.625} and b["baseline_score"] == 0.25
+        for b in bodies
+    )
     assert "0.3125" not in json.dumps(bodies) and "test_score" not in json.dumps(bodies)
     assert all(r.test_score is None for r in sink.records.values())
 
@@ -150,7 +190,11 @@ def test_dev_feedback_agent_sees_dev_scores_only_and_test_scores_come_after(tmp_
     assert [sink.records[i].test_score for i in (1, 2, 3)] == [0.3125, 0.3125, 0.125]
     assert not (tmp_path / "grader_copies").exists()
     summary = summarize_submissions(list(sink.records.values()), 0.125, feedback="dev")
-    assert (summary["best_submission_id"], summary["best_score"], summary["improvement"]) == (1, 0.3125, 0.1875)
+    assert (summary["best_submission_id"], summary["best_score"], summary["improvement"]) == (
+        1,
+        0.3125,
+        0.1875,
+    )
     # What the agent could still ask for after the cell ended: dev scores only.
     assert "0.3125" not in json.dumps(service.responses())
 
@@ -172,7 +216,8 @@ def test_test_feedback_scores_are_test_scores(tmp_path: Path, tiny_model_dir: Pa
 
 
 def test_version_7_gives_earlier_records_their_test_scores(tmp_path: Path) -> None:
-    """Every earlier sweep ran with test feedback: a submission's score is its test score, a cell's best its best."""
+    """Every earlier sweep ran with test feedback: a submission's score is its test score, a cell's
+    best its best."""
     import sqlite3
 
     from autorl.records.migrations import MIGRATIONS
@@ -183,12 +228,20 @@ def test_version_7_gives_earlier_records_their_test_scores(tmp_path: Path) -> No
         for step in MIGRATIONS[:6]:
             step.apply(conn)
         conn.execute("INSERT INTO schema_version (version) VALUES (6)")
-        conn.execute("INSERT INTO cells (sweep_id, cell_id, agent, driver, task, task_version, model, seed, budget_s, "
-                     "status, baseline, best_score, improvement, submissions, valid_submissions, tokens_in, tokens_out, "
-                     "cost_usd, attempts, config_json) VALUES ('s', 'c', 'a', 'd', 'gsm8k', 1, 'tiny', 0, 60, "
-                     "'completed', 0.1, 0.4, 0.3, 1, 1, 0, 0, 0, 1, '{}')")
-        conn.execute("INSERT INTO submissions (cell_id, submission_id, model_path, status, score, attempt, details_json, "
-                     "submitted_at) VALUES ('c', 1, 'output/v1', 'scored', 0.4, 1, '{}', 0)")
+        conn.execute(
+            "INSERT INTO cells (sweep_id, cell_id, agent, driver, task, task_version, model, seed, "
+            "budget_s, "
+            "status, baseline, best_score, improvement, submissions, valid_submissions, tokens_in, "
+            "tokens_out, "
+            "cost_usd, attempts, config_json) VALUES ('s', 'c', 'a', 'd', 'gsm8k', 1, 'tiny', 0, "
+            "60, "
+            "'completed', 0.1, 0.4, 0.3, 1, 1, 0, 0, 0, 1, '{}')"
+        )
+        conn.execute(
+            "INSERT INTO submissions (cell_id, submission_id, model_path, status, score, attempt, "
+            "details_json, "
+            "submitted_at) VALUES ('c', 1, 'output/v1', 'scored', 0.4, 1, '{}', 0)"
+        )
     conn.close()
     with RecordStore(path) as store:
         assert store.migrations_applied == ("feedback",)

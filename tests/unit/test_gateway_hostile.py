@@ -542,8 +542,12 @@ def test_a_huge_model_name_is_kept_bounded_in_the_record(
     """The model the agent asks for goes into every call's record: a megabyte of it is cut."""
     gateway, calls = gateways(settings_at(replay.base_url))
     body = {"model": "m" * (1 << 20), "messages": [{"role": "user", "content": "hi"}]}
-    answer = httpx.post(f"{gateway.url}/v1/chat/completions", json=body,
-                        headers={"authorization": f"Bearer {TOKEN}"}, timeout=60)
+    answer = httpx.post(
+        f"{gateway.url}/v1/chat/completions",
+        json=body,
+        headers={"authorization": f"Bearer {TOKEN}"},
+        timeout=60,
+    )
     assert answer.status_code == 200
     [call] = calls
     assert call.requested_model == "m" * 200

@@ -1,4 +1,5 @@
-"""The grading API over real HTTP: every input rule of docs/design.md#the-grading-api, scoring with a real grader in-process."""
+"""The grading API over real HTTP: every input rule of docs/design.md#the-grading-api, scoring with
+a real grader in-process."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from autorl.records.store import RecordStore
 from tests.helpers.grading_cell import GatedScorer, save_variant, start_grading_cell
 
 TOKEN = "test-token"
+
+
 @dataclass
 class Api:
     client: httpx.Client
@@ -29,9 +32,20 @@ class Api:
 
 @pytest.fixture()
 def api(tmp_path: Path, tiny_model_dir: Path, cache_dir: Path) -> Iterator[Api]:
-    cell = start_grading_cell(tmp_path, tiny_model_dir, cache_dir, token=TOKEN, cell_id="cell-a", max_queued=2,
-                              max_body_bytes=1024, submit_timeout_s=120.0, budget_s=600)
-    client = httpx.Client(base_url=cell.server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+    cell = start_grading_cell(
+        tmp_path,
+        tiny_model_dir,
+        cache_dir,
+        token=TOKEN,
+        cell_id="cell-a",
+        max_queued=2,
+        max_body_bytes=1024,
+        submit_timeout_s=120.0,
+        budget_s=600,
+    )
+    client = httpx.Client(
+        base_url=cell.server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120
+    )
     try:
         yield Api(client, cell.workspace, cell.service, cell.scorer, cell.store, cell.baseline)
     finally:
@@ -41,10 +55,17 @@ def api(tmp_path: Path, tiny_model_dir: Path, cache_dir: Path) -> Iterator[Api]:
 
 def test_token_is_required(api: Api) -> None:
     # A token of non-ASCII bytes was a 500: hmac.compare_digest refuses such str.
-    wrong: list[dict[bytes, bytes]] = [{}, {b"Authorization": b"Bearer wrong"}, {b"Authorization": f"Basic {TOKEN}".encode()},
-                                       {b"Authorization": b"Bearer \xe9\xff"}, {b"Authorization": b"Bearer"}]
+    wrong: list[dict[bytes, bytes]] = [
+        {},
+        {b"Authorization": b"Bearer wrong"},
+        {b"Authorization": f"Basic {TOKEN}".encode()},
+        {b"Authorization": b"Bearer \xe9\xff"},
+        {b"Authorization": b"Bearer"},
+    ]
     for headers in wrong:
-        response = httpx.post(str(api.client.base_url) + "/submit", headers=headers, json={"model_path": "output/v1"})
+        response = httpx.post(
+            str(api.client.base_url) + "/submit", headers=headers, json={"model_path": "output/v1"}
+        )
         assert response.status_code == 401 and "GRADING_TOKEN" in response.json()["error"]
     assert api.client.get("/health").json()["status"] == "ok"
     assert api.store.list_submissions("cell-a") == []
@@ -93,7 +114,9 @@ def test_unloadable_models_are_422_naming_what_is_missing(api: Api, tiny_model_d
     ],
 )
 def test_malformed_requests(api: Api, body: bytes, status: int, fragment: str) -> None:
-    response = api.client.post("/submit", content=body, headers={"Content-Type": "application/json"})
+    response = api.client.post(
+        "/submit", content=body, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == status
     assert fragment in response.json()["error"]
 
@@ -101,16 +124,28 @@ def test_malformed_requests(api: Api, body: bytes, status: int, fragment: str) -
 @pytest.mark.parametrize(
     ("body", "fragment"),
     [
-        (b"[" * 1000, "too deeply"),  # 5,000 levels (the size of the bodies that got a 500) are over this app's 1 KiB cap
+        (
+            b"[" * 1000,
+            "too deeply",
+        ),  # 5,000 levels (the size of the bodies that got a 500) are over this app's 1 KiB cap
         (b"[" * 17 + b"]" * 17, "too deeply"),
         (b'{"model_path": ' * 20 + b'"output/v1"' + b"}" * 20, "too deeply"),
-        (b'{"model_path": 1' + b"0" * 600 + b"}", "too large"),  # int() would parse up to 4,300 digits
+        (
+            b'{"model_path": 1' + b"0" * 600 + b"}",
+            "too large",
+        ),  # int() would parse up to 4,300 digits
         (b"1" * 1000, "too large"),
         (b'{"model_path": NaN}', "NaN"),
         (b'{"model_path": 1e999999}', "out of range"),
-        (b'{"model_path": "\\ud800"}', "not valid Unicode"),  # a lone surrogate escape: no path can hold it
+        (
+            b'{"model_path": "\\ud800"}',
+            "not valid Unicode",
+        ),  # a lone surrogate escape: no path can hold it
         (b'{"model_path": "\xff\xfe"}', "not UTF-8"),
-        ('{"model_path": "output/missing"}'.encode("utf-16"), "does not exist"),  # UTF-16 is JSON too
+        (
+            '{"model_path": "output/missing"}'.encode("utf-16"),
+            "does not exist",
+        ),  # UTF-16 is JSON too
     ],
 )
 def test_bodies_the_parser_refuses_are_400(api: Api, body: bytes, fragment: str) -> None:
@@ -121,7 +156,9 @@ def test_bodies_the_parser_refuses_are_400(api: Api, body: bytes, fragment: str)
 
 
 def test_body_over_the_cap_is_413_whatever_its_framing(api: Api) -> None:
-    def chunks() -> Iterator[bytes]:  # a generator body: httpx sends it chunked, without Content-Length
+    def chunks() -> Iterator[
+        bytes
+    ]:  # a generator body: httpx sends it chunked, without Content-Length
         yield b'{"model_path": "'
         for _ in range(8):
             yield b"x" * 256
@@ -130,20 +167,27 @@ def test_body_over_the_cap_is_413_whatever_its_framing(api: Api) -> None:
     assert chunked.status_code == 413 and "over 1024 bytes" in chunked.json()["error"]
     declared = api.client.post("/submit", content=b"{" + b" " * 5000 + b"}")
     assert declared.status_code == 413 and "over 1024 bytes" in declared.json()["error"]
-    compressed = api.client.post("/submit", content=b"\x1f\x8b", headers={"Content-Encoding": "gzip"})
+    compressed = api.client.post(
+        "/submit", content=b"\x1f\x8b", headers={"Content-Encoding": "gzip"}
+    )
     assert compressed.status_code == 415 and "uncompressed" in compressed.json()["error"]
     assert api.client.get("/health").status_code == 200
     assert api.store.list_submissions("cell-a") == []
 
 
-def test_refusal_of_a_stalled_body_is_sent_at_once_and_the_connection_closed(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A client that announces a body and never sends it gets its 401 at once; the server hangs up soon after."""
+def test_refusal_of_a_stalled_body_is_sent_at_once_and_the_connection_closed(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that announces a body and never sends it gets its 401 at once; the server hangs up
+    soon after."""
     monkeypatch.setattr("autorl.grading.api._DRAIN_S", 0.5)
     host, port = api.client.base_url.host, api.client.base_url.port
     assert port is not None
     started = time.monotonic()
     with socket.create_connection((host, port), timeout=10) as sock:
-        sock.sendall(b"POST /submit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nContent-Length: 100\r\n\r\n{")
+        sock.sendall(
+            b"POST /submit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nContent-Length: 100\r\n\r\n{"
+        )
         received = b""
         while chunk := sock.recv(4096):
             received += chunk
@@ -158,7 +202,11 @@ def test_unknown_paths_methods_and_ids_say_what_exists(api: Api) -> None:
     unknown = api.client.get("/nothing")
     assert unknown.status_code == 404 and "POST /submit" in unknown.json()["error"]
     wrong = api.client.put("/submit", content=b"{}")
-    assert wrong.status_code == 405 and "POST" in wrong.json()["error"] and wrong.headers["allow"] == "POST"
+    assert (
+        wrong.status_code == 405
+        and "POST" in wrong.json()["error"]
+        and wrong.headers["allow"] == "POST"
+    )
     for method in ("HEAD", "OPTIONS", "TRACE", "FOO"):
         response = api.client.request(method, "/health")
         assert response.status_code == 405 and response.headers["allow"] == "GET"
@@ -196,7 +244,10 @@ def test_scored_submission_then_duplicate(api: Api, tiny_model_dir: Path) -> Non
 def test_no_wait_returns_202_and_the_result_arrives(api: Api, tiny_model_dir: Path) -> None:
     save_variant(tiny_model_dir, api.workspace / "output" / "v2", noise_seed=2)
     response = api.client.post("/submit", json={"model_path": "output/v2", "wait": False})
-    assert response.status_code == 202 and response.json() == {"submission_id": 1, "status": "queued"}
+    assert response.status_code == 202 and response.json() == {
+        "submission_id": 1,
+        "status": "queued",
+    }
     assert api.service.wait(1, 120)
     body = api.client.get("/submissions/1").json()
     assert body["status"] == "scored" and body["score"] is not None
@@ -209,7 +260,12 @@ def test_too_many_queued_submissions_get_429(api: Api, tiny_model_dir: Path) -> 
     for index in range(3):
         save_variant(tiny_model_dir, api.workspace / "output" / f"q{index}", noise_seed=10 + index)
     for index in range(2):
-        assert api.client.post("/submit", json={"model_path": f"output/q{index}", "wait": False}).status_code == 202
+        assert (
+            api.client.post(
+                "/submit", json={"model_path": f"output/q{index}", "wait": False}
+            ).status_code
+            == 202
+        )
     response = api.client.post("/submit", json={"model_path": "output/q2", "wait": False})
     assert response.status_code == 429 and "already waiting" in response.json()["error"]
     api.scorer.gate.set()
@@ -228,7 +284,15 @@ def test_corrupt_weights_are_recorded_invalid(api: Api, tiny_model_dir: Path) ->
 
 def test_time_and_health_and_no_way_to_set_the_baseline(api: Api) -> None:
     time_body = api.client.get("/time").json()
-    assert {"start_time", "timeout_s", "last_submit_time", "end_time", "now", "remaining", "working_time"} <= set(time_body)
+    assert {
+        "start_time",
+        "timeout_s",
+        "last_submit_time",
+        "end_time",
+        "now",
+        "remaining",
+        "working_time",
+    } <= set(time_body)
     assert 0 < time_body["remaining"] <= 600
     assert api.client.get("/health").json()["task"] == "gsm8k"
     for path in ("/set_baseline", "/baseline"):

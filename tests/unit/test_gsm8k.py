@@ -80,10 +80,15 @@ def _write_hub(root: Path, rows: dict[str, list[dict[str, str]]]) -> None:
     for config in ("main", "socratic"):
         (root / config).mkdir(parents=True)
         for split, split_rows in rows.items():
-            table = pa.table({
-                "question": [f"{config}: {r['question']}" if config != "main" else r["question"] for r in split_rows],
-                "answer": [r["answer"] for r in split_rows],
-            })
+            table = pa.table(
+                {
+                    "question": [
+                        f"{config}: {r['question']}" if config != "main" else r["question"]
+                        for r in split_rows
+                    ],
+                    "answer": [r["answer"] for r in split_rows],
+                }
+            )
             pq.write_table(table, root / config / f"{split}-00000-of-00001.parquet")
 
 
@@ -91,10 +96,23 @@ def test_hub_build_from_local_standin(tmp_path: Path, monkeypatch: pytest.Monkey
     datasets = pytest.importorskip("datasets")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
     rows = {
-        "train": [{"question": f"Train question {i}: what is {i} + 1?", "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}"}
-                  for i in range(5)],
-        "test": [{"question": "Test: Ann has 3 pens and buys 2, how many?", "answer": "3 + 2 = 5\n#### 5"},
-                 {"question": "Test: costs $1,200 then $300; total?", "answer": "1200 + 300 = 1500\n#### 1,500"}],
+        "train": [
+            {
+                "question": f"Train question {i}: what is {i} + 1?",
+                "answer": f"{i} + 1 = {i + 1}\n#### {i + 1}",
+            }
+            for i in range(5)
+        ],
+        "test": [
+            {
+                "question": "Test: Ann has 3 pens and buys 2, how many?",
+                "answer": "3 + 2 = 5\n#### 5",
+            },
+            {
+                "question": "Test: costs $1,200 then $300; total?",
+                "answer": "1200 + 300 = 1500\n#### 1,500",
+            },
+        ],
     }
     hub = tmp_path / "hub"
     _write_hub(hub, rows)
@@ -125,19 +143,28 @@ class RecordingEngine:
         self.reply = reply
         self.calls: list[tuple[list[list[dict[str, str]]], int, list[str] | None]] = []
 
-    def generate_chat(self, conversations: list[list[dict[str, str]]], *, max_new_tokens: int,
-                      stop: list[str] | None = None) -> list[str]:
+    def generate_chat(
+        self,
+        conversations: list[list[dict[str, str]]],
+        *,
+        max_new_tokens: int,
+        stop: list[str] | None = None,
+    ) -> list[str]:
         self.calls.append((conversations, max_new_tokens, stop))
         return [self.reply] * len(conversations)
 
-    def generate_text(self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None) -> list[str]:
+    def generate_text(
+        self, prompts: list[str], *, max_new_tokens: int, stop: list[str] | None = None
+    ) -> list[str]:
         raise AssertionError("gsm8k must use the chat interface")
 
 
 @pytest.fixture(scope="module")
 def private_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("gsm8k")
-    return build_task_data(SPEC, "fixture", root, options={"train_size": 50, "eval_size": 20}).private_dir
+    return build_task_data(
+        SPEC, "fixture", root, options={"train_size": 50, "eval_size": 20}
+    ).private_dir
 
 
 def test_prompts_contain_shots_and_question(private_dir: Path) -> None:
@@ -152,10 +179,17 @@ def test_prompts_contain_shots_and_question(private_dir: Path) -> None:
     assert len(conversations) == len(items) == result.num_examples == 20
     for conversation, item in zip(conversations, items, strict=True):
         assert [m["role"] for m in conversation] == ["user", "assistant"] * 4 + ["user"]
-        assert conversation[-1]["content"] == f"Question: {item['question']}\nLet's think step by step\nAnswer:"
-        for (shot_q, shot_a), user, bot in zip(EVAL.SHOTS, conversation[0:8:2], conversation[1:8:2], strict=True):
+        assert (
+            conversation[-1]["content"]
+            == f"Question: {item['question']}\nLet's think step by step\nAnswer:"
+        )
+        for (shot_q, shot_a), user, bot in zip(
+            EVAL.SHOTS, conversation[0:8:2], conversation[1:8:2], strict=True
+        ):
             assert user["content"] == f"Question: {shot_q}\nLet's think step by step\nAnswer:"
-            assert bot["content"] == shot_a and shot_a.rstrip().splitlines()[-1].startswith("The answer is ")
+            assert bot["content"] == shot_a and shot_a.rstrip().splitlines()[-1].startswith(
+                "The answer is "
+            )
     golds = [EVAL.gold_answer(item["answer"]) for item in items]
     assert result.details["correct"] == golds.count("12")
     assert result.score == pytest.approx(100.0 * golds.count("12") / 20)
@@ -164,16 +198,24 @@ def test_prompts_contain_shots_and_question(private_dir: Path) -> None:
 
 def test_options_zero_shot_and_limit(private_dir: Path) -> None:
     engine = RecordingEngine("")
-    result = EVAL.evaluate(engine, EvalContext.for_task(SPEC, "hub", private_dir,
-                                                       {"num_shots": 0, "limit": 3, "max_new_tokens": 32}))
+    result = EVAL.evaluate(
+        engine,
+        EvalContext.for_task(
+            SPEC, "hub", private_dir, {"num_shots": 0, "limit": 3, "max_new_tokens": 32}
+        ),
+    )
     conversations, max_new_tokens, _ = engine.calls[0]
-    assert len(conversations) == 3 and all(len(c) == 1 for c in conversations) and max_new_tokens == 32
+    assert (
+        len(conversations) == 3 and all(len(c) == 1 for c in conversations) and max_new_tokens == 32
+    )
     assert result.score == 0.0 and result.num_examples == 3
 
 
 def test_fixture_shape_and_disjoint(tmp_path: Path) -> None:
     data = build_task_data(SPEC, "fixture", tmp_path, seed=3)
-    train = [json.loads(line) for line in (data.public_dir / "train.jsonl").read_text().splitlines()]
+    train = [
+        json.loads(line) for line in (data.public_dir / "train.jsonl").read_text().splitlines()
+    ]
     test = [json.loads(line) for line in (data.private_dir / "eval.jsonl").read_text().splitlines()]
     defaults = build_options(SPEC, "fixture")  # tasks/gsm8k/options.py: 2000 / 200
     assert (len(train), len(test)) == (defaults["train_size"], defaults["eval_size"]) == (2000, 200)

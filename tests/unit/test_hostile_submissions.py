@@ -5,7 +5,8 @@ invariant the grader keeps (docs/threat-model.md has the same rows). The cell is
 :mod:`tests.helpers.grading_cell` (uvicorn, :class:`SubmissionService`, a record store) whose scorer
 is the real in-process grader with a warm HF engine, the cell's base for adapters and a short
 chat-template time limit. Decoding (a submission's ``generation_config.json``) and the render child
-are tested on the engine itself in ``test_hostile_decoding.py``, as the API scores a weights hash once.
+are tested on the engine itself in ``test_hostile_decoding.py``, as the API scores a weights hash
+once.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ EVIL_PY = (
     "from transformers import PreTrainedTokenizerFast as EvilTokenizer\n"
     "from transformers import Qwen3Config as EvilConfig, Qwen3ForCausalLM as EvilModel\n"
 )
+
+
 class HostileScorer:
     """The real grader: :func:`score_model`, a warm engine, the cell's base and :data:`LIMITS`."""
 

@@ -1,4 +1,5 @@
-"""Adapters on the cell's base, and model identity (issue #12 deliverables 2 and 3), on tiny real models."""
+"""Adapters on the cell's base, and model identity (issue #12 deliverables 2 and 3), on tiny real
+models."""
 
 from __future__ import annotations
 
@@ -20,18 +21,49 @@ from autorl.grading.service import CellGradingContext, SubmissionService
 from autorl.records.types import SubmissionRecord
 from autorl.workspace.run_meta import RunMeta
 
-WORDS = ["[UNK]", "[PAD]", "</s>", "the", "cat", "sat", "on", "a", "mat", "dog", "ran", "far", "away", "home"]
+WORDS = [
+    "[UNK]",
+    "[PAD]",
+    "</s>",
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "dog",
+    "ran",
+    "far",
+    "away",
+    "home",
+]
 INPUT_IDS = [[3, 4, 5, 6, 7, 8, 9, 10]]
-TARGET = EvalTarget("gsm8k", 1, "fixture", 0, {"train_size": 20, "eval_size": 8}, {"num_shots": 0, "max_new_tokens": 8})
+TARGET = EvalTarget(
+    "gsm8k",
+    1,
+    "fixture",
+    0,
+    {"train_size": 20, "eval_size": 8},
+    {"num_shots": 0, "max_new_tokens": 8},
+)
 
 
-def _model(seed: int, **overrides: Any) -> Any:  # -> Qwen3ForCausalLM (typed loosely: collection stays light)
+def _model(
+    seed: int, **overrides: Any
+) -> Any:  # -> Qwen3ForCausalLM (typed loosely: collection stays light)
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    shape = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-             "num_key_value_heads": 1, "head_dim": 8, "vocab_size": 64}
+    shape = {
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 8,
+        "vocab_size": 64,
+    }
     return Qwen3ForCausalLM(Qwen3Config(**{**shape, **overrides}))
 
 
@@ -41,7 +73,9 @@ def _tokenizer() -> Any:  # -> PreTrainedTokenizerFast
 
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>"
+    )
 
 
 def _save(model: Any, path: Path, **kwargs: Any) -> Path:
@@ -54,7 +88,12 @@ def _lora(model: Any, path: Path, names_base: str | None = None, **config: Any) 
     """Saves a LoRA adapter with non-zero B (so it changes the model) and the tokenizer."""
     from peft import LoraConfig, get_peft_model
 
-    settings = {"r": 2, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"], "init_lora_weights": False}
+    settings = {
+        "r": 2,
+        "lora_alpha": 8,
+        "target_modules": ["q_proj", "v_proj", "down_proj"],
+        "init_lora_weights": False,
+    }
     peft_model = get_peft_model(model, LoraConfig(**{**settings, **config}))
     peft_model.save_pretrained(path)
     _tokenizer().save_pretrained(path)
@@ -75,7 +114,9 @@ def _merged_on(adapter: Path, base: Path, dest: Path) -> Path:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(adapter)).merge_and_unload()
+    merged = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base), str(adapter)
+    ).merge_and_unload()
     return _save(merged, dest)
 
 
@@ -90,12 +131,17 @@ def _logits(model_dir: Path, base_dir: Path | None = None) -> Any:
 
 
 def _hand_distance(submission: dict[str, Any], base: dict[str, Any]) -> float:
-    """sqrt(sum ||W - W0||^2) / sqrt(sum ||W0||^2) over the base's tensors, straight from the definition;
+    """sqrt(sum ||W - W0||^2) / sqrt(sum ||W0||^2) over the base's tensors, straight from the
+    definition;
     a tensor missing from the submission, or of another shape, counts as W = 0."""
 
     def squared_diff(name: str, w0: Any) -> float:
         w = submission.get(name)
-        return float(((w.float() if w is not None and w.shape == w0.shape else 0) - w0.float()).square().sum())
+        return float(
+            ((w.float() if w is not None and w.shape == w0.shape else 0) - w0.float())
+            .square()
+            .sum()
+        )
 
     num = sum(squared_diff(n, w0) for n, w0 in base.items())
     den = sum(float(w0.float().square().sum()) for w0 in base.values())
@@ -124,7 +170,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     dirs["sharded"] = _save(_model(0), root / "sharded", max_shard_size="20KB")
     perturbed = _model(0)
     with torch.no_grad():
-        perturbed.model.layers[0].mlp.up_proj.weight.add_(0.01 * torch.randn_like(perturbed.model.layers[0].mlp.up_proj.weight))
+        perturbed.model.layers[0].mlp.up_proj.weight.add_(
+            0.01 * torch.randn_like(perturbed.model.layers[0].mlp.up_proj.weight)
+        )
         perturbed.model.norm.weight.add_(0.5)
     dirs["perturbed"] = _save(perturbed, root / "perturbed")
     grown = _model(0)
@@ -134,7 +182,8 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return dirs
 
 
-# --- adapters are applied to the cell's base -------------------------------------------------------
+# --- adapters are applied to the cell's base
+# -------------------------------------------------------
 
 
 @pytest.mark.parametrize("names", ["other", "/nonexistent/model"])
@@ -144,7 +193,9 @@ def test_adapter_is_applied_to_the_given_base_whatever_its_config_names(
     import torch
 
     adapter = shutil.copytree(models["adapter"], tmp_path / "adapter")
-    _set_adapter_config(adapter, base_model_name_or_path=str(models[names]) if names in models else names)
+    _set_adapter_config(
+        adapter, base_model_name_or_path=str(models[names]) if names in models else names
+    )
     scored = _logits(adapter, base_dir=models["base"])
     on_base = _logits(_merged_on(adapter, models["base"], tmp_path / "on_base"))
     on_other = _logits(_merged_on(adapter, models["other"], tmp_path / "on_other"))
@@ -153,7 +204,9 @@ def test_adapter_is_applied_to_the_given_base_whatever_its_config_names(
     assert not torch.allclose(scored, _logits(models["base"]), atol=1e-3)  # the adapter was applied
 
 
-def test_adapter_without_a_base_dir_is_a_clear_error(models: dict[str, Path], tmp_path: Path, cache_dir: Path) -> None:
+def test_adapter_without_a_base_dir_is_a_clear_error(
+    models: dict[str, Path], tmp_path: Path, cache_dir: Path
+) -> None:
     from autorl.engine.hf import AdapterBaseMissing, HFEngine
 
     with pytest.raises(AdapterBaseMissing, match="LoRA adapter.*no base model folder"):
@@ -165,16 +218,22 @@ def test_adapter_without_a_base_dir_is_a_clear_error(models: dict[str, Path], tm
 def test_a_full_model_ignores_base_dir(models: dict[str, Path]) -> None:
     import torch
 
-    torch.testing.assert_close(_logits(models["other"], base_dir=models["base"]), _logits(models["other"]))
+    torch.testing.assert_close(
+        _logits(models["other"], base_dir=models["base"]), _logits(models["other"])
+    )
 
 
-def test_score_model_scores_an_adapter_as_merged_on_the_base(tiny_model_dir: Path, cache_dir: Path, tmp_path: Path) -> None:
+def test_score_model_scores_an_adapter_as_merged_on_the_base(
+    tiny_model_dir: Path, cache_dir: Path, tmp_path: Path
+) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from autorl.engine.hf import AdapterBaseMissing
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    adapter = _lora(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tmp_path / "adapter", lora_alpha=64)
+    adapter = _lora(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir), tmp_path / "adapter", lora_alpha=64
+    )
     _set_adapter_config(adapter, base_model_name_or_path="/nonexistent/other-model")
     merged = _merged_on(adapter, tiny_model_dir, tmp_path / "merged")
     for folder in (adapter, merged):
@@ -188,21 +247,40 @@ def test_score_model_scores_an_adapter_as_merged_on_the_base(tiny_model_dir: Pat
         score_model(TARGET, adapter, cache_dir, batch_size=8)
 
 
-# --- identity: architecture and vocabulary ----------------------------------------------------------
+# --- identity: architecture and vocabulary
+# ----------------------------------------------------------
 
 
 def test_architecture_differences_are_named() -> None:
-    base = {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 16, "num_hidden_layers": 2,
-            "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 32, "head_dim": 8, "vocab_size": 64}
+    base = {
+        "model_type": "qwen3",
+        "architectures": ["Qwen3ForCausalLM"],
+        "hidden_size": 16,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "intermediate_size": 32,
+        "head_dim": 8,
+        "vocab_size": 64,
+    }
     assert compare_architecture(base, dict(base)) == []
     assert compare_architecture(base, {**base, "vocab_size": 70}) == []  # added tokens
-    assert compare_architecture(base, {**base, "num_hidden_layers": 3}) == ["num_hidden_layers 3 (base: 2)"]
-    assert compare_architecture(base, {**base, "num_key_value_heads": None}) == ["num_key_value_heads 2 (base: 1)"]
-    assert compare_architecture(base, {**base, "vocab_size": 60}) == ["vocab_size 60 (base: 64, fewer tokens)"]
-    assert compare_architecture(base, {**base, "architectures": ["Qwen3ForSequenceClassification"]}) == [
-        "architectures ['Qwen3ForSequenceClassification'] (base: ['Qwen3ForCausalLM'])"
+    assert compare_architecture(base, {**base, "num_hidden_layers": 3}) == [
+        "num_hidden_layers 3 (base: 2)"
     ]
-    multimodal = {"model_type": "qwen3", "text_config": {k: v for k, v in base.items() if k != "model_type"}}
+    assert compare_architecture(base, {**base, "num_key_value_heads": None}) == [
+        "num_key_value_heads 2 (base: 1)"
+    ]
+    assert compare_architecture(base, {**base, "vocab_size": 60}) == [
+        "vocab_size 60 (base: 64, fewer tokens)"
+    ]
+    assert compare_architecture(
+        base, {**base, "architectures": ["Qwen3ForSequenceClassification"]}
+    ) == ["architectures ['Qwen3ForSequenceClassification'] (base: ['Qwen3ForCausalLM'])"]
+    multimodal = {
+        "model_type": "qwen3",
+        "text_config": {k: v for k, v in base.items() if k != "model_type"},
+    }
     assert compare_architecture(base, multimodal) == []
 
 
@@ -210,8 +288,12 @@ def _check(models: dict[str, Path], name: str) -> Any:
     return BaseModel(models["base"]).check(models[name], check_loadable_model(models[name]))
 
 
-@pytest.mark.parametrize(("name", "needle"), [("wide", "hidden_size 32 (base: 16)"), ("llama", "model_type 'llama'")])
-def test_another_architecture_is_a_mismatch(models: dict[str, Path], name: str, needle: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "needle"), [("wide", "hidden_size 32 (base: 16)"), ("llama", "model_type 'llama'")]
+)
+def test_another_architecture_is_a_mismatch(
+    models: dict[str, Path], name: str, needle: str
+) -> None:
     report = _check(models, name)
     assert report.flag == MISMATCH_FLAG
     assert any(needle in d for d in report.differences), report.differences
@@ -219,7 +301,8 @@ def test_another_architecture_is_a_mismatch(models: dict[str, Path], name: str, 
 
 
 def test_another_architecture_is_compared_where_shapes_agree(models: dict[str, Path]) -> None:
-    # Tensors of another shape count as missing (W = 0); only q_norm/k_norm (head_dim 8 in both) line up.
+    # Tensors of another shape count as missing (W = 0); only q_norm/k_norm (head_dim 8 in both)
+    # line up.
     expected = _hand_distance(_tensors(models["wide"]), _tensors(models["base"]))
     assert _check(models, "wide").weight_distance == pytest.approx(expected, rel=1e-5)
     assert 0.5 < expected < 1.0
@@ -241,7 +324,9 @@ def test_a_copy_has_distance_zero_in_any_layout(models: dict[str, Path], tmp_pat
 def test_added_tokens_are_no_mismatch(models: dict[str, Path]) -> None:
     report = _check(models, "grown")
     assert report.flag is None and report.differences == ()
-    assert report.weight_distance == 0.0  # the base's rows are unchanged; the new rows have no base value
+    assert (
+        report.weight_distance == 0.0
+    )  # the base's rows are unchanged; the new rows have no base value
 
 
 @pytest.mark.parametrize("chunk", [1 << 22, 7])
@@ -265,18 +350,25 @@ def test_a_missing_tensor_counts_as_zero(models: dict[str, Path], tmp_path: Path
     save_file(tensors, str(partial / "model.safetensors"), metadata={"format": "pt"})
     base = _tensors(models["base"])
     expected = _hand_distance({**tensors, "model.norm.weight": 0 * base["model.norm.weight"]}, base)
-    assert BaseModel(models["base"]).check(partial, check_loadable_model(partial)).weight_distance == pytest.approx(expected)
+    assert BaseModel(models["base"]).check(
+        partial, check_loadable_model(partial)
+    ).weight_distance == pytest.approx(expected)
 
 
-def test_a_substitute_of_the_same_architecture_is_reported_not_flagged(models: dict[str, Path]) -> None:
+def test_a_substitute_of_the_same_architecture_is_reported_not_flagged(
+    models: dict[str, Path],
+) -> None:
     report = _check(models, "other")
     assert report.flag is None
-    assert report.weight_distance == pytest.approx(_hand_distance(_tensors(models["other"]), _tensors(models["base"])), rel=1e-5)
+    assert report.weight_distance == pytest.approx(
+        _hand_distance(_tensors(models["other"]), _tensors(models["base"])), rel=1e-5
+    )
     # Far from a fine-tune's distance (the norms, ones in both random inits, keep it below sqrt(2)).
     assert report.weight_distance > 0.1
 
 
-# --- identity: adapters -----------------------------------------------------------------------------
+# --- identity: adapters
+# -----------------------------------------------------------------------------
 
 
 def _adapter_distance(models: dict[str, Path], adapter: Path) -> float:
@@ -295,9 +387,13 @@ def _adapter_distance(models: dict[str, Path], adapter: Path) -> float:
     ],
     ids=["plain", "patterns", "embedding", "modules_to_save"],
 )
-def test_adapter_distance_is_the_distance_of_its_merge(models: dict[str, Path], tmp_path: Path, config: dict[str, Any]) -> None:
+def test_adapter_distance_is_the_distance_of_its_merge(
+    models: dict[str, Path], tmp_path: Path, config: dict[str, Any]
+) -> None:
     adapter = _lora(_model(0), tmp_path / "adapter", **config)
-    if "modules_to_save" in config:  # train the saved copy: change what the adapter replaces lm_head with
+    if (
+        "modules_to_save" in config
+    ):  # train the saved copy: change what the adapter replaces lm_head with
         from safetensors.torch import load_file, save_file
 
         tensors = load_file(str(adapter / "adapter_model.safetensors"))
@@ -310,15 +406,20 @@ def test_adapter_distance_is_the_distance_of_its_merge(models: dict[str, Path], 
     assert _adapter_distance(models, adapter) == pytest.approx(expected, rel=1e-4)
 
 
-def test_an_adapter_carrying_another_models_weights_is_measured(models: dict[str, Path], tmp_path: Path) -> None:
-    """PEFT loads any base_model.model.<name> tensor of an adapter file: a substitution in disguise."""
+def test_an_adapter_carrying_another_models_weights_is_measured(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """PEFT loads any base_model.model.<name> tensor of an adapter file: a substitution in
+    disguise."""
     from safetensors.torch import load_file, save_file
 
     adapter = shutil.copytree(models["adapter"], tmp_path / "adapter")
     tensors = load_file(str(adapter / "adapter_model.safetensors"))
     tensors = {k: v * 0 for k, v in tensors.items()}  # the LoRA itself does nothing
     for name, value in _tensors(models["other"]).items():
-        lora_target = any(m in name for m in ("q_proj", "v_proj", "down_proj"))  # PEFT wraps these: base_layer
+        lora_target = any(
+            m in name for m in ("q_proj", "v_proj", "down_proj")
+        )  # PEFT wraps these: base_layer
         wrapped = name.replace(".weight", ".base_layer.weight") if lora_target else name
         tensors[f"base_model.model.{wrapped}"] = value
     save_file(tensors, str(adapter / "adapter_model.safetensors"), metadata={"format": "pt"})
@@ -329,8 +430,11 @@ def test_an_adapter_carrying_another_models_weights_is_measured(models: dict[str
     torch.testing.assert_close(_logits(adapter, base_dir=models["base"]), _logits(models["other"]))
 
 
-def test_a_false_fan_in_fan_out_does_not_hide_a_delta(models: dict[str, Path], tmp_path: Path) -> None:
-    """PEFT resets fan_in_fan_out on nn.Linear layers, so the flag must not turn the delta the wrong way."""
+def test_a_false_fan_in_fan_out_does_not_hide_a_delta(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """PEFT resets fan_in_fan_out on nn.Linear layers, so the flag must not turn the delta the wrong
+    way."""
     adapter = shutil.copytree(models["adapter"], tmp_path / "adapter")
     honest = _adapter_distance(models, adapter)
     _set_adapter_config(adapter, fan_in_fan_out=True)
@@ -340,7 +444,9 @@ def test_a_false_fan_in_fan_out_does_not_hide_a_delta(models: dict[str, Path], t
     assert expected == pytest.approx(honest, rel=1e-4)
 
 
-def test_an_adapter_replacing_one_weight_twice_is_corrupt(models: dict[str, Path], tmp_path: Path) -> None:
+def test_an_adapter_replacing_one_weight_twice_is_corrupt(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
     from safetensors.torch import load_file, save_file
 
     from autorl.grading.model_checks import CorruptWeightsError
@@ -351,11 +457,14 @@ def test_an_adapter_replacing_one_weight_twice_is_corrupt(models: dict[str, Path
     tensors["base_model.model.model.norm.weight"] = norm
     tensors["base_model.model.model.norm.base_layer.weight"] = norm * 0
     save_file(tensors, str(adapter / "adapter_model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(CorruptWeightsError, match="two tensors for base weight 'model.norm.weight'"):
+    with pytest.raises(
+        CorruptWeightsError, match="two tensors for base weight 'model.norm.weight'"
+    ):
         BaseModel(models["base"]).check(adapter, check_loadable_model(adapter))
 
 
-# --- the submission service -------------------------------------------------------------------------
+# --- the submission service
+# -------------------------------------------------------------------------
 
 
 @dataclass
@@ -368,7 +477,8 @@ class _Sink:
 
 @dataclass
 class _ScoreByWidth:
-    """Scores a model by its config (the wide substitute scores best); remembers every digest asked for."""
+    """Scores a model by its config (the wide substitute scores best); remembers every digest asked
+    for."""
 
     digests: list[str] = field(default_factory=list)
 
@@ -377,7 +487,9 @@ class _ScoreByWidth:
         config = model_dir / "config.json"
         hidden = json.loads(config.read_text())["hidden_size"] if config.exists() else 0
         score = 0.9 if hidden == 32 else 0.5
-        return ScoreOutcome(score, 8, {"correct": int(score * 8), "flag_reason": "evaluator text"}, None, 0.1), False
+        return ScoreOutcome(
+            score, 8, {"correct": int(score * 8), "flag_reason": "evaluator text"}, None, 0.1
+        ), False
 
 
 def _service(
@@ -388,9 +500,21 @@ def _service(
     run_meta = RunMeta(workspace / "run_meta.json", 600, tmp_path)
     run_meta.update(start_time=time.time())
     base_hash = weights_hash(check_loadable_model(models[base]))
-    ctx = CellGradingContext("cell-a", workspace, base_hash, 0.25, 8, base_model_dir=models[base], allow_substitution=allow)
+    ctx = CellGradingContext(
+        "cell-a",
+        workspace,
+        base_hash,
+        0.25,
+        8,
+        base_model_dir=models[base],
+        allow_substitution=allow,
+    )
     sink, scorer = _Sink(), _ScoreByWidth()
-    return SubmissionService(ctx, scorer, sink, run_meta, tmp_path / f"copies-{base}-{allow}"), sink, scorer
+    return (
+        SubmissionService(ctx, scorer, sink, run_meta, tmp_path / f"copies-{base}-{allow}"),
+        sink,
+        scorer,
+    )
 
 
 def _submit(service: SubmissionService, source: Path, name: str) -> dict[str, Any]:
@@ -415,19 +539,31 @@ def test_a_flagged_submission_is_not_the_best_unless_substitution_is_allowed(
         service.close()
     assert fine["status"] == "scored" and fine["score"] == 0.5 and "flag" not in fine["details"]
     assert 0.0 < fine["details"]["weight_distance"] < 0.2
-    assert fine["details"].get("flag_reason") is None  # an evaluator cannot write the service's strings
+    assert (
+        fine["details"].get("flag_reason") is None
+    )  # an evaluator cannot write the service's strings
     assert wide["status"] == "scored" and wide["score"] == 0.9  # still scored: the report shows it
     assert wide["details"]["flag"] == MISMATCH_FLAG
     assert "hidden_size 32 (base: 16)" in wide["details"]["flag_reason"]
     assert copy["status"] == "copy_of_base" and copy["details"]["weight_distance"] == 0.0
-    assert sink.records[2].flags == MISMATCH_FLAG and sink.records[2].weight_distance == wide["details"]["weight_distance"]
-    assert sink.records[1].flags is None and sink.records[1].weight_distance == fine["details"]["weight_distance"]
+    assert (
+        sink.records[2].flags == MISMATCH_FLAG
+        and sink.records[2].weight_distance == wide["details"]["weight_distance"]
+    )
+    assert (
+        sink.records[1].flags is None
+        and sink.records[1].weight_distance == fine["details"]["weight_distance"]
+    )
     assert (sink.records[3].flags, sink.records[3].weight_distance) == (None, 0.0)
     best = service.response(1)["best"]  # type: ignore[index]
-    assert best == ({"submission_id": 2, "score": 0.9} if allow else {"submission_id": 1, "score": 0.5})
+    assert best == (
+        {"submission_id": 2, "score": 0.9} if allow else {"submission_id": 1, "score": 0.5}
+    )
 
 
-def test_same_adapter_on_two_bases_never_shares_a_digest(models: dict[str, Path], tmp_path: Path) -> None:
+def test_same_adapter_on_two_bases_never_shares_a_digest(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
     digests = []
     for base in ("base", "other"):
         service, sink, scorer = _service(tmp_path, models, allow=False, base=base)
@@ -443,9 +579,15 @@ def test_same_adapter_on_two_bases_never_shares_a_digest(models: dict[str, Path]
     assert digests[0] != digests[1] and adapter_hash not in digests
 
 
-def test_adapter_digest_covers_its_scale_not_the_base_it_names(models: dict[str, Path], tmp_path: Path) -> None:
+def test_adapter_digest_covers_its_scale_not_the_base_it_names(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
     service, _, scorer = _service(tmp_path, models, allow=False)
-    variants = {"same": {}, "renamed": {"base_model_name_or_path": "/elsewhere"}, "rescaled": {"lora_alpha": 99}}
+    variants = {
+        "same": {},
+        "renamed": {"base_model_name_or_path": "/elsewhere"},
+        "rescaled": {"lora_alpha": 99},
+    }
     try:
         for name, fields in variants.items():
             copy = shutil.copytree(models["adapter"], tmp_path / name)
@@ -454,7 +596,14 @@ def test_adapter_digest_covers_its_scale_not_the_base_it_names(models: dict[str,
     finally:
         service.close()
     same, renamed, rescaled = (service.response(i) for i in (1, 2, 3))
-    assert renamed is not None and renamed["status"] == "duplicate"  # the named base is ignored, so it is the same
-    assert rescaled is not None and rescaled["status"] == "scored"  # another lora_alpha is another model
-    assert same is not None and rescaled["details"]["weight_distance"] != same["details"]["weight_distance"]
+    assert (
+        renamed is not None and renamed["status"] == "duplicate"
+    )  # the named base is ignored, so it is the same
+    assert (
+        rescaled is not None and rescaled["status"] == "scored"
+    )  # another lora_alpha is another model
+    assert (
+        same is not None
+        and rescaled["details"]["weight_distance"] != same["details"]["weight_distance"]
+    )
     assert len(scorer.digests) == 2

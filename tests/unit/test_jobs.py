@@ -1,4 +1,5 @@
-"""Sweeps as Ray Jobs without a cluster: the job's command line and runtime env, the job-only options,
+"""Sweeps as Ray Jobs without a cluster: the job's command line and runtime env, the job-only
+options,
 the log board that rebuilds the cell table, the archive the job packs, and the exit codes."""
 
 from __future__ import annotations
@@ -19,15 +20,29 @@ from autorl.jobs.spec import EXCLUDES, PLUGINS_ENV, entrypoint, runtime_env, tak
 from autorl.schema import ClusterConfig
 
 CLUSTER = ClusterConfig(
-    name="jobs-local", description="", address=None, num_cpus=None, num_gpus=None, include_dashboard=False,
-    dashboard_port=8265, temp_dir=None, namespace_prefix="autorl", auth_mode="token", auth_token_path="/my/token",  # type: ignore[arg-type]
-    jobs_address="http://127.0.0.1:8265", python="/opt/venv/bin/python", job_out_dir="/data/jobs", job_stop_wait_s=90,
+    name="jobs-local",
+    description="",
+    address=None,
+    num_cpus=None,
+    num_gpus=None,
+    include_dashboard=False,
+    dashboard_port=8265,
+    temp_dir=None,
+    namespace_prefix="autorl",
+    auth_mode="token",
+    auth_token_path="/my/token",  # type: ignore[arg-type]
+    jobs_address="http://127.0.0.1:8265",
+    python="/opt/venv/bin/python",
+    job_out_dir="/data/jobs",
+    job_stop_wait_s=90,
 )
 
 
 def test_job_options_are_split_off_and_checked() -> None:
     assert take_job_options(["task=gsm8k", "attach=j1", "detach=false"]) == (
-        take_job_options(["attach=j1"])[0], ["task=gsm8k"])
+        take_job_options(["attach=j1"])[0],
+        ["task=gsm8k"],
+    )
     assert take_job_options(["detach=true"])[0].detach
     with pytest.raises(ConfigError, match="detach takes true or false"):
         take_job_options(["detach=yes"])
@@ -36,15 +51,32 @@ def test_job_options_are_split_off_and_checked() -> None:
 
 
 def test_entrypoint_runs_the_same_sweep_inside_the_cluster() -> None:
-    argv = ["cluster=jobs-local", "task=gsm8k", "out_dir=/local/out", "cluster.address=h:1", "agent.command=[sh,-c,'exit 0']"]
+    argv = [
+        "cluster=jobs-local",
+        "task=gsm8k",
+        "out_dir=/local/out",
+        "cluster.address=h:1",
+        "agent.command=[sh,-c,'exit 0']",
+    ]
     words = shlex.split(entrypoint(argv, CLUSTER, "s1", "autorl-s1-x"))
-    assert words[:3] == ["/opt/venv/bin/python", "-m", "autorl.jobs.entry"]  # absolute: ray start's PATH is not ours
+    assert words[:3] == [
+        "/opt/venv/bin/python",
+        "-m",
+        "autorl.jobs.entry",
+    ]  # absolute: ray start's PATH is not ours
     assert words[words.index("--sweep-dir") + 1] == "/data/jobs/s1"
     overrides = words[words.index("--") + 1 :]
     assert "agent.command=[sh,-c,'exit 0']" in overrides and "task=gsm8k" in overrides
-    assert "out_dir=/local/out" not in overrides and "cluster.address=h:1" not in overrides  # the local side's only
-    assert overrides[-5:] == ["cluster.address=auto", "cluster.jobs_address=null", "cluster.auth_token_path=null",
-                              "out_dir=/data/jobs", "sweep_id=s1"]
+    assert (
+        "out_dir=/local/out" not in overrides and "cluster.address=h:1" not in overrides
+    )  # the local side's only
+    assert overrides[-5:] == [
+        "cluster.address=auto",
+        "cluster.jobs_address=null",
+        "cluster.auth_token_path=null",
+        "out_dir=/data/jobs",
+        "sweep_id=s1",
+    ]
     default = shlex.split(entrypoint([], dataclasses.replace(CLUSTER, python=None), "s1", "j"))
     assert Path(default[0]).is_absolute()
 
@@ -65,8 +97,9 @@ def test_runtime_env_carries_code_and_plugins_but_not_outputs_or_caches(tmp_path
 
 def test_uploaded_plugins_are_found_on_the_path(tmp_path: Path) -> None:
     (tmp_path / "pkg_hash" / "myplug").mkdir(parents=True)
-    assert uploaded_plugins(["myplug"], ["", str(tmp_path / "nothing"), str(tmp_path / "pkg_hash")]) == [
-        tmp_path / "pkg_hash" / "myplug"]
+    assert uploaded_plugins(
+        ["myplug"], ["", str(tmp_path / "nothing"), str(tmp_path / "pkg_hash")]
+    ) == [tmp_path / "pkg_hash" / "myplug"]
     with pytest.raises(RuntimeError, match="not on this node's PYTHONPATH"):
         uploaded_plugins(["missing"], [str(tmp_path)])
 
@@ -74,9 +107,11 @@ def test_uploaded_plugins_are_found_on_the_path(tmp_path: Path) -> None:
 def test_log_board_rebuilds_cells_and_skips_what_a_re_tail_repeats() -> None:
     console = Console(record=True, width=200)
     board = LogBoard(console, "sweep s1")
-    log = ("start\n[autorl] gsm8k.a.none.tiny.s0: running best=- subs=0\n"
-           "[autorl] gsm8k.a.none.tiny.s0: completed best=0.40 subs=2\n"
-           f"{ARCHIVE_LINE} j.tar.gz 123 abcd\n")
+    log = (
+        "start\n[autorl] gsm8k.a.none.tiny.s0: running best=- subs=0\n"
+        "[autorl] gsm8k.a.none.tiny.s0: completed best=0.40 subs=2\n"
+        f"{ARCHIVE_LINE} j.tar.gz 123 abcd\n"
+    )
     offset = board.feed_chunk(log[:30], 0)
     board.feed_chunk(log[30:], offset)
     board.feed_chunk(log, 0)  # a new tail from the log's start: nothing is shown twice

@@ -1,4 +1,5 @@
-"""Judge client against the real local server: protocol, disk cache, concurrency bound, retries, driver configs."""
+"""Judge client against the real local server: protocol, disk cache, concurrency bound, retries,
+driver configs."""
 
 from __future__ import annotations
 
@@ -34,17 +35,27 @@ class Counting:
 
 
 def test_server_speaks_openai_chat_completions() -> None:
-    with LocalJudgeServer({"echo": Counting()}) as server, httpx.Client(base_url=server.base_url) as http:
+    with (
+        LocalJudgeServer({"echo": Counting()}) as server,
+        httpx.Client(base_url=server.base_url) as http,
+    ):
         models = http.get("/models").json()
         assert [m["id"] for m in models["data"]] == ["echo"]
-        ok = http.post("/chat/completions", json={"model": "echo", "messages": _chat("hi"), "temperature": 0})
+        ok = http.post(
+            "/chat/completions", json={"model": "echo", "messages": _chat("hi"), "temperature": 0}
+        )
         body = ok.json()
         assert ok.status_code == 200 and body["object"] == "chat.completion"
         assert body["choices"][0]["message"] == {"role": "assistant", "content": "echo: hi"}
-        assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
+        assert (
+            body["usage"]["total_tokens"]
+            == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
+        )
         missing = http.post("/chat/completions", json={"model": "gpt-9", "messages": _chat("hi")})
         assert missing.status_code == 404 and "gpt-9" in missing.json()["error"]["message"]
-        stream = http.post("/chat/completions", json={"model": "echo", "messages": _chat("hi"), "stream": True})
+        stream = http.post(
+            "/chat/completions", json={"model": "echo", "messages": _chat("hi"), "stream": True}
+        )
         assert stream.status_code == 400
         assert http.post("/chat/completions", json={"model": "echo"}).status_code == 422
     with pytest.raises(httpx.TransportError):
@@ -55,18 +66,26 @@ def test_answers_are_cached_on_disk_by_judge_and_request(tmp_path: Path) -> None
     model = Counting()
     with LocalJudgeServer({"echo": model}) as server:
         spec = JudgeSpec(name="local-echo", model="echo", base_url=server.base_url)
-        with JudgeClient(spec, params={"temperature": 0}, concurrency=2, cache_dir=tmp_path) as client:
+        with JudgeClient(
+            spec, params={"temperature": 0}, concurrency=2, cache_dir=tmp_path
+        ) as client:
             first = client.complete_many([_chat("a"), _chat("b"), _chat("a")])
             assert first == ["echo: a", "echo: b", "echo: a"]
-        with JudgeClient(spec, params={"temperature": 0}, concurrency=2, cache_dir=tmp_path) as again:
+        with JudgeClient(
+            spec, params={"temperature": 0}, concurrency=2, cache_dir=tmp_path
+        ) as again:
             assert again.complete_many([_chat("b"), _chat("a")]) == ["echo: b", "echo: a"]
             assert again.usage.requests == 0 and again.usage.cache_hits == 2
         calls_so_far = model.calls
         assert 2 <= calls_so_far <= 3  # "a" twice in one batch may race past the cache once
-        with JudgeClient(spec, params={"temperature": 1}, concurrency=1, cache_dir=tmp_path) as other_params:
+        with JudgeClient(
+            spec, params={"temperature": 1}, concurrency=1, cache_dir=tmp_path
+        ) as other_params:
             other_params.complete(_chat("a"))
         other_judge = JudgeSpec(name="local-echo-2", model="echo", base_url=server.base_url)
-        with JudgeClient(other_judge, params={"temperature": 0}, concurrency=1, cache_dir=tmp_path) as other:
+        with JudgeClient(
+            other_judge, params={"temperature": 0}, concurrency=1, cache_dir=tmp_path
+        ) as other:
             other.complete(_chat("a"))
         assert model.calls == calls_so_far + 2
     files = sorted(p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*.json"))
@@ -139,10 +158,18 @@ def test_unreachable_judge_is_a_judge_error() -> None:
 
 def test_driver_configs() -> None:
     spec = load_judge_spec("gpt-5.2")
-    assert (spec.model, spec.base_url, spec.api_key_env) == ("gpt-5.2", "https://api.openai.com/v1", "OPENAI_API_KEY")
+    assert (spec.model, spec.base_url, spec.api_key_env) == (
+        "gpt-5.2",
+        "https://api.openai.com/v1",
+        "OPENAI_API_KEY",
+    )
     assert spec.identity == "gpt-5.2/gpt-5.2"
-    assert load_judge_spec("gemini-2.5-flash").base_url.endswith("/openai")  # its OpenAI-compatible route
-    assert spec.price_per_mtok is not None and spec.price_per_mtok.input > 0  # from conf/driver/gpt-5.2.yaml
+    assert load_judge_spec("gemini-2.5-flash").base_url.endswith(
+        "/openai"
+    )  # its OpenAI-compatible route
+    assert (
+        spec.price_per_mtok is not None and spec.price_per_mtok.input > 0
+    )  # from conf/driver/gpt-5.2.yaml
     # Anthropic's OpenAI-compatible route is protocols.chat, like every other driver's.
     assert load_judge_spec("claude-sonnet-4.5").base_url == "https://api.anthropic.com/v1"
     with pytest.raises(ConfigError, match="cannot judge"):
@@ -156,4 +183,6 @@ def test_missing_api_key_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(PrerequisiteError, match="OPENAI_API_KEY"):
         JudgeClient(load_judge_spec("gpt-5.2"), params={}, concurrency=1, cache_dir=None)
     with pytest.raises(ConfigError, match="at least 1"):
-        JudgeClient(JudgeSpec("x", "m", "http://127.0.0.1:9"), params={}, concurrency=0, cache_dir=None)
+        JudgeClient(
+            JudgeSpec("x", "m", "http://127.0.0.1:9"), params={}, concurrency=0, cache_dir=None
+        )

@@ -1,4 +1,5 @@
-"""Judge replies that cannot be a verdict: empty or unparseable replies raise JudgeError and are never cached.
+"""Judge replies that cannot be a verdict: empty or unparseable replies raise JudgeError and are
+never cached.
 
 Every test talks to the project's real local judge server (:mod:`autorl.judge.server`) through the
 real client, so the HTTP path, the cache and the error are the ones a grader meets.
@@ -52,8 +53,12 @@ def test_empty_reply_raises_and_is_never_cached(tmp_path: Path, reply: str) -> N
     model = Scripted(reply, "yes")
     with LocalJudgeServer({"m": model}) as server:
         spec = JudgeSpec(name="local-scripted", model="m", base_url=server.base_url)
-        with JudgeClient(spec, params={"max_completion_tokens": 100}, concurrency=1, cache_dir=tmp_path) as client:
-            with pytest.raises(JudgeReplyError, match=r"empty reply \(finish_reason='stop'\).*never cached"):
+        with JudgeClient(
+            spec, params={"max_completion_tokens": 100}, concurrency=1, cache_dir=tmp_path
+        ) as client:
+            with pytest.raises(
+                JudgeReplyError, match=r"empty reply \(finish_reason='stop'\).*never cached"
+            ):
                 client.complete(_chat("q"))
             assert _cached(tmp_path) == []
             assert client.usage.requests == 1  # the failed call was paid for and is counted
@@ -67,7 +72,9 @@ def test_unparseable_reply_raises_names_it_and_is_never_cached(tmp_path: Path) -
     with LocalJudgeServer({"m": model}) as server:
         spec = JudgeSpec(name="local-scripted", model="m", base_url=server.base_url)
         with JudgeClient(spec, params={}, concurrency=2, cache_dir=tmp_path) as client:
-            with pytest.raises(JudgeReplyError, match=r"unparseable: expected yes or no.*Both outputs are fine"):
+            with pytest.raises(
+                JudgeReplyError, match=r"unparseable: expected yes or no.*Both outputs are fine"
+            ):
                 client.complete_many([_chat("a"), _chat("b")], parse=_yes_or_no)
             assert _cached(tmp_path) == []
             # Without a parse check the same text is a usable answer and is cached.
@@ -91,9 +98,15 @@ def test_unusable_cached_answers_are_asked_again(tmp_path: Path) -> None:
         assert cache.get(request_a) is None
         cache.put(request_b, "maybe")
         with JudgeClient(spec, params={}, concurrency=1, cache_dir=tmp_path) as client:
-            assert client.complete_many([_chat("a"), _chat("b")], parse=_yes_or_no) == ["yes", "yes"]
+            assert client.complete_many([_chat("a"), _chat("b")], parse=_yes_or_no) == [
+                "yes",
+                "yes",
+            ]
             assert model.calls == 2 and client.usage.cache_hits == 0
-            assert client.complete_many([_chat("a"), _chat("b")], parse=_yes_or_no) == ["yes", "yes"]
+            assert client.complete_many([_chat("a"), _chat("b")], parse=_yes_or_no) == [
+                "yes",
+                "yes",
+            ]
             assert model.calls == 2 and client.usage.cache_hits == 2
 
 
@@ -105,11 +118,20 @@ def test_cache_refuses_empty_answers(tmp_path: Path) -> None:
 
 
 def test_empty_reply_cut_by_the_token_cap_names_the_fix() -> None:
-    """A thinking judge that spends ``max_completion_tokens`` on reasoning answers "" with finish_reason length."""
+    """A thinking judge that spends ``max_completion_tokens`` on reasoning answers "" with
+    finish_reason length."""
     spec = JudgeSpec(name="remote", model="thinker", base_url="http://127.0.0.1:9/v1")
-    with JudgeClient(spec, params={"max_completion_tokens": 100}, concurrency=1, cache_dir=None) as client:
-        body = {"choices": [{"message": {"role": "assistant", "content": None}, "finish_reason": "length"}],
-                "usage": {"prompt_tokens": 900, "completion_tokens": 100}}
-        with pytest.raises(JudgeReplyError, match=r"finish_reason='length'.*raise max_completion_tokens"):
+    with JudgeClient(
+        spec, params={"max_completion_tokens": 100}, concurrency=1, cache_dir=None
+    ) as client:
+        body = {
+            "choices": [
+                {"message": {"role": "assistant", "content": None}, "finish_reason": "length"}
+            ],
+            "usage": {"prompt_tokens": 900, "completion_tokens": 100},
+        }
+        with pytest.raises(
+            JudgeReplyError, match=r"finish_reason='length'.*raise max_completion_tokens"
+        ):
             client._answer(body)
         assert client.usage.completion_tokens == 100  # what the empty reply cost is still counted

@@ -22,7 +22,20 @@ from autorl.grading.model_checks import (
 )
 
 EXTRA_TOKENS = ["<a>", "<b>"]
-WORDS = ["[UNK]", "[PAD]", "</s>", *EXTRA_TOKENS, "the", "cat", "sat", "on", "a", "mat", "dog", "ran"]
+WORDS = [
+    "[UNK]",
+    "[PAD]",
+    "</s>",
+    *EXTRA_TOKENS,
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "dog",
+    "ran",
+]
 
 
 def _tiny_model():  # -> Qwen3ForCausalLM; typed loosely so collection does not import transformers
@@ -117,7 +130,9 @@ def test_relative_and_absolute_paths_inside_output_resolve(workspace: Path) -> N
 
 def test_symlink_that_stays_inside_output_is_followed(workspace: Path) -> None:
     (workspace / "output" / "latest").symlink_to(workspace / "output" / "v1")
-    assert resolve_submission_path(workspace, "output/latest") == (workspace / "output/v1").resolve()
+    assert (
+        resolve_submission_path(workspace, "output/latest") == (workspace / "output/v1").resolve()
+    )
 
 
 def test_traversal_out_of_output_is_400(workspace: Path) -> None:
@@ -198,7 +213,9 @@ def test_empty_is_400(workspace: Path, value: str) -> None:
 
 def test_full_model_is_loadable(saved: dict[str, Path]) -> None:
     files = check_loadable_model(saved["plain"])
-    assert files == ModelFiles(weight_files=(saved["plain"] / "model.safetensors",), is_adapter=False)
+    assert files == ModelFiles(
+        weight_files=(saved["plain"] / "model.safetensors",), is_adapter=False
+    )
 
 
 def test_sharded_model_lists_every_shard(saved: dict[str, Path]) -> None:
@@ -269,10 +286,14 @@ def test_tokenizer_config_without_vocabulary_is_422(tmp_path: Path, saved: dict[
     (model / "tokenizer.json").unlink()
     with pytest.raises(SubmissionRejected) as excinfo:
         check_loadable_model(model)
-    _rejected(excinfo, 422, "tokenizer files missing", "vocabulary file", "tokenizer.save_pretrained")
+    _rejected(
+        excinfo, 422, "tokenizer files missing", "vocabulary file", "tokenizer.save_pretrained"
+    )
 
 
-def test_tokenizer_config_with_vocabulary_files_is_enough(tmp_path: Path, saved: dict[str, Path]) -> None:
+def test_tokenizer_config_with_vocabulary_files_is_enough(
+    tmp_path: Path, saved: dict[str, Path]
+) -> None:
     model = _model_copy(tmp_path, saved["plain"])
     (model / "tokenizer.json").unlink()
     (model / "vocab.json").write_text("{}")
@@ -357,12 +378,19 @@ def test_adapter_the_grader_cannot_merge_faithfully_is_422(
 def test_adapter_naming_another_base_is_accepted(tmp_path: Path, adapter_dir: Path) -> None:
     model = _model_copy(tmp_path, adapter_dir)
     config = json.loads((model / "adapter_config.json").read_text())
-    (model / "adapter_config.json").write_text(json.dumps({**config, "base_model_name_or_path": "/elsewhere"}))
-    assert check_loadable_model(model).is_adapter  # the grader ignores the name (tests/unit/test_identity.py)
+    (model / "adapter_config.json").write_text(
+        json.dumps({**config, "base_model_name_or_path": "/elsewhere"})
+    )
+    assert check_loadable_model(
+        model
+    ).is_adapter  # the grader ignores the name (tests/unit/test_identity.py)
 
 
-def test_full_model_and_adapter_in_one_folder_is_422(tmp_path: Path, saved: dict[str, Path], adapter_dir: Path) -> None:
-    # transformers would apply the adapter on top of the full model: the scored weights would not be the hashed ones.
+def test_full_model_and_adapter_in_one_folder_is_422(
+    tmp_path: Path, saved: dict[str, Path], adapter_dir: Path
+) -> None:
+    # transformers would apply the adapter on top of the full model: the scored weights would not be
+    # the hashed ones.
     model = _model_copy(tmp_path, saved["plain"])
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         shutil.copy(adapter_dir / name, model / name)
@@ -386,7 +414,9 @@ def test_hash_is_stable_across_saves_sharding_and_format(saved: dict[str, Path])
     assert _hash(saved["bin"]) == plain
 
 
-def test_hash_ignores_file_names_and_header_metadata(tmp_path: Path, saved: dict[str, Path]) -> None:
+def test_hash_ignores_file_names_and_header_metadata(
+    tmp_path: Path, saved: dict[str, Path]
+) -> None:
     from safetensors.torch import load_file, save_file
 
     model = _model_copy(tmp_path, saved["plain"])
@@ -435,7 +465,9 @@ def test_tensor_in_two_files_is_corrupt(tmp_path: Path, saved: dict[str, Path]) 
 # --- normalize_tokenizer_config --------------------------------------------------------------
 
 
-def test_list_extra_special_tokens_is_normalised_in_the_copy(tmp_path: Path, saved: dict[str, Path]) -> None:
+def test_list_extra_special_tokens_is_normalised_in_the_copy(
+    tmp_path: Path, saved: dict[str, Path]
+) -> None:
     from transformers import AutoTokenizer
 
     submitted = _model_copy(tmp_path, saved["plain"], "submitted")
@@ -450,7 +482,9 @@ def test_list_extra_special_tokens_is_normalised_in_the_copy(tmp_path: Path, sav
     fixed = json.loads((dest / "tokenizer_config.json").read_text())
     assert "extra_special_tokens" not in fixed
     assert fixed["additional_special_tokens"] == EXTRA_TOKENS
-    assert (dest / "model.safetensors").read_bytes() == (submitted / "model.safetensors").read_bytes()
+    assert (dest / "model.safetensors").read_bytes() == (
+        submitted / "model.safetensors"
+    ).read_bytes()
 
     original = AutoTokenizer.from_pretrained(submitted)
     copy = AutoTokenizer.from_pretrained(dest)
@@ -460,7 +494,9 @@ def test_list_extra_special_tokens_is_normalised_in_the_copy(tmp_path: Path, sav
     assert _hash(dest) == _hash(submitted)
 
 
-def test_merge_keeps_existing_additional_tokens_without_duplicates(tmp_path: Path, saved: dict[str, Path]) -> None:
+def test_merge_keeps_existing_additional_tokens_without_duplicates(
+    tmp_path: Path, saved: dict[str, Path]
+) -> None:
     submitted = _model_copy(tmp_path, saved["plain"], "submitted")
     config_path = submitted / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
@@ -470,7 +506,11 @@ def test_merge_keeps_existing_additional_tokens_without_duplicates(tmp_path: Pat
     dest = normalize_tokenizer_config(submitted, tmp_path / "copy")
 
     fixed = json.loads((dest / "tokenizer_config.json").read_text())
-    assert fixed["additional_special_tokens"] == [{"content": "<b>", "special": True}, "</s>", "<a>"]
+    assert fixed["additional_special_tokens"] == [
+        {"content": "<b>", "special": True},
+        "</s>",
+        "<a>",
+    ]
     assert "extra_special_tokens" not in fixed
 
 
@@ -486,7 +526,9 @@ def test_dict_extra_special_tokens_is_left_alone(tmp_path: Path, saved: dict[str
     assert (dest / "tokenizer_config.json").read_bytes() == config_path.read_bytes()
 
 
-def test_copy_follows_inside_symlinks_and_skips_escapes_and_subfolders(tmp_path: Path, saved: dict[str, Path]) -> None:
+def test_copy_follows_inside_symlinks_and_skips_escapes_and_subfolders(
+    tmp_path: Path, saved: dict[str, Path]
+) -> None:
     submitted = _model_copy(tmp_path, saved["plain"], "submitted")
     secret = tmp_path / "secret.txt"
     secret.write_text("private eval answers")
@@ -517,7 +559,8 @@ def test_dest_inside_submitted_folder_is_refused(tmp_path: Path, saved: dict[str
 
 def test_import_is_cheap() -> None:
     code = (
-        "import sys, autorl.grading.model_checks, autorl.grading.identity, autorl.grading.lora, autorl.grading.service\n"
+        "import sys, autorl.grading.model_checks, autorl.grading.identity, autorl.grading.lora, "
+        "autorl.grading.service\n"
         "heavy = [m for m in ('torch', 'transformers', 'safetensors', 'ray') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )

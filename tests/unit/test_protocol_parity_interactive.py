@@ -1,10 +1,13 @@
-"""Protocol parity of the interactive tasks (alfworld, webshop, deepsearchqa) with the reference benchmark.
+"""Protocol parity of the interactive tasks (alfworld, webshop, deepsearchqa) with the reference
+benchmark.
 
-- prompts: compared with the reference's own source, the pinned rdagent 1.0.0 wheel (``pip download``ed
+- prompts: compared with the reference's own source, the pinned rdagent 1.0.0 wheel (``pip
+download``ed
   into the test cache once; ``AUTORL_REFERENCE_WHEEL`` names a local copy instead).
 - alfworld: the reset text is joined as the reference joins it.
 - webshop: the ``textenv`` backend plays WebShop's text env as the reference made it.
-- deepsearchqa: empty or unparseable judge replies raise; a driver judge's tiny token cap is refused.
+- deepsearchqa: empty or unparseable judge replies raise; a driver judge's tiny token cap is
+refused.
 """
 
 from __future__ import annotations
@@ -30,30 +33,52 @@ BENCH = "rdagent/scenarios/rl/autorl_bench/benchmarks"
 
 
 def _reference_wheel() -> Path:
-    """The reference's wheel: ``AUTORL_REFERENCE_WHEEL``, else downloaded from the package registry once."""
+    """The reference's wheel: ``AUTORL_REFERENCE_WHEEL``, else downloaded from the package registry
+    once."""
     if named := os.environ.get("AUTORL_REFERENCE_WHEEL"):
         return Path(named)
-    folder = Path(os.environ.get("AUTORL_CACHE_DIR", Path.home() / ".cache" / "autorl")) / "reference-wheel"
+    folder = (
+        Path(os.environ.get("AUTORL_CACHE_DIR", Path.home() / ".cache" / "autorl"))
+        / "reference-wheel"
+    )
     found = sorted(folder.glob("rdagent-1.0.0-*.whl"))
     if not found:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", REFERENCE, "-d", str(folder)],
-                       check=True, timeout=600)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                REFERENCE,
+                "-d",
+                str(folder),
+            ],
+            check=True,
+            timeout=600,
+        )
         found = sorted(folder.glob("rdagent-1.0.0-*.whl"))
     return found[0]
 
 
 def _reference_value(relpath: str, name: str, **variables: Any) -> Any:
-    """The value of the first assignment to ``name`` in a reference file, evaluated with ``variables``
+    """The value of the first assignment to ``name`` in a reference file, evaluated with
+    ``variables``
     (string constants and f-strings only; nothing of the reference is imported or run)."""
     with zipfile.ZipFile(_reference_wheel()) as wheel:
         source = wheel.read(f"{BENCH}/{relpath}").decode("utf-8")
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
             return eval(compile(ast.Expression(node.value), relpath, "eval"), {}, variables)  # noqa: S307 - constants
     raise AssertionError(f"no assignment to {name} in the reference's {relpath}")
 
 
-# ---- prompts, verbatim -------------------------------------------------------------------------------
+# ---- prompts, verbatim
+# -------------------------------------------------------------------------------
+
 
 def test_webshop_prompt_is_the_reference_text() -> None:
     from autorl.task_code.webshop.agent.protocol import render_messages
@@ -61,9 +86,15 @@ def test_webshop_prompt_is_the_reference_text() -> None:
     first = "WebShop [SEP] Instruction: [SEP] i need a red mug [SEP] Search"
     system, user = render_messages(first, [], first, ["search[<your query>]"], 5)
     assert system["content"] == _reference_value("webshop/eval.py", "system_msg")
-    head = _reference_value("webshop/eval.py", "prompt", instruction="i need a red mug",
-                            available_actions="  search[<your query>]")
-    assert user["content"] == head + f"\nObservation 1: {first}\nAction 1:"  # the reference's tail, no history
+    head = _reference_value(
+        "webshop/eval.py",
+        "prompt",
+        instruction="i need a red mug",
+        available_actions="  search[<your query>]",
+    )
+    assert (
+        user["content"] == head + f"\nObservation 1: {first}\nAction 1:"
+    )  # the reference's tail, no history
 
 
 def test_deepsearchqa_prompts_are_the_reference_text() -> None:
@@ -71,12 +102,22 @@ def test_deepsearchqa_prompts_are_the_reference_text() -> None:
     from autorl.task_code.deepsearchqa.judge import SYSTEM, judge_messages
 
     assert _reference_value("deepsearchqa/eval.py", "REACT_SYSTEM_PROMPT") == SYSTEM_PROMPT
-    conversation = _reference_value("deepsearchqa/eval.py", "conversation", question="Who?", answer_type="Set Answer")
-    assert first_prompt("Question: Who?\nAnswer type: Set Answer") == f"{SYSTEM_PROMPT}\n\n{conversation}"
+    conversation = _reference_value(
+        "deepsearchqa/eval.py", "conversation", question="Who?", answer_type="Set Answer"
+    )
+    assert (
+        first_prompt("Question: Who?\nAnswer type: Set Answer")
+        == f"{SYSTEM_PROMPT}\n\n{conversation}"
+    )
     chat = judge_messages("Set Answer", "a, b", "b and a")
     assert chat[0]["content"] == SYSTEM == "You are a strict answer evaluator."
-    assert chat[1]["content"] == _reference_value("deepsearchqa/eval.py", "judge_prompt", answer_type="Set Answer",
-                                                  gold="a, b", predicted="b and a")
+    assert chat[1]["content"] == _reference_value(
+        "deepsearchqa/eval.py",
+        "judge_prompt",
+        answer_type="Set Answer",
+        gold="a, b",
+        predicted="b and a",
+    )
 
 
 def test_rule_judge_reads_the_reference_judge_prompt() -> None:
@@ -87,17 +128,26 @@ def test_rule_judge_reads_the_reference_judge_prompt() -> None:
     assert judge(judge_messages("Single Answer", "1742", "1743")) == "incorrect"
 
 
-# ---- alfworld: reset text -----------------------------------------------------------------------------
+# ---- alfworld: reset text
+# -----------------------------------------------------------------------------
+
 
 def test_alfworld_reset_text_joins_paragraphs_with_one_newline() -> None:
     from autorl.task_code.alfworld.env import clean_reset_text
 
     raw = "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room.\n\nYour task is to: put a pen in desk."
-    assert clean_reset_text(raw) == "\n".join(raw.split("\n\n")[1:])  # the reference's eval.py expression
-    assert clean_reset_text(raw) == "You are in the middle of a room.\nYour task is to: put a pen in desk."
+    assert clean_reset_text(raw) == "\n".join(
+        raw.split("\n\n")[1:]
+    )  # the reference's eval.py expression
+    assert (
+        clean_reset_text(raw)
+        == "You are in the middle of a room.\nYour task is to: put a pen in desk."
+    )
 
 
-# ---- webshop: the text env backend --------------------------------------------------------------------
+# ---- webshop: the text env backend
+# --------------------------------------------------------------------
+
 
 class _FakeTextEnv:
     """A stand-in for ``web_agent_site``'s ``WebAgentTextEnv`` that records how it is used."""
@@ -144,18 +194,29 @@ def fake_webshop(monkeypatch: pytest.MonkeyPatch) -> type[_FakeTextEnv]:
 
 def _episode(episode_id: str) -> EpisodeSpec:
     spec = get_task("webshop")
-    return EpisodeSpec(EnvSource("webshop", "hub", 0, {}, eval_options(spec, "hub", {"backend": "textenv"})), episode_id)
+    return EpisodeSpec(
+        EnvSource("webshop", "hub", 0, {}, eval_options(spec, "hub", {"backend": "textenv"})),
+        episode_id,
+    )
 
 
-def test_webshop_textenv_plays_the_reference_sessions(fake_webshop: type[_FakeTextEnv], tmp_path: Path) -> None:
+def test_webshop_textenv_plays_the_reference_sessions(
+    fake_webshop: type[_FakeTextEnv], tmp_path: Path
+) -> None:
     from autorl.task_code.webshop.env import WebShopEnv
 
     data = EnvData(tmp_path, tmp_path)
     env, other = WebShopEnv(), WebShopEnv()
     first = env.reset(_episode("eval/7"), data)
-    assert fake_webshop.made[0] == {"observation_mode": "text", "num_products": 1000}  # human_goals unset
+    assert fake_webshop.made[0] == {
+        "observation_mode": "text",
+        "num_products": 1000,
+    }  # human_goals unset
     assert env.backend.env.session == 7  # type: ignore[union-attr]
-    assert "goal 7" in first.observation and first.admissible_actions == ["search[<your query>]", "click[search]"]
+    assert "goal 7" in first.observation and first.admissible_actions == [
+        "search[<your query>]",
+        "click[search]",
+    ]
     step = env.step("search[mug]")
     assert step.admissible_actions == ["click[back to search]", "click[b000001]"] and not step.done
     bought = env.step("click[b000001]")
@@ -166,7 +227,9 @@ def test_webshop_textenv_plays_the_reference_sessions(fake_webshop: type[_FakeTe
         other.reset(_episode("eval/x"), data)
 
 
-def test_webshop_textenv_without_webshop_says_how_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_webshop_textenv_without_webshop_says_how_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from autorl.task_code.webshop.env import WebShopEnv
 
     monkeypatch.setitem(sys.modules, "web_agent_site", None)  # import fails
@@ -174,7 +237,9 @@ def test_webshop_textenv_without_webshop_says_how_to_install(monkeypatch: pytest
         WebShopEnv().reset(_episode("eval/0"), EnvData(tmp_path, tmp_path))
 
 
-# ---- deepsearchqa: judge replies and request -----------------------------------------------------------
+# ---- deepsearchqa: judge replies and request
+# -----------------------------------------------------------
+
 
 @pytest.mark.parametrize("reply", ["", "  \n", "maybe", "The answer is correct"])
 def test_deepsearchqa_unusable_judge_reply_raises(reply: str) -> None:
@@ -189,17 +254,25 @@ def test_deepsearchqa_judge_checks_every_reply() -> None:
 
     class Client:
         def complete_many(self, chats: list[Any], parse: Any = None) -> list[str]:
-            assert parse is check_reply  # the judge client refuses (and never caches) what this rejects
+            assert (
+                parse is check_reply
+            )  # the judge client refuses (and never caches) what this rejects
             return ["Correct.", "incorrect"][: len(chats)]
 
-    assert judge_answers(Client(), [("Single Answer", "1", "1"), ("Single Answer", "1", "2"),
-                                    ("Single Answer", "1", "")]) == [True, False, False]
+    assert judge_answers(
+        Client(),
+        [("Single Answer", "1", "1"), ("Single Answer", "1", "2"), ("Single Answer", "1", "")],
+    ) == [True, False, False]
 
 
 def test_deepsearchqa_driver_judge_refuses_a_tiny_token_cap() -> None:
     from autorl.task_code.deepsearchqa.judge import open_judge
 
-    options = {"judge_driver": "gemini-2.5-flash", "judge_server": None, "judge_params": {"max_tokens": 10},
-               "judge_concurrency": 1}
+    options = {
+        "judge_driver": "gemini-2.5-flash",
+        "judge_server": None,
+        "judge_params": {"max_tokens": 10},
+        "judge_concurrency": 1,
+    }
     with pytest.raises(ConfigError, match="max_tokens=10 is too small"), open_judge(options, None):
         pass

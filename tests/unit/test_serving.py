@@ -1,4 +1,5 @@
-"""The serve-in-a-thread helper: it serves on the socket it is given, TCP or unix, and releases it."""
+"""The serve-in-a-thread helper: it serves on the socket it is given, TCP or unix, and releases
+it."""
 
 from __future__ import annotations
 

@@ -68,8 +68,13 @@ def test_every_row_names_a_test_that_exists() -> None:
 
 
 def _routes(app: Any) -> set[str]:
-    return {f"{method} {route.path}" for route in app.routes if hasattr(route, "methods")
-            for method in route.methods if method != "HEAD"}
+    return {
+        f"{method} {route.path}"
+        for route in app.routes
+        if hasattr(route, "methods")
+        for method in route.methods
+        if method != "HEAD"
+    }
 
 
 def test_every_gateway_route_has_a_row(tmp_path: Path) -> None:
@@ -77,8 +82,14 @@ def test_every_gateway_route_has_a_row(tmp_path: Path) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.bind(str(tmp_path / "gateway.sock"))
     try:
-        gateway = Gateway(DriverSettings.from_config(driver), token="t", api_key=None, cell_id="c",
-                          sink=lambda call: None, sock=sock)
+        gateway = Gateway(
+            DriverSettings.from_config(driver),
+            token="t",
+            api_key=None,
+            cell_id="c",
+            sink=lambda call: None,
+            sock=sock,
+        )
         routes = _routes(gateway.app)
     finally:
         sock.close()
@@ -88,8 +99,14 @@ def test_every_gateway_route_has_a_row(tmp_path: Path) -> None:
 
 def test_every_grading_api_route_has_a_row() -> None:
     # Listing routes builds the app only; no handler runs, so no service or run_meta is needed.
-    app = create_app(cast(Any, None), cast(Any, None), token="t", task_id="gsm8k", max_body_bytes=1,
-                     submit_timeout_s=lambda: 1.0)
+    app = create_app(
+        cast(Any, None),
+        cast(Any, None),
+        token="t",
+        task_id="gsm8k",
+        max_body_bytes=1,
+        submit_timeout_s=lambda: 1.0,
+    )
     routes = _routes(app)
     assert {"POST /submit", "POST /env/step"} <= routes
     assert not _without_row("grading", routes), _without_row("grading", routes)
@@ -113,12 +130,19 @@ def test_every_file_the_grader_opens_in_a_submission_has_a_row(
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     script = [sys.executable, str(ROOT / "tests/helpers/grade_under_trace.py")]
     where = [str(tmp_path / "cell"), str(cache_dir)]
-    saved = subprocess.run([*script, "prepare", *where], capture_output=True, text=True,
-                           timeout=600, env=env)
+    saved = subprocess.run(
+        [*script, "prepare", *where], capture_output=True, text=True, timeout=600, env=env
+    )
     assert saved.returncode == 0, saved.stderr[-3000:]
     strace = ["strace", "-f", "-qq", "-e", "trace=%file", "-o", str(trace)]
-    result = subprocess.run([*strace, *script, "grade", *where], capture_output=True, text=True,
-                            timeout=600, env=env, cwd=ROOT)
+    result = subprocess.run(
+        [*strace, *script, "grade", *where],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     folders = [Path(p) for p in json.loads(result.stdout.strip().splitlines()[-1])["traced"]]
     seen = set()

@@ -65,7 +65,8 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def make_model(folder: Path, seed: int = 0) -> Path:
-    """A model-shaped folder: weights over several chunks, a config, an empty file, a sub-folder that stays."""
+    """A model-shaped folder: weights over several chunks, a config, an empty file, a sub-folder
+    that stays."""
     folder.mkdir(parents=True)
     (folder / "model.safetensors").write_bytes(bytes((i * 7 + seed) % 251 for i in range(5500)))
     (folder / "config.json").write_text('{"hidden_size": 8}')
@@ -86,7 +87,11 @@ def same_files(a: Path, b: Path) -> bool:
 def test_manifest_names_the_top_level_content(tmp_path: Path) -> None:
     model = make_model(tmp_path / "a")
     manifest = manifest_of(model)
-    assert [f.name for f in manifest.files] == ["added_tokens.json", "config.json", "model.safetensors"]
+    assert [f.name for f in manifest.files] == [
+        "added_tokens.json",
+        "config.json",
+        "model.safetensors",
+    ]
     assert manifest.size == 5500 + 18
     assert manifest_of(make_model(tmp_path / "b")).digest == manifest.digest  # same bytes elsewhere
     assert manifest_of(make_model(tmp_path / "c", seed=1)).digest != manifest.digest
@@ -96,16 +101,22 @@ def test_manifest_names_the_top_level_content(tmp_path: Path) -> None:
         verify(model, manifest)
 
 
-def test_a_submission_on_another_node_arrives_chunked_verified_and_is_deleted_after_use(tmp_path: Path) -> None:
+def test_a_submission_on_another_node_arrives_chunked_verified_and_is_deleted_after_use(
+    tmp_path: Path,
+) -> None:
     model = make_model(tmp_path / "cell" / "grader_copies" / "1")
     source = FolderSource()
     models = fetcher(tmp_path, source)
     ref = ModelRef(str(model), "cell-node", "weights-1")
     with models.local(ref) as local:
-        assert local is not None and local != model and local.is_relative_to(tmp_path / "grader-cache")
+        assert (
+            local is not None and local != model and local.is_relative_to(tmp_path / "grader-cache")
+        )
         assert same_files(local, model)
         assert not (local / "checkpoint-1").exists()
-    assert source.chunk_calls == 6 + 1 and max(source.sizes) == CHUNK  # 5500 bytes in 1000-byte chunks, + config
+    assert (
+        source.chunk_calls == 6 + 1 and max(source.sizes) == CHUNK
+    )  # 5500 bytes in 1000-byte chunks, + config
     assert not local.exists() and models.cache.keys() == []
     assert models.stats.downloads == 1 and models.stats.bytes_downloaded == 5518
 
@@ -114,7 +125,10 @@ def test_same_node_refs_and_plain_paths_are_used_in_place(tmp_path: Path) -> Non
     model = make_model(tmp_path / "model")
     source = FolderSource()
     models = fetcher(tmp_path, source)
-    with models.local(ModelRef(str(model), "grader-node", "w")) as local, models.local(str(model)) as plain:
+    with (
+        models.local(ModelRef(str(model), "grader-node", "w")) as local,
+        models.local(str(model)) as plain,
+    ):
         assert local == model and plain == model
     with models.local(None) as nothing:
         assert nothing is None
@@ -163,7 +177,10 @@ def test_a_corrupted_transfer_is_retried_once_then_fails_leaving_nothing(tmp_pat
     with models.local(ref) as local:
         assert local is not None and same_files(local, model)
     broken = fetcher(tmp_path, FolderSource(corrupt_first=2))
-    with pytest.raises(TransferError, match="config.json' has 18 bytes, sha256 .* corrupted"), broken.local(ref):
+    with (
+        pytest.raises(TransferError, match="config.json' has 18 bytes, sha256 .* corrupted"),
+        broken.local(ref),
+    ):
         pytest.fail("a corrupted model must not be scored")
     cache = tmp_path / "grader-cache"
     assert DigestCache(cache).keys() == [] and list((cache / ".partial").iterdir()) == []
@@ -171,7 +188,10 @@ def test_a_corrupted_transfer_is_retried_once_then_fails_leaving_nothing(tmp_pat
 
 def test_a_missing_source_folder_is_a_transfer_error(tmp_path: Path) -> None:
     models = fetcher(tmp_path, FolderSource())
-    with pytest.raises(TransferError, match="cannot list"), models.local(ModelRef(str(tmp_path / "gone"), "cell-node", "w")):
+    with (
+        pytest.raises(TransferError, match="cannot list"),
+        models.local(ModelRef(str(tmp_path / "gone"), "cell-node", "w")),
+    ):
         pass
 
 
@@ -185,7 +205,13 @@ def test_a_dead_graders_lease_does_not_keep_a_submission(tmp_path: Path) -> None
     digest = manifest_of(model).digest
     with models.local(ModelRef(str(model), "cell-node", "w")) as local:
         assert local is not None
-        (tmp_path / "grader-cache" / ".meta" / f"{digest}.leases" / f"{socket.gethostname()}-{dead}-0000").touch()
+        (
+            tmp_path
+            / "grader-cache"
+            / ".meta"
+            / f"{digest}.leases"
+            / f"{socket.gethostname()}-{dead}-0000"
+        ).touch()
     assert models.cache.keys() == []
 
 
@@ -197,12 +223,19 @@ def test_storage_root_copies_under_submissions_and_graders_read_in_place(tmp_pat
     source = FolderSource()
     models = fetcher(tmp_path, source)
     with cell.submission(submission, "w") as ref:
-        assert ref.node_id is None and Path(ref.path) == root / "submissions" / manifest_of(submission).digest
+        assert (
+            ref.node_id is None
+            and Path(ref.path) == root / "submissions" / manifest_of(submission).digest
+        )
         with models.local(ref) as local, models.local(base) as local_base:
             assert local == Path(ref.path) and local_base == Path(base.path)
             assert same_files(local, submission)
-    assert DigestCache(root / "submissions").keys() == []  # the submission's copy went with its scoring
-    assert DigestCache(root / "models").keys() == [manifest_of(tmp_path / "base").digest]  # the base stays
+    assert (
+        DigestCache(root / "submissions").keys() == []
+    )  # the submission's copy went with its scoring
+    assert DigestCache(root / "models").keys() == [
+        manifest_of(tmp_path / "base").digest
+    ]  # the base stays
     assert source.chunk_calls == 0 and models.stats.direct == 2
 
     with cell.submission(submission, "w") as ref:

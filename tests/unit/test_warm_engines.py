@@ -1,4 +1,5 @@
-"""Engine plugins and the grader's warm engines (issue #13): selection, clear errors, swap or rebuild."""
+"""Engine plugins and the grader's warm engines (issue #13): selection, clear errors, swap or
+rebuild."""
 
 from __future__ import annotations
 
@@ -14,7 +15,14 @@ from autorl.engine.warm import WarmEngines
 from autorl.errors import ConfigError
 from autorl.grading.scoring import EvalTarget, score_model
 
-TARGET = EvalTarget("gsm8k", 1, "fixture", 0, {"train_size": 20, "eval_size": 8}, {"num_shots": 2, "max_new_tokens": 8})
+TARGET = EvalTarget(
+    "gsm8k",
+    1,
+    "fixture",
+    0,
+    {"train_size": 20, "eval_size": 8},
+    {"num_shots": 2, "max_new_tokens": 8},
+)
 
 
 def test_auto_picks_vllm_only_with_the_package_and_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -22,13 +30,20 @@ def test_auto_picks_vllm_only_with_the_package_and_a_gpu(monkeypatch: pytest.Mon
 
     real_find_spec = importlib.util.find_spec
     installed: set[str] = set()
-    fake = importlib.util.spec_from_loader("vllm", loader=None, origin="/site-packages/vllm/__init__.py")
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: fake if name in installed else real_find_spec(name, *a))
+    fake = importlib.util.spec_from_loader(
+        "vllm", loader=None, origin="/site-packages/vllm/__init__.py"
+    )
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: fake if name in installed else real_find_spec(name, *a),
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     installed.clear()
     assert resolve_engine("auto") == "hf"
-    with pytest.raises(ConfigError, match=r"grader.engine=vllm needs the 'vllm' package, which is not installed"):
+    with pytest.raises(
+        ConfigError, match=r"grader.engine=vllm needs the 'vllm' package, which is not installed"
+    ):
         resolve_engine("vllm")
     installed.add("vllm")
     assert resolve_engine("auto") == "hf"  # installed, but no GPU
@@ -59,8 +74,10 @@ def _perturbed(model_dir: Path, dest: Path, seed: int) -> Path:
     shutil.copytree(model_dir, dest)
     state = load_file(str(dest / "model.safetensors"))
     generator = torch.Generator().manual_seed(seed)
-    save_file({k: v + 0.05 * torch.randn(v.shape, generator=generator) for k, v in state.items()},
-              str(dest / "model.safetensors"))
+    save_file(
+        {k: v + 0.05 * torch.randn(v.shape, generator=generator) for k, v in state.items()},
+        str(dest / "model.safetensors"),
+    )
     return dest
 
 
@@ -79,7 +96,10 @@ def test_warm_scores_equal_cold_scores_and_rebuild_on_another_architecture(
             hot = score_model(TARGET, model, cache_dir, warm=warm, **kwargs)
             assert cold.error is None and hot.error is None
             assert (hot.score, hot.details) == (cold.score, cold.details)
-        assert (warm.builds, warm.swaps) == (2, 1)  # built for the first, swapped once, rebuilt for 2 layers
+        assert (warm.builds, warm.swaps) == (
+            2,
+            1,
+        )  # built for the first, swapped once, rebuilt for 2 layers
         broken = tmp_path / "broken"
         broken.mkdir()
         for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):

@@ -1,4 +1,5 @@
-"""The WebShop recipe's shopping expert buys the instruction's kind of product from the page text alone."""
+"""The WebShop recipe's shopping expert buys the instruction's kind of product from the page text
+alone."""
 
 from __future__ import annotations
 
@@ -23,14 +24,22 @@ SPEC = get_task("webshop")
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> TaskData:
-    return build_task_data(SPEC, "fixture", tmp_path_factory.mktemp("ws-shopper"), seed=2,
-                           options={"catalogue_size": 120, "train_size": 4, "eval_size": 40})
+    return build_task_data(
+        SPEC,
+        "fixture",
+        tmp_path_factory.mktemp("ws-shopper"),
+        seed=2,
+        options={"catalogue_size": 120, "train_size": 4, "eval_size": 40},
+    )
 
 
 def test_shopper_succeeds_on_eval_sessions_without_the_oracle(data: TaskData) -> None:
-    """Eval sessions carry no ``expert_action``: the shopper reads the page. It searches the product kind,
-    opens the first result, clicks the named options and buys, within 5 actions. The first result need
-    not have the instruction's attributes, so not every session passes the success threshold: 35 of 40
+    """Eval sessions carry no ``expert_action``: the shopper reads the page. It searches the product
+    kind,
+    opens the first result, clicks the named options and buys, within 5 actions. The first result
+    need
+    not have the instruction's attributes, so not every session passes the success threshold: 35 of
+    40
     on this build (mean reward 0.63, where the oracle that knows the product gets 1.0)."""
     options = eval_options(SPEC, "fixture", {})
     client = local_episode_client("webshop", "webshop", data.private_dir, options)
@@ -46,18 +55,30 @@ def test_shopper_succeeds_on_eval_sessions_without_the_oracle(data: TaskData) ->
             episode.record(action, action, result)
         client.close([handle])
         wish = shopper.parse_wish(instruction_of(first.observation))
-        assert episode.history[0][0] == f"search[{wish.kind}]" and episode.history[-1][0] == "click[buy now]"
+        assert (
+            episode.history[0][0] == f"search[{wish.kind}]"
+            and episode.history[-1][0] == "click[buy now]"
+        )
         rewards.append(episode.current.reward)
-    assert len(rewards) == 40 and sum(r >= options["success_threshold"] for r in rewards) >= 30, rewards
+    assert len(rewards) == 40 and sum(r >= options["success_threshold"] for r in rewards) >= 30, (
+        rewards
+    )
     assert sum(rewards) / len(rewards) >= 0.6, rewards
 
 
-def test_the_recipe_trains_on_the_eval_prompt_one_sequence_per_session(data: TaskData, tiny_model_dir: Path) -> None:
-    """The recipe renders the fixture evaluator's prompt, whose multi-turn conversation extends itself each
-    step: every expert session trains as one sequence. The reference's single prompt gives one per action."""
+def test_the_recipe_trains_on_the_eval_prompt_one_sequence_per_session(
+    data: TaskData, tiny_model_dir: Path
+) -> None:
+    """The recipe renders the fixture evaluator's prompt, whose multi-turn conversation extends
+    itself each
+    step: every expert session trains as one sequence. The reference's single prompt gives one per
+    action."""
     options = eval_options(SPEC, "fixture", {})
-    assert RECIPE.protocol == WebShopProtocol(max_new_tokens=options["max_new_tokens"],
-                                              history_window=options["history_window"], multi_turn=options["multi_turn"])
+    assert RECIPE.protocol == WebShopProtocol(
+        max_new_tokens=options["max_new_tokens"],
+        history_window=options["history_window"],
+        multi_turn=options["multi_turn"],
+    )
     client = local_episode_client("webshop", "webshop", data.private_dir, options)
     ids = sorted(load_goals(data.private_dir))[:6]
     policy = LocalPolicy(tiny_model_dir, RECIPE.max_length)
