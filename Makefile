@@ -91,7 +91,7 @@ dry-run: setup
 	$(BIN)/python -m autorl.sweep task=gsm8k seed=0,1 dry_run=true
 
 lint: setup ## ruff over autorl/, agent_kit/, tasks/ and tests/, mypy over the first three
-	$(BIN)/ruff check autorl agent_kit tasks tests
+	$(BIN)/ruff check autorl agent_kit tasks tests bench examples
 	$(BIN)/mypy
 
 # Lint and the test dependencies in parallel: they are independent, and mypy is most of lint while

@@ -76,9 +76,15 @@ def _tool_specs(protocol: str, body: dict[str, Any]) -> dict[str, dict[str, Any]
 def shell_arguments(schema: dict[str, Any], command: str, step: int) -> dict[str, Any]:
     """Arguments for a shell tool with parameter ``schema`` that run ``command``.
 
-    >>> shell_arguments({"properties": {"command": {"type": "array"}}, "required": ["command"]}, "ls", 0)
+    >>> shell_arguments(
+    ...     {"properties": {"command": {"type": "array"}}, "required": ["command"]}, "ls", 0
+    ... )
     {'command': ['bash', '-lc', 'ls']}
-    >>> shell_arguments({"properties": {"cmd": {"type": "string"}, "yield_time_ms": {"type": "number"}}}, "ls", 0)
+    >>> shell_arguments(
+    ...     {"properties": {"cmd": {"type": "string"}, "yield_time_ms": {"type": "number"}}},
+    ...     "ls",
+    ...     0,
+    ... )
     {'cmd': 'ls', 'yield_time_ms': 600000}
     """
     props = schema.get("properties") or {}

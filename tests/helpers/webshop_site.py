@@ -45,7 +45,8 @@ def create_site(catalogue_path: Path, goals_path: Path) -> Any:
     def header(env: BuiltinWebShop, back: bool = True) -> list[str]:
         assert env.session is not None
         parts = [
-            f"<div id='instruction-text'><h4>Instruction:</h4><p>{escape(env.session.goal['instruction_text'])}</p></div>"
+            "<div id='instruction-text'><h4>Instruction:</h4>"
+            f"<p>{escape(env.session.goal['instruction_text'])}</p></div>"
         ]
         return parts + (["<button>Back to Search</button>"] if back else [])
 

@@ -215,10 +215,10 @@ def _run_probe(
         f"cluster.address={ray_address}",
         f"cluster.temp_dir={ray_tmp}",
         "cluster.include_dashboard=false",
-        f"cache_dir={cache_dir}",  # the actors run on a head this sweep did not start: they get the path here
+        # The actors run on a head this sweep did not start: they get the path here.
+        f"cache_dir={cache_dir}",
         # The grader's own write to the cache (a baseline for later sweeps) would change the digest
-        # of what the agent
-        # must leave alone: off here, so that any change is the agent's.
+        # of what the agent must leave alone: off here, so that any change is the agent's.
         "grader.baseline_cache=false",
         "agent=command",
         f"agent.files=[{','.join(map(str, PROBE_FILES))},{settings_file}]",

@@ -222,7 +222,10 @@ def test_the_agent_runs_inside_the_cgroup(
 ) -> None:
     group = make_group(CgroupLimits())
     seen = tmp_path / "seen"
-    code = f"import pathlib; pathlib.Path({str(seen)!r}).write_text(pathlib.Path('/proc/self/cgroup').read_text())"
+    code = (
+        f"import pathlib; pathlib.Path({str(seen)!r})"
+        ".write_text(pathlib.Path('/proc/self/cgroup').read_text())"
+    )
     result = _run_sealed(tmp_path, code, group)
     assert result.exit_class == "exited"
     assert (

@@ -20,8 +20,8 @@ from autorl.tasks import TaskData, build_task_data, get_task
 
 BUILD = {"train_size": 3, "eval_size": 4}
 
-# Plays every game given in argv[1] (a JSON list) for up to 12 commands; speed-ups only with argv[2]
-# == "fast".
+# Plays every game given in argv[1] (a JSON list) for up to 12 commands; speed-ups only with
+# argv[2] == "fast".
 PLAY = r"""
 import contextlib, json, sys
 import textworld
@@ -32,18 +32,25 @@ if fast:
     tw_speedups.install()
 played = []
 for i, game in enumerate(games):
-    infos = textworld.EnvInfos(won=True, admissible_commands=True, policy_commands=True, extras=["gamefile"])
+    infos = textworld.EnvInfos(
+        won=True, admissible_commands=True, policy_commands=True, extras=["gamefile"]
+    )
     with (tw_speedups.translate_once() if fast else contextlib.nullcontext()):
-        env = textworld.start(game, request_infos=infos, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
+        wrappers = [AlfredDemangler(shuffle=False), AlfredInfos]
+        env = textworld.start(game, request_infos=infos, wrappers=wrappers)
         state = env.reset()
     record = [[state["feedback"], state["admissible_commands"], state["policy_commands"]]]
     for k in range(12):
         commands = state["admissible_commands"]
-        # planner's move on even steps (walks towards the goal), another admissible command on odd ones
+        # planner's move on even steps (walks towards the goal), another admissible command on
+        # odd ones
         command = (state["policy_commands"][0] if k % 2 == 0 and state["policy_commands"]
                    else commands[(7 * k + i) % len(commands)])
         state, _, _ = env.step(command)
-        record.append([command, state["feedback"], state["admissible_commands"], state["policy_commands"], state["won"]])
+        record.append([
+            command, state["feedback"], state["admissible_commands"], state["policy_commands"],
+            state["won"],
+        ])
         if state["won"]:
             break
     env.close()

@@ -141,7 +141,9 @@ def package_graph(imports: list[Import]) -> dict[str, dict[str, Import]]:
 def find_cycle(graph: dict[str, dict[str, Import]]) -> list[str] | None:
     """One cycle of ``graph`` as ``[a, b, ..., a]``, or None when it has none.
 
-    >>> find_cycle({"a": {"b": None}, "b": {"c": None}, "c": {"a": None}})  # type: ignore[dict-item]
+    >>> find_cycle(
+    ...     {"a": {"b": None}, "b": {"c": None}, "c": {"a": None}}  # type: ignore[dict-item]
+    ... )
     ['a', 'b', 'c', 'a']
     >>> find_cycle({"a": {"b": None}, "b": {}}) is None  # type: ignore[dict-item]
     True

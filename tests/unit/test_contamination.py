@@ -159,7 +159,8 @@ def test_planted_eval_items_are_flagged(
         (ws / "code" / "extra.jsonl").write_text("\n".join(lines) + "\n")
     elif form == "plain_text":
         (ws / "notes.txt").write_text("\n\n".join(texts))
-    else:  # inside a JSON string: newlines and quotes escaped, non-ASCII as \uXXXX, then escaped again
+    else:
+        # inside a JSON string: newlines and quotes escaped, non-ASCII as \uXXXX, then escaped again
         inner = json.dumps(
             {"messages": [{"role": "user", "content": t + " \u00e9"} for t in texts]}
         )

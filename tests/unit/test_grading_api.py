@@ -186,7 +186,8 @@ def test_refusal_of_a_stalled_body_is_sent_at_once_and_the_connection_closed(
     started = time.monotonic()
     with socket.create_connection((host, port), timeout=10) as sock:
         sock.sendall(
-            b"POST /submit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\nContent-Length: 100\r\n\r\n{"
+            b"POST /submit HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+            b"Content-Length: 100\r\n\r\n{"
         )
         received = b""
         while chunk := sock.recv(4096):

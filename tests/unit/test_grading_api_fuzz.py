@@ -764,7 +764,9 @@ def test_oversized_body_is_refused_without_being_read(cell: Cell, framing: str) 
     elif framing == "declared":
         head = frame("POST", "/submit", [auth, (b"Content-Length", b"%d" % total)])
         unit = piece
-    else:  # Content-Length says 100: the server takes 100 bytes as the body and the rest as a (bad) next request
+    else:
+        # Content-Length says 100: the server takes 100 bytes as the body and the rest as a (bad)
+        # next request
         head = frame("POST", "/submit", [auth, (b"Content-Length", b"100")])
         unit = piece
     rss_before = resident_bytes()

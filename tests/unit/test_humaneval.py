@@ -182,7 +182,10 @@ EVENS = Problem(
     "is_even",
 )
 
-_ALWAYS_EQUAL = "        def __eq__(self, other):\n            return True\n        __hash__ = object.__hash__\n"
+_ALWAYS_EQUAL = (
+    "        def __eq__(self, other):\n            return True\n"
+    "        __hash__ = object.__hash__\n"
+)
 _LIKE_FORTY_TWO = (
     "        def __sub__(self, other):\n            return 0\n        def __abs__(self):\n         "
     "   return 0\n"
@@ -784,7 +787,8 @@ def test_hostile_completions_score_0_and_harm_nothing(
         f"    import socket\n    socket.create_connection(('127.0.0.1', {port}), "
         "timeout=5).close()\n",
         "    while True:\n        print('x' * 65536)\n",
-        f"    assert 'check' in open({str(private_dir / 'eval.jsonl')!r}).read()\n",  # peek at the hidden tests
+        # peek at the hidden tests
+        f"    assert 'check' in open({str(private_dir / 'eval.jsonl')!r}).read()\n",
     ]
     # Append each problem's own solution: the completion passes unless its attack is stopped.
     replies = [attack + item["answer"] for attack, item in zip(hostile, items, strict=True)]
@@ -823,7 +827,10 @@ def test_programs_find_no_answers_on_the_graders_disk(private_dir: Path) -> None
     assert {"fixture.py", "evaluate.py"} <= set(os.listdir(task_dir)) and "v1" in os.listdir(
         cache_dir
     )
-    peek = f"    import os\n    assert os.listdir({str(task_dir)!r}) == os.listdir({str(cache_dir)!r}) == []\n"
+    peek = (
+        f"    import os\n    assert os.listdir({str(task_dir)!r}) == "
+        f"os.listdir({str(cache_dir)!r}) == []\n"
+    )
     result = EVAL.evaluate(
         RecordingEngine([peek + item["answer"] for item in items]),
         EvalContext.for_task(SPEC, "fixture", private_dir, {"limit": 2}),

@@ -54,7 +54,10 @@ def test_a_folder_that_is_not_a_plugin_is_refused(
 ) -> None:
     with pytest.raises(
         ConfigError,
-        match=rf"plugin folder {tmp_path / 'nope'} \(from the 'plugins' config key\) does not exist",
+        match=(
+            rf"plugin folder {tmp_path / 'nope'} \(from the 'plugins' config key\) "
+            r"does not exist"
+        ),
     ):
         plugins.plugin_dirs([tmp_path / "nope"])
     (tmp_path / "empty" / "data").mkdir(parents=True)

@@ -135,10 +135,12 @@ def test_rule_judge_reads_the_reference_judge_prompt() -> None:
 def test_alfworld_reset_text_joins_paragraphs_with_one_newline() -> None:
     from autorl.task_code.alfworld.env import clean_reset_text
 
-    raw = "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room.\n\nYour task is to: put a pen in desk."
-    assert clean_reset_text(raw) == "\n".join(
-        raw.split("\n\n")[1:]
-    )  # the reference's eval.py expression
+    raw = (
+        "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room.\n\n"
+        "Your task is to: put a pen in desk."
+    )
+    # the reference's eval.py expression
+    assert clean_reset_text(raw) == "\n".join(raw.split("\n\n")[1:])
     assert (
         clean_reset_text(raw)
         == "You are in the middle of a room.\nYour task is to: put a pen in desk."

@@ -22,7 +22,10 @@ SFT_CODE = (
     "from trl import SFTTrainer, SFTConfig\n"
     "cfg = SFTConfig(learning_rate=2e-5, max_steps=100, per_device_train_batch_size=8)\n"
 )
-GRPO_CODE = "from trl import GRPOTrainer, GRPOConfig\ncfg = GRPOConfig(learning_rate=1e-6, num_generations=8, max_steps=50)\n"
+GRPO_CODE = (
+    "from trl import GRPOTrainer, GRPOConfig\n"
+    "cfg = GRPOConfig(learning_rate=1e-6, num_generations=8, max_steps=50)\n"
+)
 
 
 class Cell:

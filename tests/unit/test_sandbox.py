@@ -73,7 +73,8 @@ def test_fork_bomb_is_capped_and_leaves_no_process(box: Sandbox, kill: Sandbox) 
         "            time.sleep(60)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n"
     )
     assert counted.ok and 0 < int(counted.output.split()[-1]) < 16, counted.output
-    marker = f"bomb-{uuid.uuid4().hex}"  # each child becomes a sleeper whose command line carries the marker
+    # each child becomes a sleeper whose command line carries the marker
+    marker = f"bomb-{uuid.uuid4().hex}"
     bomb = kill.run_python(
         f"import os\nwhile True:\n    try:\n        if os.fork() == 0:\n"
         f"            os.execv('/bin/sleep', [{marker!r}, '300'])\n"
@@ -121,7 +122,10 @@ def test_hidden_directories_are_empty_inside(tmp_path: Path) -> None:
     secret = tmp_path / "private" / "eval.jsonl"
     secret.parent.mkdir()
     secret.write_text("the hidden tests")
-    program = f"import os\nprint(os.listdir({str(secret.parent)!r}))\nprint(open({str(secret)!r}).read())\n"
+    program = (
+        f"import os\nprint(os.listdir({str(secret.parent)!r}))\n"
+        f"print(open({str(secret)!r}).read())\n"
+    )
     seen = Sandbox(SandboxLimits(timeout_s=60, cpu_s=60)).run_python(program)
     assert seen.ok and "the hidden tests" in seen.output  # readable unless hidden ...
     hidden = Sandbox(SandboxLimits(timeout_s=60, cpu_s=60), hidden=(secret.parent,)).run_python(
@@ -282,12 +286,21 @@ port = listener.getsockname()[1]
 socket.create_connection(("127.0.0.1", port), timeout=5).close()  # reachable from the agent itself
 box = Sandbox(SandboxLimits(timeout_s=60, cpu_s=60, max_processes=16))
 ran = box.run_python("import os\nprint(6 * 7, os.getuid())")
-net = box.run_python(f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)\nprint('connected')")
+net = box.run_python(
+    f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+    "print('connected')"
+)
 write = box.run_python("open('/tmp/outside-the-run', 'w').write('x')")
-forks = box.run_python("import os, time\nn = 0\ntry:\n    while n < 1000:\n        if os.fork() == 0:\n"
-                       "            time.sleep(60)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n")
+forks = box.run_python(
+    "import os, time\nn = 0\ntry:\n    while n < 1000:\n        if os.fork() == 0:\n"
+    "            time.sleep(60)\n        n += 1\nexcept OSError:\n    pass\nprint(n)\n"
+)
 from agent_kit.function_judge import FunctionJudge, Problem
-problem = Problem("def f(x):\n    'Twice x.'\n", "def check(c):\n    assert c(2) == 4\n    assert c(5) == 10\n", "f")
+problem = Problem(
+    "def f(x):\n    'Twice x.'\n",
+    "def check(c):\n    assert c(2) == 4\n    assert c(5) == 10\n",
+    "f",
+)
 with FunctionJudge(box) as judge:
     judge.check()
     judged = {name: judge.judge(problem, problem.prompt + body) for name, body in {
@@ -296,18 +309,21 @@ with FunctionJudge(box) as judge:
         # Nested, the enclosing /proc would show the agent's processes, the judge's among them.
         "proc": "    import os\n    print('proc:', os.listdir('/proc'))\n    return 2 * x\n",
     }.items()}
-print(json.dumps({"uid": os.getuid(), "mode": box.mode, "fresh_proc": fresh_proc_allowed(),
-                  "autorl": importlib.util.find_spec("autorl") is not None,
-                  "ran": [ran.ok, ran.output], "net": [net.ok, net.output], "write": [write.ok, write.output,
-                  os.path.exists("/tmp/outside-the-run")], "forks": [forks.ok, forks.output],
-                  "judged": {name: [v.passed, v.reason, v.output] for name, v in judged.items()}}))
+print(json.dumps({
+    "uid": os.getuid(), "mode": box.mode, "fresh_proc": fresh_proc_allowed(),
+    "autorl": importlib.util.find_spec("autorl") is not None,
+    "ran": [ran.ok, ran.output], "net": [net.ok, net.output],
+    "write": [write.ok, write.output, os.path.exists("/tmp/outside-the-run")],
+    "forks": [forks.ok, forks.output],
+    "judged": {name: [v.passed, v.reason, v.output] for name, v in judged.items()},
+}))
 """
 
 
 def _bwrap_as_cell(binds: list[Path], code_root: Path, argv: list[str]) -> list[str]:
     """A sealed cell's sandbox, as autorl.seal builds it: bwrap as root without a user namespace,
-    then
-    setpriv to a non-root uid (bwrap with --unshare-user where the tests do not run as root)."""
+    then setpriv to a non-root uid (bwrap with --unshare-user where the tests do not run as
+    root)."""
     command = [
         "bwrap",
         "--unshare-pid",

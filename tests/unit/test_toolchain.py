@@ -65,9 +65,11 @@ def test_the_toolchain_has_the_pinned_training_libraries_and_neither_autorl_nor_
     code = """
 import importlib.metadata as md, importlib.util, json
 import torch, transformers, trl, peft, datasets, accelerate
-print(json.dumps({"versions": {n: md.version(n) for n in ("torch", "transformers", "trl", "peft", "datasets", "accelerate")},
+libraries = ("torch", "transformers", "trl", "peft", "datasets", "accelerate")
+packages = ("autorl", "tasks", "agent_kit", "pip")
+print(json.dumps({"versions": {n: md.version(n) for n in libraries},
                   "cuda": torch.version.cuda,
-                  "importable": {n: importlib.util.find_spec(n) is not None for n in ("autorl", "tasks", "agent_kit", "pip")}}))
+                  "importable": {n: importlib.util.find_spec(n) is not None for n in packages}}))
 """
     done = _run(toolchain_python(built), code, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -95,13 +97,18 @@ def test_with_the_cell_copy_on_its_path_it_imports_agent_kit_and_the_task_agent_
     assert not [p for p in copied if p.name == "__pycache__"]
     code = """
 import importlib, pkgutil, sys
-import agent_kit, agent_kit.protocol, agent_kit.rollout, agent_kit.sandbox, agent_kit.function_judge, agent_kit.judge_runtime
-import agent_kit.scripted.common, agent_kit.scripted.policy, agent_kit.scripted.interactive, agent_kit.scripted.__main__
+import agent_kit, agent_kit.protocol, agent_kit.rollout, agent_kit.sandbox
+import agent_kit.function_judge, agent_kit.judge_runtime
+import agent_kit.scripted.common, agent_kit.scripted.policy, agent_kit.scripted.interactive
+import agent_kit.scripted.__main__
 import task_agent
 for info in pkgutil.walk_packages(task_agent.__path__, "task_agent."):
     importlib.import_module(info.name)
 assert callable(importlib.import_module("task_agent.recipe").run)
-print(sorted(m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("autorl", "tasks")), agent_kit.__file__)
+print(
+    sorted(m.split(".")[0] for m in sys.modules if m.split(".")[0] in ("autorl", "tasks")),
+    agent_kit.__file__,
+)
 """
     done = _run(toolchain_python(built), code, tmp_path, pythonpath=package.parent)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -145,7 +145,8 @@ def test_concurrent_requests_for_one_digest_share_one_download(tmp_path: Path) -
         with models.local(ModelRef(str(model), "cell-node", "w")) as local:
             assert local is not None and same_files(local, model)
             seen.append(local)
-            inside.wait()  # both hold the folder at once: neither release deletes it under the other
+            # both hold the folder at once: neither release deletes it under the other
+            inside.wait()
 
     # Two graders on one node: separate fetchers (as separate processes would be), one cache folder.
     threads = [threading.Thread(target=score, args=(fetcher(tmp_path, source),)) for _ in range(2)]
