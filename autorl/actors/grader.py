@@ -42,6 +42,7 @@ class Grader:
         self.batch_size = batch_size
         # torch defaults to every core of the node; a grader must stay within what it reserved.
         os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
+        _hide_unreserved_gpus()
         self.num_threads = num_threads
         self.engine = engine
         self.engines = WarmEngines(engine_options)
@@ -140,3 +141,15 @@ class Grader:
     def ping(self) -> bool:
         """Liveness check."""
         return True
+
+
+def _hide_unreserved_gpus() -> None:
+    """Hide the node's GPUs from a grader that reserved none (``grader.gpus=0``).
+
+    Ray sets ``CUDA_VISIBLE_DEVICES`` only for an actor that holds GPUs; one with none would see
+    every GPU of its node, cells' included, and ``grader.engine=auto`` would start vLLM on them.
+    """
+    import ray
+
+    if ray.is_initialized() and not ray.get_runtime_context().get_accelerator_ids().get("GPU"):
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""

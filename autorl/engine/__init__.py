@@ -55,21 +55,51 @@ def _installed(package: str) -> bool:
     return spec is not None and spec.origin is not None
 
 
-def resolve_engine(name: str) -> str:
+def has_gpus() -> bool:
+    """Whether this process sees a CUDA device. A grader actor sees the GPUs it reserved
+    (``grader.gpus``; :class:`autorl.actors.grader.Grader` hides the node's GPUs when that is 0)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def has_vllm() -> bool:
+    """Whether vLLM is installed in this Python environment."""
+    return _installed("vllm")
+
+
+def auto_engine(gpus: bool, vllm: bool) -> str:
+    """The engine ``grader.engine=auto`` stands for: vLLM where there are GPUs and vLLM, else hf.
+
+    >>> auto_engine(gpus=True, vllm=True), auto_engine(gpus=True, vllm=False)
+    ('vllm', 'hf')
+    >>> auto_engine(gpus=False, vllm=True)
+    'hf'
+    """
+    return "vllm" if gpus and vllm else "hf"
+
+
+def resolve_engine(
+    name: str,
+    *,
+    gpus: Callable[[], bool] = has_gpus,
+    vllm: Callable[[], bool] = has_vllm,
+) -> str:
     """The engine ``grader.engine`` names: ``auto`` is ``vllm`` where vLLM is installed and a GPU is
-    present, else ``hf``.
+    present, else ``hf`` (:func:`auto_engine`).
+
+    Args:
+        gpus: Whether this process has GPUs (a seam: tests pass their own).
+        vllm: Whether vLLM is importable (a seam, as ``gpus``).
 
     Raises:
         ConfigError: ``name`` is not ``auto`` or a registered engine ("did you mean"), or names an
             engine whose package is not installed here.
     """
     if name == "auto":
-        if _installed("vllm"):
-            import torch
-
-            if torch.cuda.is_available():
-                return "vllm"
-        return "hf"
+        # vLLM first: it is cheap to look for, and without it torch need not be imported here.
+        installed = vllm()
+        return auto_engine(gpus=installed and gpus(), vllm=installed)
     ENGINES.check(name)
     package = _REQUIRES.get(name)
     if package and not _installed(package):

@@ -5,6 +5,7 @@ across submissions.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ class HFEngine(ChatTemplateEngine):
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.batch_size = batch_size
         self.tokenizer = _load_tokenizer(model_dir)
-        self.dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        self.dtype = engine_dtype(self.device)
         # a PreTrainedModel; Any, as transformers' decorator on .to() hides its signature from mypy
         model: Any
         adapter = (model_dir / ADAPTER_CONFIG).is_file()
@@ -216,6 +217,38 @@ class HFEngine(ChatTemplateEngine):
                 return None
             self._base = (base_dir, state)
         return self._base[1]
+
+
+def dtype_name(device: str, *, bf16_supported: Callable[[], bool] | None = None) -> str:
+    """The torch dtype the engines load a model in on ``device``: ``bfloat16`` on a CUDA GPU that
+    supports it, else ``float32``.
+
+    The CPU stays float32, so CPU scores stay those of every earlier CPU run; a GPU without bf16
+    (before Ampere) gets float32 too rather than float16, whose range overflows in some models.
+
+    Args:
+        device: ``cpu``, ``cuda`` or ``cuda:<index>``.
+        bf16_supported: Whether the GPU computes in bf16 (a seam; None: ask torch).
+
+    >>> dtype_name("cpu"), dtype_name("cuda:1", bf16_supported=lambda: True)
+    ('float32', 'bfloat16')
+    >>> dtype_name("cuda", bf16_supported=lambda: False)
+    'float32'
+    """
+    if device.split(":")[0] != "cuda":
+        return "float32"
+    if bf16_supported is None:
+        import torch
+
+        bf16_supported = torch.cuda.is_bf16_supported
+    return "bfloat16" if bf16_supported() else "float32"
+
+
+def engine_dtype(device: str) -> Any:
+    """The ``torch.dtype`` of :func:`dtype_name` for ``device``."""
+    import torch
+
+    return getattr(torch, dtype_name(device))
 
 
 def _load_tokenizer(model_dir: Path) -> Any:

@@ -36,7 +36,7 @@ from agent_kit.protocol import cut_at_stop
 from autorl.engine.base import ChatTemplateEngine
 from autorl.engine.chat_render import RenderLimits
 from autorl.engine.decoding import eos_token_ids, generation_config_eos
-from autorl.engine.hf import ADAPTER_CONFIG, _load_tokenizer, _require_base
+from autorl.engine.hf import ADAPTER_CONFIG, _load_tokenizer, _require_base, dtype_name
 from autorl.errors import AutorlError
 
 logger = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class VLLMEngine(ChatTemplateEngine):
         enable_prefix_caching: bool = True,
         kv_cache_gb: float | None = 1.0,
         gpu_memory_utilization: float = 0.85,
+        tensor_parallel_size: int | None = None,
         enforce_eager: bool = True,
         enable_lora: bool = True,
         max_lora_rank: int = 64,
@@ -118,8 +119,12 @@ class VLLMEngine(ChatTemplateEngine):
             max_model_len: Context window; None: the model's. Prompts keep their end within it.
             enable_prefix_caching: vLLM's automatic prefix caching (shared few-shot blocks,
                 histories).
-            kv_cache_gb: Memory of the KV cache; None: ``gpu_memory_utilization`` decides (GPU
-                only).
+            kv_cache_gb: Memory of the KV cache on the CPU (vLLM cannot size it there); on a GPU
+                ``gpu_memory_utilization`` sizes it.
+            gpu_memory_utilization: The share of each GPU's memory this engine may take (weights,
+                activations, KV cache): below 1 when graders share a GPU.
+            tensor_parallel_size: GPUs the model is split over; None: every GPU this process sees
+                (a grader actor sees the ``grader.gpus`` Ray reserved for it).
             enforce_eager: No torch.compile / CUDA graphs: seconds less per engine start.
             enable_lora: Start with LoRA support, so adapter submissions swap in without a restart.
             max_lora_rank: Largest adapter rank served (raised to the adapter's rank when it starts
@@ -191,28 +196,22 @@ class VLLMEngine(ChatTemplateEngine):
             if merged
             else _vllm_tokenizer_dir(_tokenizer_dir(model_dir, weights_dir), weights_dir)
         )
-        kwargs: dict[str, Any] = {
-            "model": str(merged or weights_dir),
-            "tokenizer": str(merged or tokenizer_copy or _tokenizer_dir(model_dir, weights_dir)),
-            "dtype": dtype or ("float32" if platform == "cpu" else "bfloat16"),
-            "max_model_len": max_model_len,
-            "enable_prefix_caching": enable_prefix_caching,
-            "enforce_eager": enforce_eager,
-            "max_num_seqs": batch_size,
-            "seed": seed,
-            # one device: the worker runs in the EngineCore's process
-            "distributed_executor_backend": "uni",
-            "worker_extension_cls": f"{__name__}.WeightSwapExtension",
-            "enable_lora": self.lora_enabled,
-            "gpu_memory_utilization": gpu_memory_utilization,
-            # vLLM's own sampling defaults, not those of the submission's generation_config.json:
-            # decoding is the task's (autorl.engine.decoding); end ids go with each request.
-            "generation_config": "vllm",
-        }
-        if kv_cache_gb is not None:
-            kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
-        if self.lora_enabled:
-            kwargs |= {"max_lora_rank": self.max_lora_rank, "max_loras": 1}
+        kwargs = llm_kwargs(
+            model=str(merged or weights_dir),
+            tokenizer=str(merged or tokenizer_copy or _tokenizer_dir(model_dir, weights_dir)),
+            platform=platform,
+            batch_size=batch_size,
+            dtype=dtype or dtype_name(platform),  # as the HF engine: bf16 where the GPU has it
+            max_model_len=max_model_len,
+            enable_prefix_caching=enable_prefix_caching,
+            kv_cache_gb=kv_cache_gb,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+            visible_gpus=_visible_gpus() if platform == "cuda" else 0,
+            enforce_eager=enforce_eager,
+            max_lora_rank=self.max_lora_rank if self.lora_enabled else None,
+            seed=seed,
+        )
         try:
             self.llm: Any = LLM(**kwargs)
         finally:
@@ -373,6 +372,89 @@ class VLLMEngine(ChatTemplateEngine):
         if self._lora_dir is not None:
             shutil.rmtree(self._lora_dir, ignore_errors=True)
             self._lora_dir = None
+
+
+def llm_kwargs(
+    *,
+    model: str,
+    tokenizer: str,
+    platform: str,
+    batch_size: int,
+    dtype: str | None,
+    max_model_len: int | None,
+    enable_prefix_caching: bool,
+    kv_cache_gb: float | None,
+    gpu_memory_utilization: float,
+    tensor_parallel_size: int | None,
+    visible_gpus: int,
+    enforce_eager: bool,
+    max_lora_rank: int | None,
+    seed: int,
+) -> dict[str, Any]:
+    """The keyword arguments of ``vllm.LLM`` for an engine with these options
+    (``conf/engine/vllm.yaml``).
+
+    Args:
+        platform: What vLLM runs on (``cpu``, ``cuda``).
+        dtype: None: float32 on the CPU, as the HF engine; bfloat16 on a GPU.
+        kv_cache_gb: The KV cache's size on the CPU; unused on a GPU, where
+            ``gpu_memory_utilization`` leaves the KV cache what the weights do not take.
+        tensor_parallel_size: None: ``visible_gpus`` (at least 1).
+        visible_gpus: The CUDA devices this process sees (0 on the CPU).
+        max_lora_rank: None: LoRA off; else the largest adapter rank served (one adapter at once).
+
+    Raises:
+        VLLMEngineError: ``tensor_parallel_size`` asks for more GPUs than this process sees.
+
+    >>> kw = llm_kwargs(model="m", tokenizer="m", platform="cuda", batch_size=8, dtype=None,
+    ...     max_model_len=4096, enable_prefix_caching=True, kv_cache_gb=1,
+    ...     gpu_memory_utilization=0.5, tensor_parallel_size=None, visible_gpus=2,
+    ...     enforce_eager=True, max_lora_rank=None, seed=0)
+    >>> kw["tensor_parallel_size"], kw["distributed_executor_backend"], kw["dtype"]
+    (2, 'mp', 'bfloat16')
+    >>> "kv_cache_memory_bytes" in kw, kw["gpu_memory_utilization"], kw["max_model_len"]
+    (False, 0.5, 4096)
+    """
+    gpu = platform != "cpu"
+    parallel = max(1, tensor_parallel_size or (visible_gpus if gpu else 1))
+    if gpu and parallel > max(visible_gpus, 1):
+        raise VLLMEngineError(
+            f"tensor_parallel_size={parallel} needs {parallel} GPUs, this grader sees "
+            f"{visible_gpus}: raise grader.gpus or lower grader.engines.vllm.options."
+            "tensor_parallel_size"
+        )
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "tokenizer": tokenizer,
+        "dtype": dtype or ("bfloat16" if gpu else "float32"),
+        "max_model_len": max_model_len,
+        "enable_prefix_caching": enable_prefix_caching,
+        "enforce_eager": enforce_eager,
+        "max_num_seqs": batch_size,
+        "seed": seed,
+        "tensor_parallel_size": parallel,
+        # One device: the worker runs in the EngineCore's process. Several: one worker process
+        # each, started by vLLM inside the grader actor (so on the GPUs Ray gave it).
+        "distributed_executor_backend": "uni" if parallel == 1 else "mp",
+        "worker_extension_cls": f"{__name__}.WeightSwapExtension",
+        "enable_lora": max_lora_rank is not None,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        # vLLM's own sampling defaults, not those of the submission's generation_config.json:
+        # decoding is the task's (autorl.engine.decoding); end ids go with each request.
+        "generation_config": "vllm",
+    }
+    if kv_cache_gb is not None and not gpu:
+        kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
+    if max_lora_rank is not None:
+        kwargs |= {"max_lora_rank": max_lora_rank, "max_loras": 1}
+    return kwargs
+
+
+def _visible_gpus() -> int:
+    """The CUDA devices this process sees (``CUDA_VISIBLE_DEVICES``, which Ray sets per actor)."""
+    import torch
+
+    return int(torch.cuda.device_count())
 
 
 def _is_adapter(model_dir: Path, base_dir: Path | None) -> bool:
