@@ -4,7 +4,9 @@ Each sandbox backend names what it needs (:meth:`autorl.seal.launch.CellSeal.pro
 with ``sandbox.mode=bwrap`` (the default) needs bubblewrap, the namespaces it creates
 (with ``setpriv`` to drop to the agent's uid when the sweep runs as root, else user namespaces),
 the cgroup controllers that enforce the cell's budget and limits, and the agent toolchain. Each
-missing piece is named with what to install, and with the explicit opt-out ``sandbox.mode=none``.
+missing piece is named with what to install, and with the explicit opt-out ``sandbox.mode=none``;
+where user namespaces are off, the kernel setting that turns them off is read from ``/proc/sys``
+and named with its change (:func:`userns_advice`), with what a KubeRay pod or Slurm job needs.
 
 A task whose evaluator runs the candidate's code in :mod:`agent_kit.sandbox` (its eval options
 have a ``sandbox_mode``, e.g. humaneval) needs that sandbox's namespaces to hide its private split
@@ -19,7 +21,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from agent_kit.sandbox import namespaces_problem, namespaces_required
 from autorl.errors import ConfigError, PrerequisiteError
@@ -38,6 +40,92 @@ JUDGE_MODE_OPTION = "sandbox_mode"
 OPT_OUT = (
     "or run agents unsealed (debugging only, recorded with every result) with sandbox.mode=none"
 )
+
+
+# Where the kernel's settings are read; userns_advice takes another root (a test's fake tree).
+PROC_SYS = Path("/proc/sys")
+
+
+class UsernsSetting(NamedTuple):
+    """A kernel setting that can turn unprivileged user namespaces off."""
+
+    name: str  # the sysctl's name; its file under /proc/sys has dots as slashes
+    off_when_zero: bool  # True: 0 turns user namespaces off; False: any other value does
+    change: str  # the command that turns user namespaces on, and where the setting exists
+
+
+USERNS_SETTINGS = (
+    UsernsSetting(
+        "kernel.unprivileged_userns_clone",
+        True,
+        "on Debian and Ubuntu kernels: sysctl -w kernel.unprivileged_userns_clone=1",
+    ),
+    UsernsSetting(
+        "user.max_user_namespaces",
+        True,
+        "above 0: sysctl -w user.max_user_namespaces=15000",
+    ),
+    UsernsSetting(
+        "user.max_mnt_namespaces",
+        True,
+        "above 0: sysctl -w user.max_mnt_namespaces=15000",
+    ),
+    UsernsSetting(
+        "kernel.apparmor_restrict_unprivileged_userns",
+        False,
+        "AppArmor on Ubuntu 24.04 and later: "
+        "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or an AppArmor profile for "
+        "bwrap with 'userns,'",
+    ),
+)
+
+# Pods and jobs cannot change the node's sysctls; what their spec must allow besides.
+CONTAINER_ADVICE = (
+    "in a KubeRay pod the sysctl is the node's (a DaemonSet or the node image sets it) and the "
+    "Ray container needs securityContext privileged: true, or allowPrivilegeEscalation: true with "
+    "seccompProfile: {type: Unconfined} (and appArmorProfile: {type: Unconfined} on AppArmor "
+    "nodes); under Slurm the site sets the sysctl on the compute nodes "
+    "(docs/design.md#gpu-platform)"
+)
+
+
+def userns_off(root: Path = PROC_SYS) -> list[str]:
+    """The settings under ``root`` (a ``/proc/sys`` tree) that turn unprivileged user namespaces
+    off, each as ``name=value``, with the change that turns them on.
+
+    A setting whose file is missing (another kernel) or unreadable does not count.
+
+    Args:
+        root: The ``/proc/sys`` folder to read (a seam: a test gives a fake tree).
+    """
+    found: list[str] = []
+    for setting in USERNS_SETTINGS:
+        path = root.joinpath(*setting.name.split("."))
+        try:
+            value = int(path.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if (value == 0) == setting.off_when_zero:
+            found.append(f"{setting.name}={value} ({setting.change})")
+    return found
+
+
+def userns_advice(root: Path = PROC_SYS) -> str:
+    """What bubblewrap needs from a node whose user runs cells without root: which of the kernel
+    settings under ``root`` is off and what to change, and what containers must allow besides.
+    """
+    off = userns_off(root)
+    if off:
+        found = "; ".join(off)
+        return (
+            f"unprivileged user namespaces, which this node's kernel settings turn off: {found}, "
+            f"then keep it in /etc/sysctl.d/; {CONTAINER_ADVICE}"
+        )
+    return (
+        "unprivileged user namespaces; the kernel settings here allow them "
+        f"({', '.join(s.name for s in USERNS_SETTINGS)}), so a container's seccomp or AppArmor "
+        f"profile likely blocks them: {CONTAINER_ADVICE}"
+    )
 
 
 def _probe(bwrap: str, cfg: RunConfig) -> str | None:
@@ -90,10 +178,10 @@ def bwrap_problems(cfg: RunConfig) -> list[str]:
     failure = _probe(bwrap, cfg)
     if failure is not None:
         how = (
-            "util-linux's setpriv at /usr/bin/setpriv"
+            "util-linux's setpriv at /usr/bin/setpriv, and (in a container) the right to create "
+            f"namespaces; {CONTAINER_ADVICE}"
             if os.geteuid() == 0
-            else "unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
-            "user.max_user_namespaces > 0)"
+            else userns_advice(PROC_SYS)
         )
         problems.append(
             f"bubblewrap ({bwrap}) cannot create a cell's sandbox here ({failure}); it needs "
