@@ -206,3 +206,45 @@ def check_nodes_sealable(
     ]
     if problems:
         raise PrerequisiteError("cells cannot be sealed on every node:\n- " + "\n- ".join(problems))
+
+
+def gpu_fit_problems(
+    cells: Sequence[CellSpec], grader_gpus: float, node_gpus: Sequence[float]
+) -> list[str]:
+    """Why cells or graders of a sweep cannot be placed on nodes with ``node_gpus`` GPUs each: a
+    bundle must fit on one node, so one that asks for more GPUs than the largest node has would
+    pend forever.
+
+    >>> gpu_fit_problems([], 3, [2, 1])
+    ['grader.gpus=3 but the largest node has 2 GPU(s): lower grader.gpus or add a bigger node']
+    """
+    largest = max(node_gpus, default=0.0)
+    problems = [
+        f"cell {cell.cell_id}: cell.gpus={cell.config.cell.gpus:g} but the largest node has "
+        f"{largest:g} GPU(s): lower cell.gpus or add a bigger node"
+        for cell in cells
+        if cell.config.cell.gpus > largest
+    ]
+    if grader_gpus > largest:
+        problems.append(
+            f"grader.gpus={grader_gpus:g} but the largest node has {largest:g} GPU(s): lower "
+            "grader.gpus or add a bigger node"
+        )
+    return problems
+
+
+def check_gpus_fit(cfg: RunConfig, cells: Sequence[CellSpec]) -> None:
+    """Refuse, before any service or cell starts, a sweep whose cells or graders ask for more GPUs
+    than any alive node of the connected cluster has (:func:`gpu_fit_problems`).
+
+    Raises:
+        PrerequisiteError: naming each cell, its ``cell.gpus`` and the largest node's GPUs.
+    """
+    import ray
+
+    node_gpus = [float(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["Alive"]]
+    problems = gpu_fit_problems(cells, cfg.grader.gpus, node_gpus)
+    if problems:
+        raise PrerequisiteError(
+            "the cluster cannot place this sweep's GPUs:\n- " + "\n- ".join(problems)
+        )

@@ -44,7 +44,7 @@ from autorl.actors.grader_pool import GraderPool
 from autorl.actors.recorder import Recorder
 from autorl.actors.recorder_client import RecorderClient
 from autorl.actors.workspace import Workspace
-from autorl.cluster import check_nodes_sealable, connect
+from autorl.cluster import check_gpus_fit, check_nodes_sealable, connect
 from autorl.config import CellSpec, SweepPlan, resolve_cache_dir
 from autorl.errors import PrerequisiteError
 from autorl.models.resolve import model_build
@@ -416,6 +416,7 @@ def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
     cluster = plan.base_config.cluster
     dashboard = connect(cluster, f"{cluster.namespace_prefix}-{plan.sweep_id}")
     try:
+        check_gpus_fit(plan.base_config, plan.cells)  # a bundle bigger than any node never places
         if cluster.address:  # a joined cluster: its nodes were not checked with this one
             check_nodes_sealable(plan.base_config, plan.cells)
         runner = SweepRunner(plan)

@@ -76,6 +76,7 @@ class SandboxSpec:
         uid: Host uid the agent runs as, dropped to with ``setpriv`` (the sweep runs as root);
             None: bubblewrap runs unprivileged in a user namespace as the calling user.
         setpriv: The ``setpriv`` executable (util-linux), used when ``uid`` is set.
+        shm_bytes: The size of the sandbox's ``/dev/shm`` tmpfs; None: the kernel's default.
     """
 
     bwrap: str
@@ -85,6 +86,7 @@ class SandboxSpec:
     uid: int | None
     etc_files: dict[Path, str] = field(default_factory=dict)
     setpriv: str = "/usr/bin/setpriv"
+    shm_bytes: int | None = None
 
 
 def _ancestors(paths: Iterable[Path]) -> list[Path]:
@@ -154,6 +156,7 @@ def bwrap_command(spec: SandboxSpec, command: list[str]) -> list[str]:
         "/tmp",
         "--perms",
         "1777",
+        *(["--size", str(spec.shm_bytes)] if spec.shm_bytes else []),
         "--tmpfs",
         "/dev/shm",
     ]

@@ -22,18 +22,20 @@ from autorl.schema import RunConfig, SandboxNetwork
 from autorl.seal import forward
 from autorl.seal.bwrap import Mount, SandboxSpec, bwrap_command
 from autorl.seal.cgroups import CellCgroup, CgroupLimits
+from autorl.seal.gpus import (
+    GpuDevice,
+    GpuMappingError,
+    device_binds,
+    device_dir,
+    map_visible_devices,
+    query_device_table,
+)
 from autorl.seal.launch import SERVICE_PORTS, CellSeal
 from autorl.seal.toolchain import check_toolchain, toolchain_dir, toolchain_mounts, toolchain_python
 
 SOCKETS_INSIDE = Path("/run/autorl")  # where the cell's service sockets appear in its sandbox
 # What a sealed agent keeps of the node's environment: locale and time zone only.
 _NODE_ENV_KEPT = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
-_GPU_CONTROL_DEVICES = (
-    "/dev/nvidiactl",
-    "/dev/nvidia-uvm",
-    "/dev/nvidia-uvm-tools",
-    "/dev/nvidia-modeset",
-)
 _AGENT_USER = "agent"
 
 
@@ -78,6 +80,7 @@ class BwrapSeal(CellSeal):
             # a node, not even the same cell of two sweeps running side by side.
             folder = str(cell_dir.resolve())
             self.uid = cfg.sandbox.uid_base + zlib.crc32(folder.encode()) % 100_000
+        self._gpus: tuple[GpuDevice, ...] | None = None
 
     @classmethod
     def problems(cls, cfg: RunConfig) -> list[str]:
@@ -91,8 +94,8 @@ class BwrapSeal(CellSeal):
         return "bwrap" if self.isolated_network else "bwrap+host-network"
 
     def base_env(self, node_env: Mapping[str, str], home: Path) -> dict[str, str]:
-        """Locale and time zone of the node's environment, the toolchain's PATH and the agent's
-        HOME."""
+        """Locale and time zone of the node's environment, the toolchain's PATH, the agent's HOME,
+        loopback for NCCL and gloo, and the reserved GPUs' UUIDs as ``CUDA_VISIBLE_DEVICES``."""
         env = {key: node_env[key] for key in _NODE_ENV_KEPT if key in node_env}
         env.setdefault("LANG", "C.UTF-8")
         env |= {
@@ -106,8 +109,13 @@ class BwrapSeal(CellSeal):
         if self.isolated_network:
             # Nothing off the cell is reachable: fail fast instead of timing out on a hub download.
             env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        if "CUDA_VISIBLE_DEVICES" in node_env:
-            env["CUDA_VISIBLE_DEVICES"] = node_env["CUDA_VISIBLE_DEVICES"]
+        # NCCL and gloo skip loopback by default, and loopback is the only interface of an isolated
+        # cell (and the one its GPUs' processes share with each other on the host network too).
+        env |= {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
+        if gpus := self.reserved_gpus():
+            # By UUID: inside, CUDA may number the GPUs it can open from 0 (as under a device
+            # cgroup), so one of the node's indices could name another GPU or none; a UUID cannot.
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu.uuid for gpu in gpus)
         return env
 
     def wrap(
@@ -129,7 +137,10 @@ class BwrapSeal(CellSeal):
             *(Mount(p) for p in models),
         ]
         mounts += [Mount(path) for path in {*toolchain_mounts(self._toolchain), *read_only}]
-        mounts += [Mount(path, device=True) for path in self._gpu_devices()]
+        mounts += [
+            Mount(host, device=True, inside=inside)
+            for host, inside in device_binds(self.reserved_gpus(), device_dir())
+        ]
         if self.isolated_network:
             forwarder = self.sandbox_dir / "forward.py"
             shutil.copyfile(forward.__file__, forwarder)
@@ -147,6 +158,9 @@ class BwrapSeal(CellSeal):
             self.cfg.sandbox.network,
             self.uid,
             self._identity_files(home),
+            # Multi-GPU training shares tensors through /dev/shm; its pages count against the
+            # cell's memory limit, so that limit is its size.
+            shm_bytes=int(self.cfg.cell.memory_gb * (1 << 30)),
         )
         return bwrap_command(spec, command)
 
@@ -193,14 +207,25 @@ class BwrapSeal(CellSeal):
             written[path] = name
         return written
 
-    def _gpu_devices(self) -> list[Path]:
-        """The device nodes of the GPUs reserved for the cell (none on a CPU node)."""
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-        if self.cfg.cell.gpus <= 0 or not visible:
-            return []
-        indexes = [item.strip() for item in visible.split(",") if item.strip().isdigit()]
-        candidates = [*_GPU_CONTROL_DEVICES, *(f"/dev/nvidia{i}" for i in indexes)]
-        return [Path(p) for p in candidates if Path(p).exists()]
+    def reserved_gpus(self) -> tuple[GpuDevice, ...]:
+        """The GPUs Ray reserved for the cell (its actor's ``CUDA_VISIBLE_DEVICES``), looked up in
+        the node's device table once; none when ``cell.gpus`` is 0.
+
+        Raises:
+            GpuMappingError: the cell reserved GPUs but Ray named none, or an id maps to no GPU.
+        """
+        if self._gpus is None:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+            if self.cfg.cell.gpus <= 0:
+                self._gpus = ()
+            elif not visible.strip():
+                raise GpuMappingError(
+                    f"cell.gpus={self.cfg.cell.gpus:g} but the cell's actor has no "
+                    "CUDA_VISIBLE_DEVICES: Ray reserved no GPU for it"
+                )
+            else:
+                self._gpus = map_visible_devices(visible, query_device_table())
+        return self._gpus
 
 
 def _outermost(mounts: list[Mount]) -> list[Mount]:
