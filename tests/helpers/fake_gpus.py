@@ -40,7 +40,8 @@ class CellProbe:
     """Stands in for the Workspace actor: builds the cell's sandbox where Ray placed it."""
 
     def sandbox(self, overrides: list[str], cell_dir: str) -> dict[str, Any]:
-        """Ray's ids for this actor, the agent's CUDA_VISIBLE_DEVICES and the bwrap argv."""
+        """The node, Ray's ids for this actor there, the agent's CUDA_VISIBLE_DEVICES and the
+        bwrap argv's device binds."""
         from autorl.config import compose
         from autorl.seal.launch import CellSeal
 
@@ -51,7 +52,10 @@ class CellProbe:
         argv = seal.wrap(
             ["true"], workspace=folder / "ws", home=folder / "ws", base_model=folder, read_only=[]
         )
+        import ray
+
         return {
+            "node": ray.get_runtime_context().get_node_id(),
             "ray": os.environ["CUDA_VISIBLE_DEVICES"],
             "agent": env["CUDA_VISIBLE_DEVICES"],
             "binds": [argv[i + 2] for i, a in enumerate(argv) if a == "--dev-bind"],
@@ -61,6 +65,8 @@ class CellProbe:
 class GraderProbe:
     """Asks Ray for a grader's GPUs as the grader pool does (``num_gpus=grader.gpus``)."""
 
-    def gpus(self) -> str:
-        """The ids Ray gave this actor."""
-        return os.environ["CUDA_VISIBLE_DEVICES"]
+    def gpus(self) -> tuple[str, str]:
+        """This actor's node and the ids Ray gave it there."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), os.environ["CUDA_VISIBLE_DEVICES"]
