@@ -37,7 +37,9 @@ from autorl.engine.base import ChatTemplateEngine
 from autorl.engine.chat_render import RenderLimits
 from autorl.engine.decoding import eos_token_ids, generation_config_eos
 from autorl.engine.hf import ADAPTER_CONFIG, _load_tokenizer, _require_base, dtype_name
-from autorl.errors import AutorlError
+from autorl.engine.vllm_args import VLLMEngineError as VLLMEngineError
+from autorl.engine.vllm_args import llm_kwargs as llm_kwargs
+from autorl.engine.vllm_args import visible_gpus
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +51,6 @@ LORA_MODES = (
     "request",
 )  # how adapter submissions are served (VLLMEngine's lora_mode)
 _lora_ids = count(1)  # LoRARequest ids are process-wide; a new id per adapter submission
-
-
-class VLLMEngineError(AutorlError):
-    """The vLLM engine cannot serve this submission (and no other engine setting would)."""
 
 
 class WeightSwapExtension:
@@ -207,7 +205,7 @@ class VLLMEngine(ChatTemplateEngine):
             kv_cache_gb=kv_cache_gb,
             gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size,
-            visible_gpus=_visible_gpus() if platform == "cuda" else 0,
+            visible_gpus=visible_gpus() if platform == "cuda" else 0,
             enforce_eager=enforce_eager,
             max_lora_rank=self.max_lora_rank if self.lora_enabled else None,
             seed=seed,
@@ -372,89 +370,6 @@ class VLLMEngine(ChatTemplateEngine):
         if self._lora_dir is not None:
             shutil.rmtree(self._lora_dir, ignore_errors=True)
             self._lora_dir = None
-
-
-def llm_kwargs(
-    *,
-    model: str,
-    tokenizer: str,
-    platform: str,
-    batch_size: int,
-    dtype: str | None,
-    max_model_len: int | None,
-    enable_prefix_caching: bool,
-    kv_cache_gb: float | None,
-    gpu_memory_utilization: float,
-    tensor_parallel_size: int | None,
-    visible_gpus: int,
-    enforce_eager: bool,
-    max_lora_rank: int | None,
-    seed: int,
-) -> dict[str, Any]:
-    """The keyword arguments of ``vllm.LLM`` for an engine with these options
-    (``conf/engine/vllm.yaml``).
-
-    Args:
-        platform: What vLLM runs on (``cpu``, ``cuda``).
-        dtype: None: float32 on the CPU, as the HF engine; bfloat16 on a GPU.
-        kv_cache_gb: The KV cache's size on the CPU; unused on a GPU, where
-            ``gpu_memory_utilization`` leaves the KV cache what the weights do not take.
-        tensor_parallel_size: None: ``visible_gpus`` (at least 1).
-        visible_gpus: The CUDA devices this process sees (0 on the CPU).
-        max_lora_rank: None: LoRA off; else the largest adapter rank served (one adapter at once).
-
-    Raises:
-        VLLMEngineError: ``tensor_parallel_size`` asks for more GPUs than this process sees.
-
-    >>> kw = llm_kwargs(model="m", tokenizer="m", platform="cuda", batch_size=8, dtype=None,
-    ...     max_model_len=4096, enable_prefix_caching=True, kv_cache_gb=1,
-    ...     gpu_memory_utilization=0.5, tensor_parallel_size=None, visible_gpus=2,
-    ...     enforce_eager=True, max_lora_rank=None, seed=0)
-    >>> kw["tensor_parallel_size"], kw["distributed_executor_backend"], kw["dtype"]
-    (2, 'mp', 'bfloat16')
-    >>> "kv_cache_memory_bytes" in kw, kw["gpu_memory_utilization"], kw["max_model_len"]
-    (False, 0.5, 4096)
-    """
-    gpu = platform != "cpu"
-    parallel = max(1, tensor_parallel_size or (visible_gpus if gpu else 1))
-    if gpu and parallel > max(visible_gpus, 1):
-        raise VLLMEngineError(
-            f"tensor_parallel_size={parallel} needs {parallel} GPUs, this grader sees "
-            f"{visible_gpus}: raise grader.gpus or lower grader.engines.vllm.options."
-            "tensor_parallel_size"
-        )
-    kwargs: dict[str, Any] = {
-        "model": model,
-        "tokenizer": tokenizer,
-        "dtype": dtype or ("bfloat16" if gpu else "float32"),
-        "max_model_len": max_model_len,
-        "enable_prefix_caching": enable_prefix_caching,
-        "enforce_eager": enforce_eager,
-        "max_num_seqs": batch_size,
-        "seed": seed,
-        "tensor_parallel_size": parallel,
-        # One device: the worker runs in the EngineCore's process. Several: one worker process
-        # each, started by vLLM inside the grader actor (so on the GPUs Ray gave it).
-        "distributed_executor_backend": "uni" if parallel == 1 else "mp",
-        "worker_extension_cls": f"{__name__}.WeightSwapExtension",
-        "enable_lora": max_lora_rank is not None,
-        "gpu_memory_utilization": gpu_memory_utilization,
-        # vLLM's own sampling defaults, not those of the submission's generation_config.json:
-        # decoding is the task's (autorl.engine.decoding); end ids go with each request.
-        "generation_config": "vllm",
-    }
-    if kv_cache_gb is not None and not gpu:
-        kwargs["kv_cache_memory_bytes"] = int(kv_cache_gb * (1 << 30))
-    if max_lora_rank is not None:
-        kwargs |= {"max_lora_rank": max_lora_rank, "max_loras": 1}
-    return kwargs
-
-
-def _visible_gpus() -> int:
-    """The CUDA devices this process sees (``CUDA_VISIBLE_DEVICES``, which Ray sets per actor)."""
-    import torch
-
-    return int(torch.cuda.device_count())
 
 
 def _is_adapter(model_dir: Path, base_dir: Path | None) -> bool:

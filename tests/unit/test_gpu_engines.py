@@ -71,7 +71,7 @@ def fake_cuda_vllm(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     platforms.current_platform = types.SimpleNamespace(device_type="cuda")  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
-    monkeypatch.setattr(engine, "_visible_gpus", lambda: 2)
+    monkeypatch.setattr(engine, "visible_gpus", lambda: 2)
     real = hf.dtype_name
     monkeypatch.setattr(engine, "dtype_name", lambda d: real(d, bf16_supported=lambda: True))
     _FakeLLM.built = []
