@@ -150,7 +150,7 @@ def test_sweep_cli_reports_unknown_names_with_exit_2(capsys: pytest.CaptureFixtu
         sweep.main(["cluster=nowhere"]) == 2
     )  # a group that is not an axis is checked by name too
     assert (
-        "unknown cluster 'nowhere'. Valid cluster names: jobs-local, local"
+        "unknown cluster 'nowhere'. Valid cluster names: gpu, jobs-local, local"
         in capsys.readouterr().err
     )
 
