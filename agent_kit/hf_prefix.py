@@ -288,12 +288,12 @@ class PrefixCache:
         with torch.no_grad():
             out = self.model(
                 input_ids=ids[None, kept:].to(device),
-                cache=cache,
+                past_key_values=cache,
                 use_cache=True,
                 position_ids=torch.arange(kept, len(ids), device=device)[None],
             )
         self.encoded_tokens += len(ids) - kept
-        self.store(ids, _row_kv(out.cache, 0, 0, len(ids)))
+        self.store(ids, _row_kv(out.past_key_values, 0, 0, len(ids)))
 
     def prepare(
         self, rows: list[torch.Tensor], pad_id: int, max_new_tokens: int
@@ -302,9 +302,10 @@ class PrefixCache:
         prefixes.
 
         Returns:
-            ``input_ids`` and ``attention_mask`` (left-padded to the longest row), ``cache`` (a
-            :func:`reserved_cache` holding the reused prefixes, with room for the tail and
-            ``max_new_tokens``), and the number of prompt columns (the padded length).
+            ``input_ids`` and ``attention_mask`` (left-padded to the longest row),
+            ``past_key_values`` (a :func:`reserved_cache` holding the reused prefixes, with room
+            for the tail and ``max_new_tokens``), and the number of prompt columns (the padded
+            length).
         """
         self._encode_shared(rows)
         kept, found = self._kept(rows)
@@ -327,7 +328,7 @@ class PrefixCache:
         self.encoded_tokens += sum(min(len(ids), tail) for ids in rows)
         spare = tail + max_new_tokens  # columns this batch's generate appends
         if past <= 0:
-            inputs["cache"] = reserved_cache(self.model.config, spare)
+            inputs["past_key_values"] = reserved_cache(self.model.config, spare)
             return inputs, width
         reference = next(e for e in found if e is not None).kv
         layers_, _, heads, _, dim = reference.shape
@@ -342,7 +343,7 @@ class PrefixCache:
             if need:  # right-aligned in the past columns
                 buffer[:, :, i, :, past - need : past] = entry.kv[:, :, :, :need]  # type: ignore[union-attr]
         layers = [(buffer[layer, 0], buffer[layer, 1], past) for layer in range(layers_)]
-        inputs["cache"] = reserved_cache(self.model.config, spare, layers)
+        inputs["past_key_values"] = reserved_cache(self.model.config, spare, layers)
         return inputs, width
 
     def keep_prompts(self, rows: list[torch.Tensor], cache: Any, width: int) -> None:
@@ -428,7 +429,7 @@ def generate_rows(
             return_dict_in_generate=True,
             **sampling,
         )
-    if prefix is not None and generated.cache is not None:
-        prefix.keep_prompts(rows, generated.cache, width)
+    if prefix is not None and generated.past_key_values is not None:
+        prefix.keep_prompts(rows, generated.past_key_values, width)
     texts = tokenizer.batch_decode(generated.sequences[:, width:], skip_special_tokens=True)
     return [cut_at_stop(text, stop) for text in texts]

@@ -30,7 +30,7 @@ from autorl.seal.bwrap import Mount, SandboxSpec, bwrap_command
 from autorl.seal.bwrap_seal import resolve_bwrap
 from autorl.seal.cgroups import cgroup_support
 from autorl.seal.launch import SANDBOXES
-from autorl.seal.toolchain import check_toolchain, toolchain_dir
+from autorl.seal.toolchain import check_toolchain, cuda_problem, toolchain_dir
 
 if TYPE_CHECKING:
     from autorl.config import CellSpec
@@ -193,10 +193,15 @@ def bwrap_problems(cfg: RunConfig) -> list[str]:
             f"cgroups: {missing}; the cell's budget, memory, CPU and process limits need them; "
             f"{OPT_OUT}"
         )
+    directory = toolchain_dir(cfg.sandbox.toolchain)
     try:
-        check_toolchain(toolchain_dir(cfg.sandbox.toolchain))
+        check_toolchain(directory)
     except PrerequisiteError as error:
         problems.append(f"{error}; {OPT_OUT}")
+    else:
+        gpu_problem = cuda_problem(directory, cfg.cell.gpus)
+        if gpu_problem is not None:
+            problems.append(gpu_problem)
     return problems
 
 

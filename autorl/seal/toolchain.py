@@ -1,9 +1,11 @@
 """The agent's toolchain: a Python environment of its own, for training, without autorl or
 ``tasks/``.
 
-A sealed agent trains with this venv's interpreter, not with the project's: it holds torch (the CPU
-build, through ``constraints.txt``), transformers, tokenizers, safetensors, huggingface-hub, trl,
-peft, datasets and accelerate at the pins of ``pyproject.toml``, and nothing of this repository. The
+A sealed agent trains with this venv's interpreter, not with the project's: it holds torch,
+numpy, transformers, tokenizers, safetensors, huggingface-hub, trl, peft, datasets and accelerate
+at the pins of ``pyproject.toml``, and nothing of this repository. Two variants: ``cpu`` (torch's
+CPU build where the machine's index serves it) and ``gpu`` (``--gpu``: the CUDA build and vLLM
+from the ``[gpu]`` extra, for TRL's vLLM generation on the cell's GPUs). The
 agent-side code (``agent_kit/`` and the task's ``agent/`` package) is not installed in it either:
 the cell gets a read-only copy on ``PYTHONPATH`` (:func:`autorl.workspace.layout.copy_agent_code`).
 It has no pip: inside the sandbox there is nothing to install from.
@@ -46,6 +48,7 @@ STAMP = "toolchain.json"
 # pyproject.toml pins as well, so that the toolchain's versions are the project's.
 PACKAGES = (
     "torch",
+    "numpy",
     "transformers",
     "tokenizers",
     "safetensors",
@@ -74,13 +77,14 @@ def toolchain_python(directory: Path) -> Path:
     return directory / "bin" / "python"
 
 
-def build_command(directory: Path) -> str:
-    """The command that (re)builds the toolchain at ``directory``."""
+def build_command(directory: Path, *, gpu: bool = False) -> str:
+    """The command that (re)builds the toolchain at ``directory`` (``gpu``: the GPU variant)."""
     default = directory == DEFAULT_DIR
     return (
         f"{sys.executable} -m autorl.seal.toolchain"
         + ("" if default else f" --dir {directory}")
-        + (" (or: make test-deps)" if default else "")
+        + (" --gpu" if gpu else "")
+        + ((" (or: make test-deps GPU=1)" if gpu else " (or: make test-deps)") if default else "")
     )
 
 
@@ -92,15 +96,16 @@ def _name(requirement: str) -> str:
     ).lower()
 
 
-def pinned_requirements(pyproject: Path = PYPROJECT) -> list[str]:
-    """The ``pyproject.toml`` dependency strings of :data:`PACKAGES`, in that order.
+def pinned_requirements(pyproject: Path = PYPROJECT, *, gpu: bool = False) -> list[str]:
+    """The ``pyproject.toml`` dependency strings of :data:`PACKAGES`, in that order, and with
+    ``gpu`` the ``[gpu]`` extra's.
 
     Raises:
         PrerequisiteError: One of them is not among the project's dependencies.
     """
-    dependencies: list[str] = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"][
-        "dependencies"
-    ]
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    dependencies: list[str] = project["dependencies"]
+    extra: list[str] = project["optional-dependencies"]["gpu"] if gpu else []
     by_name = {_name(dep): dep.strip() for dep in dependencies}
     missing = [name for name in PACKAGES if name not in by_name]
     if missing:
@@ -108,7 +113,7 @@ def pinned_requirements(pyproject: Path = PYPROJECT) -> list[str]:
             f"{pyproject} [project].dependencies does not pin {', '.join(missing)}, which the "
             "agent toolchain installs; add them, or drop them from autorl.seal.toolchain.PACKAGES"
         )
-    return [by_name[name] for name in PACKAGES]
+    return [by_name[name] for name in PACKAGES] + [dep.strip() for dep in extra]
 
 
 def _base_python() -> Path:
@@ -116,11 +121,12 @@ def _base_python() -> Path:
     return Path(getattr(sys, "_base_executable", None) or sys.executable).resolve()
 
 
-def expected_stamp() -> dict[str, Any]:
-    """What ``toolchain.json`` must say for the toolchain to match this repository."""
+def expected_stamp(variant: str = "cpu") -> dict[str, Any]:
+    """What ``toolchain.json`` must say for a toolchain of ``variant`` to match this repository."""
     return {
         "format": _STAMP_FORMAT,
-        "requirements": pinned_requirements(),
+        "variant": variant,
+        "requirements": pinned_requirements(gpu=variant == "gpu"),
         "constraints": CONSTRAINTS.read_text(encoding="utf-8"),
         "base_python": str(_base_python()),
     }
@@ -134,8 +140,11 @@ def _read_stamp(directory: Path) -> dict[str, Any] | None:
     return stamp if isinstance(stamp, dict) else None
 
 
-def _stale_reason(directory: Path) -> str | None:
-    """Why the toolchain at ``directory`` cannot be used as is (``None``: it can)."""
+def _stale_reason(directory: Path, variant: str | None = None) -> str | None:
+    """Why the toolchain at ``directory`` cannot be used as is (``None``: it can).
+
+    ``variant`` is the one asked for; None takes the built one's (either serves CPU-only cells).
+    """
     if not toolchain_python(directory).exists():
         return f"no toolchain at {directory} ({toolchain_python(directory)} does not exist)"
     stamp = _read_stamp(directory)
@@ -144,7 +153,7 @@ def _stale_reason(directory: Path) -> str | None:
             f"the toolchain at {directory} is unfinished or not one "
             f"({directory / STAMP} is missing or unreadable)"
         )
-    expected = expected_stamp()
+    expected = expected_stamp(variant or str(stamp.get("variant", "cpu")))
     changed = [key for key in expected if stamp.get(key) != expected[key]]
     if changed:
         return (
@@ -164,6 +173,41 @@ def check_toolchain(directory: Path) -> None:
     reason = _stale_reason(directory)
     if reason is not None:
         raise PrerequisiteError(f"{reason}; build it with: {build_command(directory)}")
+
+
+def cuda_problem(directory: Path, gpus: float) -> str | None:
+    """Why a cell that reserves ``gpus`` GPUs could not use them with the toolchain at
+    ``directory`` (None: it could, or it reserves none).
+
+    The toolchain must be the GPU variant and its torch must see a CUDA device on this node
+    (asked with ``CUDA_VISIBLE_DEVICES`` unset: a preflight task holds no GPUs of its own).
+    """
+    if gpus <= 0:
+        return None
+    stamp = _read_stamp(directory) or {}
+    fix = f"build the GPU variant with: {build_command(directory, gpu=True)}"
+    if stamp.get("variant") != "gpu":
+        return (
+            f"cells reserve {gpus:g} GPU(s) but the agent toolchain at {directory} is the CPU "
+            f"variant (no CUDA torch, no vLLM); {fix}"
+        )
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    probe = "import torch; print(torch.cuda.device_count())"
+    try:
+        done = subprocess.run(
+            [str(toolchain_python(directory)), "-c", probe],
+            capture_output=True, text=True, timeout=120, env=env, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"the agent toolchain's torch at {directory} did not answer ({error}); {fix}"
+    count = done.stdout.strip()
+    if done.returncode != 0 or not count.isdigit() or int(count) == 0:
+        seen = count or (done.stderr.strip()[-300:] or f"exit {done.returncode}")
+        return (
+            f"cells reserve {gpus:g} GPU(s) but the agent toolchain's torch at {directory} sees "
+            f"no CUDA device ({seen}): check the NVIDIA driver (nvidia-smi), or {fix}"
+        )
+    return None
 
 
 def venv_base_prefix(venv: Path) -> Path | None:
@@ -210,7 +254,7 @@ def toolchain_mounts(directory: Path) -> list[Path]:
     return [directory.absolute(), prefix]
 
 
-def build_toolchain(directory: Path, *, force: bool = False) -> bool:
+def build_toolchain(directory: Path, *, force: bool = False, gpu: bool = False) -> bool:
     """Create (or recreate) the toolchain venv at ``directory`` unless it is up to date.
 
     The venv is made from the project's base interpreter without pip; uv, with the machine's pip
@@ -224,10 +268,11 @@ def build_toolchain(directory: Path, *, force: bool = False) -> bool:
     Raises:
         PrerequisiteError: venv or uv failed (their output is in the message).
     """
-    if not force and _stale_reason(directory) is None:
+    variant = "gpu" if gpu else "cpu"
+    if not force and _stale_reason(directory, variant) is None:
         (directory / STAMP).touch()  # newer than pyproject.toml, for make
         return False
-    stamp = expected_stamp()
+    stamp = expected_stamp(variant)
     if directory.exists():
         shutil.rmtree(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -266,7 +311,8 @@ def _size_mb(directory: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m autorl.seal.toolchain [--dir DIR] [--force]``: build the toolchain if needed."""
+    """``python -m autorl.seal.toolchain [--dir DIR] [--force] [--gpu]``: build the toolchain if
+    needed."""
     parser = argparse.ArgumentParser(
         prog="python -m autorl.seal.toolchain", description=__doc__.split("\n")[0]
     )
@@ -274,11 +320,14 @@ def main(argv: list[str] | None = None) -> int:
         "--dir", default=None, help=f"where (default: ${ENV_VAR}, else {DEFAULT_DIR})"
     )
     parser.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    parser.add_argument(
+        "--gpu", action="store_true", help="the GPU variant: CUDA torch and vLLM (a GPU node)"
+    )
     args = parser.parse_args(argv)
     directory = toolchain_dir(args.dir)
     started = time.monotonic()
     try:
-        built = build_toolchain(directory, force=args.force)
+        built = build_toolchain(directory, force=args.force, gpu=args.gpu)
     except PrerequisiteError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

