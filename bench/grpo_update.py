@@ -52,20 +52,13 @@ def tokenizer() -> Any:
 
 def model() -> Any:
     """A randomly initialised causal LM of the ``small`` model's shape (float32), seed 0."""
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    from transformers import AutoModelForCausalLM
+
+    from autorl.models.small import SMALL_CONFIG
 
     torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=4096,
-        pad_token_id=0,
-        eos_token_id=2,
+    config = SMALL_CONFIG.qwen3_config(
+        vocab_size=VOCAB, max_position_embeddings=4096, pad_token_id=0, eos_token_id=2
     )
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
 

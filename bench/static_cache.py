@@ -47,19 +47,12 @@ KINDS = ("dynamic", "reserved", "static")
 
 def small_shaped_model() -> Any:
     """A randomly initialised causal LM of the ``small`` model's shape (float32, eval mode)."""
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    from transformers import AutoModelForCausalLM
+
+    from autorl.models.small import SMALL_CONFIG
 
     torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=4096,
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=4096,
-    )
+    config = SMALL_CONFIG.qwen3_config(max_position_embeddings=4096)
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
 
 

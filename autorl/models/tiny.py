@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -56,6 +57,22 @@ class TinyModelConfig:
     max_position_embeddings: int = 1024
     seed: int = 0
 
+    def qwen3_config(self, **fields: Any) -> Any:
+        """A transformers ``Qwen3Config`` of this shape; ``fields`` add settings or override it."""
+        from transformers import Qwen3Config
+
+        shape = {
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "max_position_embeddings": self.max_position_embeddings,
+        }
+        return Qwen3Config(**{**shape, **fields})
+
 
 def _corpus(seed: int) -> list[str]:
     """Generated text that covers word problems, arithmetic and the prompt protocol's phrases."""
@@ -90,7 +107,7 @@ def _build(
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+    from transformers import PreTrainedTokenizerFast, Qwen3ForCausalLM
 
     raw = Tokenizer(models.BPE(unk_token=None))
     raw.normalizer = normalizers.NFC()
@@ -121,15 +138,8 @@ def _build(
     tokenizer.chat_template = CHAT_TEMPLATE
 
     torch.manual_seed(cfg.seed)
-    model_cfg = Qwen3Config(
+    model_cfg = cfg.qwen3_config(
         vocab_size=len(tokenizer),
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads,
-        head_dim=cfg.head_dim,
-        max_position_embeddings=cfg.max_position_embeddings,
         tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,

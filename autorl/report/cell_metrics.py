@@ -27,6 +27,19 @@ from autorl.records.results import allows_substitution, feedback_split, split_te
 from autorl.records.types import VALID_SUBMISSION_STATUSES, CellRecord, SubmissionRecord
 
 METRICS_VERSION = 1
+# The metrics a run report and the sweep report's table show for each cell, in their order.
+REPORTED_METRICS = (
+    "valid_submission_rate",
+    "first_valid_idx",
+    "time_to_first_improvement",
+    "time_to_best",
+    "monotonic_ratio",
+    "copy_model_count",
+    "time_used_ratio",
+    "last_submit_gap",
+    "tokens",
+    "cost_usd",
+)
 
 
 def is_valid(sub: SubmissionRecord) -> bool:

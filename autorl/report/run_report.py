@@ -15,7 +15,13 @@ from typing import Any
 
 from autorl.records.results import allows_substitution
 from autorl.records.types import CellRecord, CodeRevision, SubmissionRecord
-from autorl.report.cell_metrics import RunTimes, best_so_far, compute_cell_metrics, is_valid
+from autorl.report.cell_metrics import (
+    REPORTED_METRICS,
+    RunTimes,
+    best_so_far,
+    compute_cell_metrics,
+    is_valid,
+)
 from autorl.report.code_facts import METHODS, added_text, scan_files, trainer_class_in_model
 from autorl.report.escape import md_code_block, md_text
 from autorl.report.failures import Failure, classify_cell, classify_submission, log_segments
@@ -205,21 +211,7 @@ def build_run_report(src: CellSources) -> tuple[dict[str, Any], dict[str, Any]]:
         "methods_used": list(dict.fromkeys(e["method"] for e in entries)),
         "failure_type": cell_failure.type if cell_failure else None,
         "failure_evidence": list(cell_failure.evidence) if cell_failure else [],
-        "metrics": {
-            k: metrics[k]
-            for k in (
-                "valid_submission_rate",
-                "first_valid_idx",
-                "time_to_first_improvement",
-                "time_to_best",
-                "monotonic_ratio",
-                "copy_model_count",
-                "time_used_ratio",
-                "last_submit_gap",
-                "tokens",
-                "cost_usd",
-            )
-        },
+        "metrics": {k: metrics[k] for k in REPORTED_METRICS},
         "notes": list(src.notes)
         + ([] if src.repo.is_dir() else ["no code_history.git: code read from stored diffs"]),
         # Every attempt of the cell; the entries above are the final attempt's (the one that

@@ -13,22 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autorl.report.cell_metrics import REPORTED_METRICS
 from autorl.report.feedback import selection_bias_section
 from autorl.report.html_page import Diff, Figure, Link, Section, Signed, Table, page
 from autorl.report.stages import stage_cells, stage_columns, stage_statistics
 
-_METRIC_COLUMNS = (
-    "valid_submission_rate",
-    "first_valid_idx",
-    "time_to_first_improvement",
-    "time_to_best",
-    "monotonic_ratio",
-    "copy_model_count",
-    "time_used_ratio",
-    "last_submit_gap",
-    "tokens",
-    "cost_usd",
-)
 _CAPTIONS = {
     "heatmap_agent_driver": "mean improvement of completed cells per agent × driver (n = runs)",
     "heatmap_mode_task": "mean improvement per operating mode × task (n = runs)",
@@ -379,8 +368,8 @@ def render_sections(
         "tasks": ", ".join(sorted({c["src"].cell.task for c in cells})),
     }
     metrics = Table(
-        ("cell", *_METRIC_COLUMNS),
-        [(c["src"].cell.cell_id, *(c["metrics"][k] for k in _METRIC_COLUMNS)) for c in cells],
+        ("cell", *REPORTED_METRICS),
+        [(c["src"].cell.cell_id, *(c["metrics"][k] for k in REPORTED_METRICS)) for c in cells],
     )
     sections = [
         Section("overview", "Overview", "overview", overview),
