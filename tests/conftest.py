@@ -15,23 +15,20 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 # (bench/omp_wait_policy.py).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# The longest test files, longest first: `make test` hands whole files to two xdist workers in
-# collection
-# order (--dist loadfile --no-loadscope-reorder; xdist's own order puts files with more tests first,
-# which
-# started the longest, a one-test file, 23 minutes into a 39-minute run), so these start first and
-# the
-# many short files fill in at the end. Seconds in a CI run (--durations).
+# The longest test files, longest first (from a CI run's --durations): `make test` hands whole
+# files to two xdist workers in collection order (--dist loadfile --no-loadscope-reorder), and
+# xdist's own order puts files with more tests first, which can start the longest, a one-test file,
+# late in the run. So these start first and the many short files fill in at the end.
 SLOWEST_FIRST = (
-    "tests/integration/test_online_rl.py",  # ALFWorld with the probe: 496 (a faster machine)
-    "tests/integration/test_real_cli.py",  # 415 as five sweeps; one sweep of five cells: 219
-    "tests/integration/test_sweep.py",  # 359
-    "tests/integration/test_hostile_agent.py",  # 260
-    "tests/integration/test_plugins.py",  # 229
-    "tests/integration/test_report_sweep.py",  # 201 and its checks
-    "tests/integration/test_ray_jobs.py",  # 202
-    "tests/integration/test_feedback_dev.py",  # 192
-    "tests/integration/test_faults.py",  # 176
+    "tests/integration/test_online_rl.py",  # three ALFWorld cells with RL and the probe
+    "tests/integration/test_real_cli.py",
+    "tests/integration/test_sweep.py",
+    "tests/integration/test_hostile_agent.py",
+    "tests/integration/test_plugins.py",
+    "tests/integration/test_report_sweep.py",
+    "tests/integration/test_ray_jobs.py",
+    "tests/integration/test_feedback_dev.py",
+    "tests/integration/test_faults.py",
 )
 
 

@@ -73,8 +73,10 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert [p.name for p in out_dir.iterdir()] == [FIXTURE.name]  # the same sweep id: no new folder
-    assert "1 completed cell(s) ran an older task version and run again" in run.stdout
-    assert f"{COMPLETED} (v1 -> v{VERSION})" in run.stdout
+    assert "1 completed cell(s) ran an older task version or model build and run again" in (
+        run.stdout
+    )
+    assert f"{COMPLETED} (task v1 -> v{VERSION})" in run.stdout
 
     assert query(db, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
     # The stale cell ran again under this autorl and the current task version, as attempt 2 ...
