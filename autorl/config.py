@@ -162,9 +162,8 @@ def _compose_dict(overrides: Sequence[str]) -> DictConfig:
             return hydra_compose(config_name="config", overrides=list(overrides))
         except AttributeError:
             # OmegaConf 2.3 cannot merge a mapping into a typed setting that is null
-            # (driver.price_per_mtok
-            # is null, then driver.price_per_mtok={input: 1.0, output: 4.0}): compose without such
-            # overrides, then assign them whole (the schema still checks them).
+            # (driver.price_per_mtok is null, then driver.price_per_mtok={input: 1.0, output: 4.0}):
+            # compose without such overrides, then assign them whole (the schema still checks them).
             plain, mappings = _split_mapping_overrides(overrides)
             if not mappings:
                 raise

@@ -10,8 +10,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 # As in a sweep (autorl/cluster.py): torch threads of the two xdist workers and of their sweeps
-# share the
-# cores, and spinning idle threads slowed a neighbour's training several times over
+# share the cores, and spinning idle threads slowed a neighbour's training several times over
 # (bench/omp_wait_policy.py).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 

@@ -16,9 +16,8 @@ import pytest
 from tests.helpers.procs import free_port, stop_processes_mentioning
 
 # Small enough for CI on 2 cores, big enough that SFT on the fixture clearly beats the baseline: 60
-# steps of 16
-# rows scored 8 and 9 (seeds 0, 1) in 69 and 59 s of cell time, 60 of 32 rows 5 in 101 s, 30 of 32
-# rows 0.
+# steps of 16 rows scored 8 and 9 (seeds 0, 1) in 69 and 59 s of cell time, 60 of 32 rows 5 in 101
+# s, 30 of 32 rows 0.
 FAST_AGENT = [
     "agent.sft.max_steps=60",
     "agent.sft.per_device_train_batch_size=16",

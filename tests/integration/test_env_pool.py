@@ -48,8 +48,7 @@ class _Shopper:
         replies = []
         for conversation in conversations:
             # Either prompt shape: the fixture's multi-turn chat (the current page's actions end the
-            # last user
-            # turn, past actions are assistant turns) or the reference's single user turn.
+            # last user turn, past actions are assistant turns) or the reference's single user turn.
             user = conversation[-1]["content"]
             listed = user.split("Available actions:\n", 1)[1].split("\n\n", 1)[0].splitlines()
             actions = [

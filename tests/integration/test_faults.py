@@ -59,9 +59,8 @@ def cluster() -> Iterator[Any]:
     started = time.monotonic()
     with pytest.MonkeyPatch.context() as patch:
         # Cluster writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster (default
-        # /tmp/ray/...),
-        # which other Ray users on the machine read and which a fresh machine does not have: use our
-        # own.
+        # /tmp/ray/...), which other Ray users on the machine read and which a fresh machine does
+        # not have: use our own.
         patch.setenv("RAY_TMPDIR", temp_dir)
         os.makedirs(os.path.join(temp_dir, "ray"))
         cluster = Cluster(

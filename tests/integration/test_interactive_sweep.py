@@ -76,18 +76,16 @@ def test_interactive_tasks_sweep_end_to_end(tmp_path: Path, ray_tmp: Path, cache
         ), (task, log[-2000:])
         played = re.search(r"expert played (\d+) \(mean reward ([\d.]+)\)", log)
         # At most SFT steps x 2 episodes (sft.per_device_train_batch_size; DeepSearchQA's recipe
-        # halves
-        # it, to no less than 2): ALFWorld's recipe takes three times sft.max_steps, DeepSearchQA's
-        # four.
+        # halves it, to no less than 2): ALFWorld's recipe takes three times sft.max_steps,
+        # DeepSearchQA's four.
         assert (
             played
             and 2 <= int(played.group(1)) <= {"alfworld": 3, "deepsearchqa": 4}.get(task, 1) * 4 * 2
         ), task
         # The experts play through the env endpoints: DeepSearchQA's knows the answer; WebShop's
-        # shopper buys
-        # a product of the instruction's kind from the page text (reward 0.25 to 0.75 a session on
-        # the first
-        # 8). ALFWorld's explorer needs more than the 3 steps this test allows an episode.
+        # shopper buys a product of the instruction's kind from the page text (reward 0.25 to 0.75 a
+        # session on the first 8). ALFWorld's explorer needs more than the 3 steps this test allows
+        # an episode.
         assert (
             float(played.group(2)) >= {"alfworld": 0.0, "webshop": 0.25, "deepsearchqa": 1.0}[task]
         ), task

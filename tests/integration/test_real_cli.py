@@ -54,9 +54,8 @@ SECRET = "sk-autorl-test-driver-key"
 SANDBOX = "bwrap"  # the default sandbox.mode, which these cells run with
 
 # A random perturbation: the five cells of one sweep submit different weights (the grader answers
-# weights
-# another cell already submitted with `duplicate`, not `scored`; every sealed workspace has the same
-# path).
+# weights another cell already submitted with `duplicate`, not `scored`; every sealed workspace has
+# the same path).
 TRAIN_PY = """\
 import os, shutil, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -274,8 +273,7 @@ def test_cli_runs_a_cell_through_the_gateway(cli: Cli, cli_sweep: CliSweep) -> N
     assert tokens_in == sum(c[2] for c in calls) and tokens_out == sum(c[3] for c in calls)
     assert cost == pytest.approx((tokens_in * 1.0 + tokens_out * 4.0) / 1e6)
     # The provider got the real key in this protocol's header (OpenCode and OpenHands share theirs);
-    # the agent
-    # only ever had the cell's gateway token.
+    # the agent only ever had the cell's gateway token.
     assert {
         r["headers"].get(cli.key_header)
         for r in cli_sweep.requests

@@ -82,9 +82,8 @@ def two_nodes() -> Iterator[TwoNodes]:
     try:
         ray_cli = Path(sys.executable).parent / "ray"
         # The node's view of the sweep folder is an empty tmpfs of its own (private propagation:
-        # this
-        # mount never reaches the head's namespace); everything else (venv, caches) it sees as the
-        # head does.
+        # this mount never reaches the head's namespace); everything else (venv, caches) it sees as
+        # the head does.
         script = (
             f"mount -t tmpfs -o size=1m autorl-private {sweep} && exec {ray_cli} start --block "
             f"--address={ray.get_runtime_context().gcs_address} --num-cpus=1 --num-gpus=0 "

@@ -88,8 +88,8 @@ def test_the_previous_mains_sweep_resumes(tmp_path: Path, ray_tmp: Path, cache_d
     assert (status, task_version, attempts) == ("completed", VERSION, 2) and version
     assert (sweep_dir / "cells" / COMPLETED / "agent.log").is_file()
     # ... and its first attempt's submissions are as the old main left them, under attempt 1. Every
-    # old
-    # column as it was; the columns added since (flags, weight_distance) are empty: never checked.
+    # old column as it was; the columns added since (flags, weight_distance) are empty: never
+    # checked.
     after = query(
         db, "SELECT * FROM submissions WHERE cell_id = ? ORDER BY submission_id", COMPLETED
     )

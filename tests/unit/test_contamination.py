@@ -27,8 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The calibrated values (conf/config.yaml integrity.contamination): every task's clean workspace has
 # 0 items hit at any n from 5 to 13, so the flag rests on what real (hub) splits need: 13 words (the
 # GPT-3 decontamination length) keeps chance matches of common phrases out, and 3 items at 1 % flag
-# a
-# handful of copied items on a 200-item split (1,319-item hub GSM8K: 14 items).
+# a handful of copied items on a 200-item split (1,319-item hub GSM8K: 14 items).
 CALIBRATED = {"ngram": 13, "threshold": 0.01, "min_items": 3}
 PLANTED = 3
 

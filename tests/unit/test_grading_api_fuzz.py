@@ -126,10 +126,8 @@ def cell(
     workspace, output = live.workspace, live.workspace / "output"
     try:
         # What the generated submissions name: a copy of the base, a variant to score, corrupt
-        # weights
-        # (recorded invalid), folders without or with a hostile config.json (422), a file and a link
-        # out of
-        # output/ (400).
+        # weights (recorded invalid), folders without or with a hostile config.json (422), a file
+        # and a link out of output/ (400).
         shutil.copytree(tiny_model_dir, output / "copy")
         save_variant(tiny_model_dir, output / "v1", noise_seed=7)
         shutil.copytree(output / "v1", output / "broken")
@@ -139,8 +137,7 @@ def cell(
         (output / "no_config" / "config.json").unlink()
         (output / "file").write_text("not a model")
         # config.json as an agent could write it to crash the checks: nested past the parser's
-        # recursion
-        # limit, and an integer past int()'s 4,300 digits (422, not a 500).
+        # recursion limit, and an integer past int()'s 4,300 digits (422, not a 500).
         for name, config in (
             ("deep_config", "[" * 100_000),
             ("huge_int_config", '{"vocab_size": ' + "9" * 5000 + "}"),
@@ -644,8 +641,8 @@ def test_generated_requests_never_get_a_server_error(cell: Cell) -> None:
     @given(httpx_requests())
     # What got a 500 before, whatever the generator draws: the issue's 5,000 nested [ on /submit and
     # /env/step, a token of non-ASCII bytes, a name past NAME_MAX, an integer past int()'s 4,300
-    # digits
-    # in the body and in the submitted config.json, a config.json nested past the recursion limit.
+    # digits in the body and in the submitted config.json, a config.json nested past the recursion
+    # limit.
     @example(authorized("/submit", b"[" * 5000))
     @example(authorized("/env/step", b'{"session_id": "s1", "action": ' + b"[" * 5000 + b"}"))
     @example(HttpxRequest("GET", "/health", {b"Authorization": b"Bearer \xe9"}, b""))

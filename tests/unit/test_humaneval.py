@@ -198,8 +198,7 @@ _FORGED_FRAMES = (
 )
 
 # (id, problem, completion: the model's reply, fools_exit_status: the one-process exit-status rule
-# of
-# version 1 passes it, which shows the attack is real). Every one must fail.
+# of version 1 passes it, which shows the attack is real). Every one must fail.
 ADVERSARIAL: list[tuple[str, Problem, str, bool]] = [
     (
         "sys.exit after the function",

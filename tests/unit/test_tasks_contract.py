@@ -38,8 +38,8 @@ TASKS = discover_tasks()
 STATIC = sorted(t for t, spec in TASKS.items() if spec.kind == "static")
 SMALL = {"train_size": 300, "eval_size": 40}
 # The data a sweep builds by default (options.py's fixture build defaults, seed 0). Changing a
-# fixture
-# generator or a default size changes every score: bump the task's version and pin the new digest.
+# fixture generator or a default size changes every score: bump the task's version and pin the new
+# digest.
 PINNED_FIXTURE_DIGESTS = {
     # v4: smaller rooms
     "alfworld": "dc896c64099d413617e970b420b43ef141f6569753b6bcb032329566edfdb2d5",

@@ -126,8 +126,7 @@ def test_the_mounts_hold_the_venv_and_the_interpreter_it_links_to(built: Path) -
 
 
 # Modules nothing here imports (torch's tensorboard writer needs tensorboard, which is not
-# installed), so that their
-# bytecode can only come from the install.
+# installed), so that their bytecode can only come from the install.
 NEVER_IMPORTED = ("torch/utils/tensorboard/writer.py", "transformers/models/t5/modeling_t5.py")
 
 

@@ -18,7 +18,8 @@ def _fake_toolchain(root: Path, variant: str, answer: str) -> Path:
     (root / "bin").mkdir(parents=True)
     python = root / "bin" / "python"
     python.write_text(
-        '#!/bin/sh\nif [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then echo 0; else echo ' + answer
+        '#!/bin/sh\nif [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then echo 0; else echo '
+        + answer
         + "; fi\n"
     )
     python.chmod(0o755)

