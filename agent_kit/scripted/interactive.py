@@ -82,8 +82,8 @@ class RolloutStats:
     """One RL iteration: its rollouts' mean env reward and mean share of inadmissible actions, and
     what the update did to the log-likelihood of the rollouts it trained on (mean change of a
     sequence's summed log-probability, over those with a positive advantage and over those with a
-    negative one; None when
-    there were none). An update that learns from the rewards raises the first and lowers the
+    negative one; None when there were none). An update that learns from the rewards raises the
+    first and lowers the
     second."""
 
     reward: float

@@ -94,8 +94,7 @@ class Grader:
     def engine_identity(self) -> dict[str, Any]:
         """What besides the model and the eval options decides this grader's scores: the engine it
         resolves to and its options, batch size, threads, device and library versions, and autorl's
-        own
-        version (the key of the cross-sweep baseline cache,
+        own version (the key of the cross-sweep baseline cache,
         :mod:`autorl.grading.baseline_cache`)."""
         import importlib.metadata
 

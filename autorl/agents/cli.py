@@ -14,8 +14,7 @@ A pip CLI's venv is made with ``install.python`` (e.g. ``python3.12``), resolved
 :func:`resolve_python`: a path, a working command on ``PATH``, then pyenv's and uv's installed
 versions (pyenv puts a ``python3.12`` shim on ``PATH`` that fails unless 3.12 is the selected
 version). A sealed cell needs the install folder, and for a venv its base interpreter's prefix,
-inside the
-sandbox: :func:`install_paths`.
+inside the sandbox: :func:`install_paths`.
 """
 
 from __future__ import annotations

@@ -101,9 +101,8 @@ def _build(
     (``meta`` goes into ``autorl_tiny.json`` beside the build's shape).
 
     ``isolate_newlines`` makes every ``\n`` a token of its own. Without it a tokenizer trained on
-    code
-    learns ``"\n    "`` as one token, and a chat prompt that ends in ``"assistant\n"`` then never
-    continues the way training text did (``"assistant"`` + ``"\n    "`` + ``"return"``).
+    code learns ``"\n    "`` as one token, and a chat prompt that ends in ``"assistant\n"`` then
+    never continues the way training text did (``"assistant"`` + ``"\n    "`` + ``"return"``).
     """
     import torch
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers

@@ -1,8 +1,7 @@
 """A cell's grading side for tests that serve a real grading API without Ray.
 
 :func:`start_grading_cell` serves the real :class:`GradingServer` (uvicorn on a real socket) over
-the
-real :class:`SubmissionService`. The scorer is the real in-process grader
+the real :class:`SubmissionService`. The scorer is the real in-process grader
 (:func:`autorl.grading.scoring.score_model`) on a small GSM8K fixture target; the sink is a real
 record store, standing in for the Recorder actor.
 """

@@ -147,8 +147,8 @@ class FileAttacks:
 
     def list_host_folders(self) -> tuple[bool, Any]:
         """List the repo, task cache, sweep folder, /root and Ray's folders: any entry that is not
-        on
-        the way to a folder this agent was given (records.sqlite, the cache's tasks/, ...) is host
+        on the way to a folder this agent was given (records.sqlite, the cache's tasks/, ...) is
+        host
         content."""
         targets = {**self.host_paths(), "root_home": "/root", "ray_default": "/tmp/ray"}
         own = self.own_paths()

@@ -217,9 +217,8 @@ class Probe(FileAttacks, ProcessAttacks):
 
 def main() -> None:
     """``hostile_probe.py settings.json``: private_files, needles_reversed, records, host_paths
-    (repo, cache,
-    sweep_dir, out_dir, ray_tmp), gcs_port, host_ip, other_cell {url, token}, call_harvested,
-    canary, marker,
+    (repo, cache, sweep_dir, out_dir, ray_tmp), gcs_port, host_ip, other_cell {url, token},
+    call_harvested, canary, marker,
     setsid_sleep_s, fork_count, alloc_mb, walk_seconds, scan_seconds, submit_wait_s, linger."""
     settings = json.loads(Path(sys.argv[1]).read_text()) if len(sys.argv) > 1 else {}
     Probe(settings).run()

@@ -146,8 +146,7 @@ class ProcessAttacks:
 
     def read_other_environ(self) -> tuple[bool, Any]:
         """Read /proc/<pid>/environ of every process this agent did not start: any variable it does
-        not
-        already have (a credential, a cluster address, another cell's token) is a leak. Grading
+        not already have (a credential, a cluster address, another cell's token) is a leak. Grading
         tokens
         of other cells found there are kept for :meth:`call_other_cells`."""
         procs = self.processes()

@@ -4,8 +4,7 @@ One ``ray.cluster_utils.Cluster`` for the module: a head whose single CPU and ``
 the grader (so only cells run on the workers) and two one-CPU worker nodes for cells. Node death is
 detected after ~2 s instead of Ray's ~15 s (health checks every 0.5 s). Each sweep is the real CLI
 (``python -m autorl.sweep cluster.address=...``; the test cluster runs without token auth, and a
-client
-that sends a token to it sees its actors die unscheduled) with the cheap ``command`` agent
+client that sends a token to it sees its actors die unscheduled) with the cheap ``command`` agent
 ``tests/helpers/fault_agent.py``: it submits a nudged copy of the base (really scored; not before a
 gate file is gone), then stays alive while a hold file exists, so the test can break things while
 the cell runs.

@@ -253,8 +253,8 @@ def _row(sweep_dir: Path) -> dict[str, str]:
 
 def _leftovers(uid: int, marker: str) -> list[tuple[int, str]]:
     """Processes on this node that are the agent's: its uid (when the sweep runs as root, the agent
-    has a
-    uid of its own: real, effective, saved or filesystem), or a command line naming the probe's
+    has a uid of its own: real, effective, saved or filesystem), or a command line naming the
+    probe's
     marker."""
     found = []
     for proc in Path("/proc").iterdir():

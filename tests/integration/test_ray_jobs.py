@@ -38,8 +38,7 @@ def jobs_head(cache_dir: Path) -> Iterator[str]:
 
     Its environment is the sweep's (this session's cache, no network) with the venv first on PATH
     and the agent toolchain named (the job's copy of the project has no .cache/). Stopped by PID,
-    with
-    the reparented Ray client server (never `ray stop`, which stops every Ray on the machine).
+    with the reparented Ray client server (never `ray stop`, which stops every Ray on the machine).
     """
     temp_dir = tempfile.mkdtemp(prefix="arj-", dir="/tmp")
     port, client_port, dashboard_port = free_port(), free_port(), free_port()

@@ -1,25 +1,20 @@
 """Each real agent CLI (every registered one) runs a whole cell end to end, against a scripted LLM.
 
 ``python -m autorl.sweep agent=codex,claude-code,gemini-cli,opencode,openhands driver=local``, one
-sweep
-(not one per CLI: every sweep starts a Ray of its own), with the driver's endpoints pointed at the
-replay
-LLM server (tests/helpers/replay_llm_server.py: a fake LLM standing in for the paid OpenAI,
-Anthropic
-and Google APIs, which CI cannot reach; it speaks their real wire protocols, streaming). The CLI
-talks
-to the cell's driver gateway in its own protocol (Codex: OpenAI Responses; Claude Code: Anthropic
-Messages; Gemini CLI: Gemini generateContent; OpenCode and OpenHands: OpenAI chat completions), and
-the gateway forwards each call to the replay server with the driver key. The scripted conversation
-(the same for every cell: the server reads its place in it from each request) makes the CLI, through
-its own shell tool, write a training script into code/, run it (a small real perturbation of the
-base
-model, saved with transformers) and submit output/v1 to the grading API with curl. Each test then
-checks its cell's submission record, parsed trace and the gateway's usage records.
+sweep (not one per CLI: every sweep starts a Ray of its own), with the driver's endpoints pointed at
+the replay LLM server (tests/helpers/replay_llm_server.py: a fake LLM standing in for the paid
+OpenAI, Anthropic and Google APIs, which CI cannot reach; it speaks their real wire protocols,
+streaming). The CLI talks to the cell's driver gateway in its own protocol (Codex: OpenAI Responses;
+Claude Code: Anthropic Messages; Gemini CLI: Gemini generateContent; OpenCode and OpenHands: OpenAI
+chat completions), and the gateway forwards each call to the replay server with the driver key. The
+scripted conversation (the same for every cell: the server reads its place in it from each request)
+makes the CLI, through its own shell tool, write a training script into code/, run it (a small real
+perturbation of the base model, saved with transformers) and submit output/v1 to the grading API
+with curl. Each test then checks its cell's submission record, parsed trace and the gateway's usage
+records.
 
 The cells run sealed (``sandbox.mode``, :data:`SANDBOX`): the CLI's install folder is bound
-read-only
-into the sandbox and the grading API and gateway answer at loopback URLs inside it.
+read-only into the sandbox and the grading API and gateway answer at loopback URLs inside it.
 
 ``make test`` installs the CLIs first, at their pinned versions, one folder each under
 ``.cache/agents/`` (``python -m autorl.agents.install <agent>``).
@@ -170,9 +165,8 @@ class CliSweep:
 @pytest.fixture(scope="module")
 def cli_sweep(tmp_path_factory: pytest.TempPathFactory, cache_dir: Path) -> Iterator[CliSweep]:
     """``agent=codex,claude-code,...`` in one sweep: one Ray start and one baseline for five cells,
-    two at a
-    time (the CLIs mostly wait on their model). The replay server answers all five: it decides each
-    turn from
+    two at a time (the CLIs mostly wait on their model). The replay server answers all five: it
+    decides each turn from
     the request body alone."""
     for cli in CLIS:
         _require_installed(cli.agent)

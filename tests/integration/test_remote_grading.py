@@ -2,10 +2,9 @@
 cannot see the cell's folder.
 
 Two Ray nodes on this machine: the head (this test process is the cell side, as a Workspace actor
-would
-be) and a grader node started with ``ray start`` inside its own mount namespace
-(``unshare --mount``), with a private tmpfs mounted over the sweep's folder. The GraderPool pins its
-grader there (``grader.resources``). The cell side scores through the Workspace's own scorer
+would be) and a grader node started with ``ray start`` inside its own mount namespace (``unshare
+--mount``), with a private tmpfs mounted over the sweep's folder. The GraderPool pins its grader
+there (``grader.resources``). The cell side scores through the Workspace's own scorer
 (:func:`autorl.actors.workspace.pool_scorer`), so submissions and the base reach the grader as
 :class:`ModelRef` objects and are streamed through Ray (or read from ``storage.root``).
 """

@@ -80,8 +80,8 @@ def _jsonl_rows(folder: Path) -> list[dict[str, object]]:
 
 def clean_workspace(tid: str, data: TaskData, dest: Path) -> Path:
     """What an honest agent leaves: the public split, the task's description and agent code,
-    training
-    logs of the public items, model outputs on training questions, a model folder, a link to the
+    training logs of the public items, model outputs on training questions, a model folder, a link
+    to the
     base."""
     spec = TASKS[tid]
     shutil.copytree(data.public_dir, dest / "data")

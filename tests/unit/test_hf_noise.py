@@ -53,10 +53,9 @@ def test_a_keys_noise_does_not_depend_on_the_other_rows() -> None:
 
 def test_a_labelled_policy_samples_a_prompt_alike_in_any_batch(tiny_model_dir: Path) -> None:
     """With :attr:`LocalPolicy.noise` set, a prompt's completion is a function of the label, the
-    prompt and how
-    often the prompt came before it in the call: the same in another batch, different under another
-    label and
-    for a repeat of the prompt (a GRPO group's rollouts), which torch's global generator cannot
+    prompt and how often the prompt came before it in the call: the same in another batch, different
+    under another label and for a repeat of the prompt (a GRPO group's rollouts), which torch's
+    global generator cannot
     give."""
     policy = LocalPolicy(tiny_model_dir, max_length=128)
     policy.temperature, policy.noise = 1.0, "probe/0"

@@ -369,8 +369,8 @@ def _bwrap_as_cell(binds: list[Path], code_root: Path, argv: list[str]) -> list[
 
 def test_nested_in_a_sealed_cell_as_its_uid_programs_run_without_network(tmp_path: Path) -> None:
     """The scripted HumanEval reward judges completions in this sandbox inside the agent's sandbox,
-    with
-    the agent's toolchain: there a fresh /proc cannot be mounted, and everything else must still
+    with the agent's toolchain: there a fresh /proc cannot be mounted, and everything else must
+    still
     hold."""
     from autorl.seal.toolchain import (
         check_toolchain,

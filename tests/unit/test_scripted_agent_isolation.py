@@ -103,8 +103,8 @@ def test_scripted_gsm8k_runs_end_to_end_from_its_agent_side_alone(
     tmp_path: Path, tiny_model_dir: Path, cache_dir: Path
 ) -> None:
     """The real process, adapter command line and grading API, with the agent's toolchain (no autorl
-    in it) and
-    the cell's copy of the agent-side code (agent_kit and the task's agent/) as the only code on its
+    in it) and the cell's copy of the agent-side code (agent_kit and the task's agent/) as the only
+    code on its
     path."""
     spec = get_task("gsm8k")
     data = build_task_data(spec, "fixture", cache_dir / "tasks", options=BUILD)

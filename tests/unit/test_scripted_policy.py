@@ -46,8 +46,8 @@ def test_packed_episode_loss_equals_its_steps_losses(tiny_model_dir: Path) -> No
 
 def test_an_rl_update_takes_every_rollout_once_in_micro_batches(tiny_model_dir: Path) -> None:
     """One REINFORCE step uses each weighted sample exactly once, so accumulating micro-batches
-    moves the
-    weights as one batch does; a positive advantage makes its completion likelier, a negative one
+    moves the weights as one batch does; a positive advantage makes its completion likelier, a
+    negative one
     less."""
     import torch
 
@@ -169,8 +169,8 @@ def test_clipping_bounds_how_far_several_steps_move_a_rollout(
     tiny_model_dir: Path, advantage: float
 ) -> None:
     """Many steps on one rollout: unclipped, its likelihood keeps moving in its advantage's
-    direction;
-    clipped, a token stops pulling once its probability ratio leaves [1 - clip, 1 + clip] that
+    direction; clipped, a token stops pulling once its probability ratio leaves [1 - clip, 1 + clip]
+    that
     way."""
     import torch
 
@@ -235,8 +235,8 @@ def test_sft_stops_at_its_share_of_the_budget(
 
 def test_alfworld_rl_judges_each_action_against_the_list_before_it() -> None:
     """ALFWorld's recipe counts a hallucinated receptacle and a ``think:`` (which the expert never
-    plays) as
-    inadmissible; a recipe whose env lists templates (DeepSearchQA's) cannot be given a penalty by
+    plays) as inadmissible; a recipe whose env lists templates (DeepSearchQA's) cannot be given a
+    penalty by
     mistake."""
     import dataclasses
 
@@ -306,8 +306,8 @@ def test_rl_iteration_mixes_sft_sequences_into_an_update_and_reports_only_its_ro
     tiny_model_dir: Path, reward_all: bool
 ) -> None:
     """The mixed SFT sequence is trained on with the rollouts (its likelihood rises) but the
-    reported shifts are the
-    rollouts' alone; when every group's returns are equal there is no update at all, mixed sequences
+    reported shifts are the rollouts' alone; when every group's returns are equal there is no update
+    at all, mixed sequences
     or not."""
     import torch
 

@@ -1,6 +1,6 @@
 """autorl.seal.toolchain: the agent's own Python has the training libraries at the project's pins,
-not autorl
-nor tasks/; with the cell's copy of the agent-side code on its path it imports agent_kit and the
+not autorl nor tasks/; with the cell's copy of the agent-side code on its path it imports agent_kit
+and the
 task's package."""
 
 from __future__ import annotations
@@ -149,8 +149,8 @@ def test_the_libraries_are_compiled_at_install(built: Path) -> None:
 
 def test_the_projects_venv_is_compiled_at_install() -> None:
     """`make setup` installs .venv without pip's serial compiling, then compiles it on every core;
-    this kind of
-    machine sets PYTHONDONTWRITEBYTECODE=1, so a missed compile would go unnoticed but for every
+    this kind of machine sets PYTHONDONTWRITEBYTECODE=1, so a missed compile would go unnoticed but
+    for every
     process being slow."""
     assert _without_bytecode(Path(sysconfig.get_path("purelib"))) == []
 

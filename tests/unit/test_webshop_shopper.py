@@ -70,8 +70,8 @@ def test_the_recipe_trains_on_the_eval_prompt_one_sequence_per_session(
     data: TaskData, tiny_model_dir: Path
 ) -> None:
     """The recipe renders the fixture evaluator's prompt, whose multi-turn conversation extends
-    itself each
-    step: every expert session trains as one sequence. The reference's single prompt gives one per
+    itself each step: every expert session trains as one sequence. The reference's single prompt
+    gives one per
     action."""
     options = eval_options(SPEC, "fixture", {})
     assert RECIPE.protocol == WebShopProtocol(
