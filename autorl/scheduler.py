@@ -160,7 +160,8 @@ class SweepRunner:
         for cell in self.plan.cells:
             existing = self.recorder.get_cell(cell.cell_id)
             if existing is not None and existing.status == "completed":
-                version, build = get_task(cell.task).version, _model_build_of(cell)
+                version = get_task(cell.task).version
+                build = _model_build_of(plain_config(cell.config))
                 changed = stale_reason(existing, version, build)
                 if not changed:
                     skipped.append(cell.cell_id)
@@ -249,7 +250,7 @@ class SweepRunner:
             config_json=json.dumps(config, sort_keys=True),
             task_source=config["task"]["source"],
             autorl_version=autorl_version(),
-            model_build=model_build(config["model"]["kind"], config["model"]["hub_id"]),
+            model_build=_model_build_of(config),
         )
 
     def _place(self, cell: CellSpec, tries: int) -> _Attempt:
@@ -440,8 +441,9 @@ def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
         ray.shutdown()
 
 
-def _model_build_of(cell: CellSpec) -> str:
-    return model_build(cell.config.model.kind, cell.config.model.hub_id)
+def _model_build_of(config: dict[str, Any]) -> str:
+    """The model build a cell's plain config names (:func:`autorl.models.resolve.model_build`)."""
+    return model_build(config["model"]["kind"], config["model"]["hub_id"])
 
 
 def stale_reason(existing: CellRecord, task_version: int, build: str) -> str | None:

@@ -171,16 +171,20 @@ def token_windows(text: str, overlap: int) -> Iterator[list[str]]:
         start = end
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """The string values inside parsed JSON (keys are schema, not item text)."""
+def json_strings(value: Any) -> Iterator[str]:
+    """The string values inside parsed JSON, in order (keys are schema, not item text).
+
+    >>> list(json_strings({"a": "x", "b": [1, "y", {"c": "z"}]}))
+    ['x', 'y', 'z']
+    """
     if isinstance(value, str):
         yield value
     elif isinstance(value, dict):
         for inner in value.values():
-            yield from _strings(inner)
+            yield from json_strings(inner)
     elif isinstance(value, list):
         for inner in value:
-            yield from _strings(inner)
+            yield from json_strings(inner)
 
 
 def _item_leaves(path: Path) -> Iterator[tuple[str, list[str]]]:
@@ -192,14 +196,14 @@ def _item_leaves(path: Path) -> Iterator[tuple[str, list[str]]]:
         for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
             if line.strip():
                 try:
-                    yield f"{path.name}:{number}", list(_strings(json.loads(line)))
+                    yield f"{path.name}:{number}", list(json_strings(json.loads(line)))
                 except ValueError:
                     yield f"{path.name}:{number}", [line]
         return
     text = text_of(data)
     if path.suffix == ".json":
         try:
-            yield path.name, list(_strings(json.loads(text)))
+            yield path.name, list(json_strings(json.loads(text)))
             return
         except ValueError:
             pass

@@ -27,26 +27,12 @@ from typing import Any
 
 from agent_kit.protocol import ChatMessage, StepResult
 from autorl.envs.base import EnvData
+from autorl.integrity.eval_index import json_strings
 
 CORPUS_TASKS = ("alfworld", "alpacaeval", "deepsearchqa", "gsm8k", "humaneval", "webshop")
 # Interactive tasks: how many training episodes' first prompts are rendered through their
 # environment. Their observations share most words, so a few dozen carry the vocabulary.
 EPISODES_RENDERED = 40
-
-
-def strings_of(value: Any) -> list[str]:
-    """Every string inside a JSON value, in order.
-
-    >>> strings_of({"a": "x", "b": [1, "y", {"c": "z"}]})
-    ['x', 'y', 'z']
-    """
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in strings_of(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in strings_of(v)]
-    return []
 
 
 def jsonl_rows(path: Path) -> list[dict[str, Any]]:
@@ -65,7 +51,7 @@ def data_texts(public_dir: Path) -> list[str]:
         s
         for path in sorted(public_dir.rglob("*.jsonl"))
         for row in jsonl_rows(path)
-        for s in strings_of(row)
+        for s in json_strings(row)
     ]
 
 

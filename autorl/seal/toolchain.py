@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from autorl.errors import PrerequisiteError
+from autorl.gpu_lock import canonical
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = REPO / "pyproject.toml"
@@ -91,9 +92,7 @@ def build_command(directory: Path, *, gpu: bool = False) -> str:
 def _name(requirement: str) -> str:
     """The normalised distribution name of a requirement string (``Foo_Bar[x]==1`` ->
     ``foo-bar``)."""
-    return re.sub(
-        r"[-_.]+", "-", re.split(r"[\s\[=<>!~;@]", requirement.strip(), maxsplit=1)[0]
-    ).lower()
+    return canonical(re.split(r"[\s\[=<>!~;@]", requirement.strip(), maxsplit=1)[0])
 
 
 def pinned_requirements(pyproject: Path = PYPROJECT, *, gpu: bool = False) -> list[str]:

@@ -409,34 +409,11 @@ class ReplayLLM:
             }
             part = {"type": "output_text", "text": "", "annotations": []}
             yield event("response.output_item.added", output_index=0, item=item)
-            yield event(
-                "response.content_part.added",
-                item_id=item["id"],
-                output_index=0,
-                content_index=0,
-                part=part,
-            )
-            yield event(
-                "response.output_text.delta",
-                item_id=item["id"],
-                output_index=0,
-                content_index=0,
-                delta=value,
-            )
-            yield event(
-                "response.output_text.done",
-                item_id=item["id"],
-                output_index=0,
-                content_index=0,
-                text=value,
-            )
-            yield event(
-                "response.content_part.done",
-                item_id=item["id"],
-                output_index=0,
-                content_index=0,
-                part=part | {"text": value},
-            )
+            at = {"item_id": item["id"], "output_index": 0, "content_index": 0}
+            yield event("response.content_part.added", **at, part=part)
+            yield event("response.output_text.delta", **at, delta=value)
+            yield event("response.output_text.done", **at, text=value)
+            yield event("response.content_part.done", **at, part=part | {"text": value})
             done = item | {"status": "completed", "content": [part | {"text": value}]}
         yield event("response.output_item.done", output_index=0, item=done)
         final = response | {

@@ -90,7 +90,7 @@ def clean_workspace(tid: str, data: TaskData, dest: Path) -> Path:
         spec.agent_dir, dest / "code" / "task_agent", ignore=shutil.ignore_patterns("__pycache__")
     )
     rows = _jsonl_rows(data.public_dir)
-    texts = [list(E._strings(row)) for row in rows]
+    texts = [list(E.json_strings(row)) for row in rows]
     with (
         (dest / "code" / "train.log").open("w") as log,
         (dest / "code" / "samples.jsonl").open("w") as samples,
@@ -153,7 +153,7 @@ def test_planted_eval_items_are_flagged(
     data = built[tid]
     ws = clean_workspace(tid, data, tmp_path / "ws")
     lines = _planted(tid, data)
-    texts = ["\n".join(E._strings(json.loads(line))) for line in lines]
+    texts = ["\n".join(E.json_strings(json.loads(line))) for line in lines]
     if form == "raw_jsonl":  # the split's lines copied verbatim (JSON escapes in them)
         (ws / "code" / "extra.jsonl").write_text("\n".join(lines) + "\n")
     elif form == "plain_text":

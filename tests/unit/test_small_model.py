@@ -6,8 +6,9 @@ import hashlib
 import json
 from pathlib import Path
 
+from autorl.integrity.eval_index import json_strings
 from autorl.models.small import SMALL_BUILD_VERSION, SMALL_CONFIG, corpus_digest, ensure_small_model
-from autorl.models.small_corpus import CORPUS_TASKS, public_corpus, strings_of
+from autorl.models.small_corpus import CORPUS_TASKS, public_corpus
 from autorl.task_spec import get_task
 from autorl.tasks import build_task_data
 
@@ -50,7 +51,7 @@ def test_tokenizer_corpus_holds_no_private_split_text(cache_dir: Path) -> None:
         data = build_task_data(get_task(task_id), "fixture", cache_dir / "tasks", seed=0)
         for path in sorted(data.private_dir.rglob("*.jsonl")):
             for line in path.read_text(encoding="utf-8").splitlines():
-                for text in strings_of(json.loads(line)):
+                for text in json_strings(json.loads(line)):
                     if len(text) >= 40:
                         checked += 1
                         assert text not in corpus, (
