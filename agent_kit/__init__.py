@@ -17,5 +17,7 @@ share a definition.
   them).
 - :mod:`agent_kit.sandbox`: running untrusted Python (code rewards and graders), nested in a sandbox
   or not.
+- :mod:`agent_kit.confinement`: the namespaces and the task cap that the sandbox's runs are confined
+  by.
 - :mod:`agent_kit.scripted`: the scripted agent (its runner and the recipes' shared stages).
 """

@@ -32,6 +32,10 @@ it, also ones that called ``setsid()``, and all of them are killed when the run 
 ``RLIMIT_NPROC`` is set to the tasks the program's user already has plus ``max_processes`` (the
 kernel counts ``RLIMIT_NPROC`` per user, and never for uid 0: as root without a usable cgroup the
 task count is not capped, which is logged).
+
+This module owns the runs: their limits, start, wait, kill, clean-up and results, and the choice of
+mode. The kernel mechanisms it builds them on (the namespace launcher and the task cap) are in
+:mod:`agent_kit.confinement`, apart from the run's life cycle that uses them.
 """
 
 from __future__ import annotations
@@ -48,12 +52,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from agent_kit.confinement import TaskCap, namespace_prefix
+
+# Part of this module's interface (function_judge and the tests import it from here).
+from agent_kit.confinement import fresh_proc_allowed as fresh_proc_allowed
 
 logger = logging.getLogger(__name__)
 
@@ -62,39 +70,6 @@ _NOBODY = 65534
 _PR_SET_PDEATHSIG = 1
 # Loaded at import: a preexec_fn must not import anything (it runs between fork and exec).
 _LIBC = ctypes.CDLL(None, use_errno=True)
-
-# Runs in the namespaces as their root (argv: workdir, hidden dirs joined by newlines, python,
-# args): hide dirs, make every mount read-only but the workdir, drop every capability for good, exec
-# the program.
-_LAUNCHER = r"""
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-def check(ret, what):
-    if ret != 0:
-        err = ctypes.get_errno()
-        sys.stderr.write(f"sandbox launcher: {what} failed: {os.strerror(err)}\n")
-        os._exit(125)
-class MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
-def setattr_(path, set_, clr):
-    attr = MountAttr(set_, clr, 0, 0)
-    # 442 = mount_setattr on x86_64 and aarch64; AT_FDCWD=-100, AT_RECURSIVE=0x8000, RDONLY=1.
-    check(libc.syscall(442, -100, path.encode(), 0x8000, ctypes.byref(attr), ctypes.sizeof(attr)),
-          f"mount_setattr {path}")
-workdir, hidden = sys.argv[1], [p for p in sys.argv[2].split("\n") if p]
-for path in hidden:  # an empty tmpfs over each hidden directory
-    check(libc.mount(b"tmpfs", path.encode(), b"tmpfs", 0, b"size=4k,mode=0555"), f"hiding {path}")
-check(libc.mount(workdir.encode(), workdir.encode(), None, 4096 | 16384, None), "bind mount")
-setattr_("/", 1, 0)
-setattr_(workdir, 0, 1)
-for cap in range(64):
-    if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # PR_CAPBSET_DROP
-        check(-1, f"dropping capability {cap}")
-check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
-os.chdir(workdir)
-os.execv(sys.argv[3], sys.argv[3:])
-"""
 
 
 class SandboxError(RuntimeError):
@@ -155,126 +130,7 @@ class SandboxResult:
         return self.returncode == 0 and not self.timed_out
 
 
-def _cgroup_parent() -> Path | None:
-    """This process's cgroup in a hierarchy with the ``pids`` controller, if we may create children
-    there.
-    """
-    try:
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-        memberships = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in memberships:
-        _, controllers, path = line.split(":", 2)
-        for mount in mounts:
-            fields, _, tail = mount.partition(" - ")
-            fstype, _, options = (tail.split() + ["", "", ""])[:3]
-            root, mount_point = fields.split()[3:5]
-            # The mount shows the hierarchy from `root` down (containers mount their own subtree).
-            parent = Path(mount_point) / os.path.relpath(path, root)
-            if (
-                controllers
-                and fstype == "cgroup"
-                and "pids" in options.split(",")
-                and "pids" in controllers.split(",")
-            ):
-                return parent
-            if not controllers and fstype == "cgroup2":
-                try:
-                    if "pids" in (parent / "cgroup.subtree_control").read_text().split():
-                        return parent
-                except OSError:
-                    pass
-    return None
-
-
-@functools.cache
-def _usable_cgroup_parent() -> Path | None:
-    parent = _cgroup_parent()
-    if parent is None:
-        return None
-    probe = parent / f"autorl-sbx-probe-{os.getpid()}"
-    try:
-        probe.mkdir()
-        (probe / "pids.max").write_text("8")
-        probe.rmdir()
-    except OSError:
-        return None
-    return parent
-
-
-class _TaskCap:
-    """Caps a run's tasks with its own ``pids`` cgroup, or with ``RLIMIT_NPROC`` (see the module
-    docstring).
-    """
-
-    def __init__(self, max_tasks: int, run_uid: int) -> None:
-        self.cgroup: Path | None = None
-        self.nproc: int | None = None
-        parent = _usable_cgroup_parent()
-        if parent is not None:
-            self.cgroup = parent / f"autorl-sbx-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-            self.cgroup.mkdir()
-            (self.cgroup / "pids.max").write_text(str(max_tasks))
-        elif run_uid != 0:
-            self.nproc = _tasks_of(run_uid) + max_tasks
-        else:
-            _warn_once(
-                "sandbox: running as root without a usable pids cgroup: the number of processes "
-                "of a sandboxed program is not capped (only its time, memory and the timeout kill "
-                "are)"
-            )
-
-    def enter(self) -> None:
-        """In the child before exec: join the cgroup (or set ``RLIMIT_NPROC``)."""
-        if self.cgroup is not None:
-            (self.cgroup / "cgroup.procs").write_text(str(os.getpid()))
-        elif self.nproc is not None:
-            resource.setrlimit(resource.RLIMIT_NPROC, (self.nproc, self.nproc))
-
-    def kill_and_remove(self) -> None:
-        """SIGKILL whatever is left in the cgroup and remove it."""
-        if self.cgroup is None:
-            return
-        for _ in range(1000):  # 10 s at most
-            try:
-                pids = [int(p) for p in (self.cgroup / "cgroup.procs").read_text().split()]
-            except OSError:
-                pids = []
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            try:
-                self.cgroup.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError:
-                time.sleep(0.01)  # killed tasks take a moment to leave the cgroup
-                continue
-            self.cgroup = None
-            return
-        logger.warning("sandbox: could not remove cgroup %s", self.cgroup)
-
-
-def _tasks_of(uid: int) -> int:
-    """Tasks (threads included) whose real uid is ``uid``: what ``RLIMIT_NPROC`` counts."""
-    count = 0
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(
-                line.split(":", 1) for line in status.read_text().splitlines() if ":" in line
-            )
-            if int(fields.get("Uid", "-1 0").split()[0]) == uid:
-                count += int(fields.get("Threads", "1").strip())
-        except (OSError, ValueError):
-            continue
-    return count
-
-
-_warn_once = functools.cache(logger.warning)
-
-
-def _preexec(limits: SandboxLimits, cap: _TaskCap, drop_to_nobody: bool) -> Callable[[], None]:
+def _preexec(limits: SandboxLimits, cap: TaskCap, drop_to_nobody: bool) -> Callable[[], None]:
     """The child's ``preexec_fn``: join the task cap, set resource limits, maybe become
     ``nobody``.
     """
@@ -298,60 +154,6 @@ def _preexec(limits: SandboxLimits, cap: _TaskCap, drop_to_nobody: bool) -> Call
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
     return apply
-
-
-_UNSHARE = ["--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child"]
-
-
-@functools.cache
-def fresh_proc_allowed() -> bool:
-    """Whether a run may mount a /proc of its own here (not where an enclosing sandbox hides parts
-    of its /proc).
-
-    Logs a warning once when it may not (see the module docstring).
-    """
-    unshare = shutil.which("unshare") or "unshare"
-    try:
-        done = subprocess.run(
-            [unshare, *_UNSHARE, "--mount-proc", "true"],
-            capture_output=True,
-            text=True,  # noqa: S603
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as error:
-        logger.warning("sandbox: probing `unshare --mount-proc` failed (%s)", error)
-        return False
-    if done.returncode == 0:
-        return True
-    logger.warning(
-        "sandbox: cannot mount a /proc of the run's own here (%s; nested in another sandbox?): "
-        "runs keep the enclosing /proc, read-only; user, mount, network and PID namespaces still "
-        "apply",
-        done.stderr.strip()[-300:],
-    )
-    return False
-
-
-def _namespace_prefix(workdir: Path, python: str, hidden: tuple[Path, ...]) -> list[str]:
-    unshare = shutil.which("unshare") or "unshare"
-    dirs = [Path(p) for p in hidden if Path(p).is_dir()]
-    # A folder inside another hidden one is covered with it (and could not be found once that one
-    # is).
-    outermost = [d for d in dirs if not any(o != d and d.is_relative_to(o) for o in dirs)]
-    return [
-        unshare,
-        *_UNSHARE,
-        *(["--mount-proc"] if fresh_proc_allowed() else []),
-        "--",
-        python,
-        "-I",
-        "-S",
-        "-c",
-        _LAUNCHER,
-        str(workdir),
-        "\n".join(str(d) for d in dict.fromkeys(outermost)),
-    ]
 
 
 class SandboxRun:
@@ -382,7 +184,7 @@ class SandboxRun:
         self.proc: subprocess.Popen[bytes] | None = None
         self._result: SandboxResult | None = None
         drop = mode == "rlimits" and os.geteuid() == 0
-        self._cap = _TaskCap(limits.max_processes, _NOBODY if drop else os.getuid())
+        self._cap = TaskCap(limits.max_processes, _NOBODY if drop else os.getuid())
         self.started = time.monotonic()
         try:
             (self.workdir / "program.py").write_text(source, encoding="utf-8")
@@ -393,7 +195,7 @@ class SandboxRun:
             # stdlib only).
             argv = [python, "-I", *(["-S"] if stdlib_only else []), "program.py"]
             if mode == "namespaces":
-                argv = _namespace_prefix(self.workdir, python, hidden) + argv
+                argv = namespace_prefix(self.workdir, python, hidden) + argv
             env = {
                 "PATH": "/usr/local/bin:/usr/bin:/bin",
                 "HOME": str(self.workdir),

@@ -10,7 +10,10 @@ Pure functions on the file system: no Ray, no HTTP. The grading API calls them i
 3. :func:`check_loadable_model` and :func:`weights_hash` run on the private copy, so the weights
    that are hashed are the weights that get scored even if the agent rewrites ``output/`` meanwhile.
 
-Reading and hashing tensors lives in :mod:`autorl.grading.weights` (re-exported here).
+This module owns those checks, in that order. Reading and hashing tensors lives in
+:mod:`autorl.grading.weights`; the limits, the file names, :class:`SubmissionRejected` and the
+bounded, link-safe reads of the folder's files live in :mod:`autorl.grading.submission_files`
+(both re-exported here where callers use them).
 
 Every rejection is a :class:`SubmissionRejected` whose message says what is wrong and how to fix it.
 torch, safetensors and transformers are imported inside the functions that need them, so importing
@@ -25,8 +28,21 @@ from pathlib import Path
 from typing import Any
 
 from autorl.engine.decoding import GENERATION_CONFIG, generation_config_eos
-from autorl.errors import AutorlError
 from autorl.grading.bounded_copy import copy_at_most
+from autorl.grading.submission_files import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    BIN_INDEX,
+    MAX_JSON_BYTES,
+    SAFE_INDEX,
+    VOCAB_FILES,
+    SubmissionRejected,
+    check_sizes,
+    load_json_object,
+    present_file,
+    refuse_remote_code,
+    shown_path,
+)
 from autorl.grading.weights import (
     SAVE_HINT,
     CorruptWeightsError,
@@ -37,6 +53,8 @@ from autorl.grading.weights import (
 )
 
 __all__ = [
+    "ADAPTER_CONFIG",
+    "MAX_JSON_BYTES",
     "CorruptWeightsError",
     "ModelFiles",
     "SubmissionRejected",
@@ -47,61 +65,6 @@ __all__ = [
     "tensor_locations",
     "weights_hash",
 ]
-
-# Largest config/tokenizer JSON read (real tokenizer.json files of large vocabularies are ~10-30
-# MB).
-MAX_JSON_BYTES = 256 << 20
-# Largest model folder copied for grading: an 8B model in float32 with room to spare.
-MAX_SUBMISSION_BYTES = 64 << 30
-# A file over this size on disk at under 1/SPARSE_RATIO of its size is refused as sparse.
-SPARSE_MIN_BYTES = 64 << 20
-SPARSE_RATIO = 8
-SAFE_INDEX = "model.safetensors.index.json"
-BIN_INDEX = "pytorch_model.bin.index.json"
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-# Files that, next to tokenizer_config.json, hold a tokenizer's vocabulary when tokenizer.json is
-# absent.
-VOCAB_FILES = (
-    "tokenizer.model",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "vocab.json",
-    "vocab.txt",
-    "tiktoken.model",
-    "qwen.tiktoken",
-)
-# Files transformers reads whole when it loads a tokenizer or a config: each at most MAX_JSON_BYTES.
-WHOLE_READ_FILES = (
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "merges.txt",
-    ADAPTER_CONFIG,
-    SAFE_INDEX,
-    BIN_INDEX,
-    *VOCAB_FILES,
-)
-
-
-class SubmissionRejected(AutorlError):
-    """A submission that is refused before it is queued; nothing is recorded as scored.
-
-    Attributes:
-        status_code: HTTP status the API answers with: 400 for a bad ``model_path``, 422 for a
-            directory that is not a loadable model.
-        message: What is wrong and how to fix it, ready to show to the agent.
-    """
-
-    def __init__(self, status_code: int, message: str) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
 
 
 def resolve_submission_path(workspace: Path, model_path: object) -> Path:
@@ -151,7 +114,7 @@ def resolve_submission_path(workspace: Path, model_path: object) -> Path:
             raise SubmissionRejected(
                 400,
                 f"model_path {model_path!r} is or goes through a symlink that points outside "
-                f"output/ (to {_shown(resolved, workspace)}): copy the model files into a real "
+                f"output/ (to {shown_path(resolved, workspace)}): copy the model files into a real "
                 "folder under output/ "
                 "(e.g. output/v1) instead of linking to them, and submit that folder",
             )
@@ -205,12 +168,12 @@ def check_loadable_model(model_dir: Path) -> ModelFiles:
             symlink that points outside the directory.
     """
     root = model_dir.resolve()
-    _check_sizes(root)
+    check_sizes(root)
 
-    config = _present(root, "config.json")
+    config = present_file(root, "config.json")
     if config is not None:
-        _refuse_remote_code(_load_json_object(config, "config.json"), "config.json")
-    adapter_config = _present(root, ADAPTER_CONFIG)
+        refuse_remote_code(load_json_object(config, "config.json"), "config.json")
+    adapter_config = present_file(root, ADAPTER_CONFIG)
     full_weights = _full_model_weights(root)
 
     if config is not None and full_weights:
@@ -225,8 +188,8 @@ def check_loadable_model(model_dir: Path) -> ModelFiles:
             )
         files, is_adapter = full_weights, False
     elif adapter_config is not None:
-        _check_adapter_config(_load_json_object(adapter_config, ADAPTER_CONFIG))
-        adapter_weights = [p for n in ADAPTER_WEIGHTS if (p := _present(root, n)) is not None]
+        _check_adapter_config(load_json_object(adapter_config, ADAPTER_CONFIG))
+        adapter_weights = [p for n in ADAPTER_WEIGHTS if (p := present_file(root, n)) is not None]
         if not adapter_weights:
             raise SubmissionRejected(
                 422,
@@ -304,7 +267,7 @@ def normalize_tokenizer_config(model_dir: Path, dest: Path) -> Path:
         raise ValueError(f"dest {dest} must be outside the submitted folder {model_dir}")
     dest.mkdir(parents=True, exist_ok=True)
 
-    sizes = _check_sizes(root)  # again: the folder may have changed since it was submitted
+    sizes = check_sizes(root)  # again: the folder may have changed since it was submitted
     for entry in sorted(root.iterdir()):
         source = entry.resolve()
         if not source.is_relative_to(root) or not source.is_file():
@@ -314,77 +277,12 @@ def normalize_tokenizer_config(model_dir: Path, dest: Path) -> Path:
     _keep_only_eos(dest / GENERATION_CONFIG)
     tokenizer_config = dest / "tokenizer_config.json"
     if tokenizer_config.is_file():
-        data = _load_json_object(tokenizer_config, "tokenizer_config.json")
+        data = load_json_object(tokenizer_config, "tokenizer_config.json")
         if _merge_list_extra_special_tokens(data):
             tokenizer_config.write_text(
                 json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
             )
     return dest
-
-
-def _check_sizes(root: Path) -> dict[str, int]:
-    """The sizes of the top-level files; a folder too big to copy or a sparse file is refused.
-
-    Sizes come from ``stat``: nothing is read. A sparse file (``truncate -s 100G``) costs its writer
-    no disk but would cost the grader its size in copying and hashing; files written by
-    ``save_pretrained`` occupy their size on disk (compressing file systems store weights at close
-    to their size, so only a file on disk at under 1/:data:`SPARSE_RATIO` of its size is refused).
-
-    Returns:
-        File name -> size in bytes, for the regular files that resolve inside ``root``.
-
-    Raises:
-        SubmissionRejected: 422 when the files add up to over :data:`MAX_SUBMISSION_BYTES`, or
-            one of over :data:`SPARSE_MIN_BYTES` is sparse.
-    """
-    sizes: dict[str, int] = {}
-    for entry in sorted(root.iterdir()):
-        try:
-            source = entry.resolve()
-            if not source.is_relative_to(root) or not source.is_file():
-                continue
-            info = source.stat()
-        except (OSError, RuntimeError):
-            continue  # not copied either: a broken or looping link
-        allocated = getattr(info, "st_blocks", None)
-        sparse = allocated is not None and allocated * 512 * SPARSE_RATIO < info.st_size
-        if info.st_size > SPARSE_MIN_BYTES and sparse:
-            raise SubmissionRejected(
-                422,
-                f"{entry.name} is a sparse file ({info.st_size} bytes, "
-                f"{(allocated or 0) * 512} on disk): {SAVE_HINT} into an empty folder",
-            )
-        if entry.name in WHOLE_READ_FILES and info.st_size > MAX_JSON_BYTES:
-            raise SubmissionRejected(
-                422,
-                f"{entry.name} is {info.st_size} bytes, over the {MAX_JSON_BYTES >> 20} MiB a "
-                f"tokenizer or config file may have: {SAVE_HINT} instead of writing it by hand",
-            )
-        sizes[entry.name] = info.st_size
-    total = sum(sizes.values())
-    if total > MAX_SUBMISSION_BYTES:
-        raise SubmissionRejected(
-            422,
-            f"the model folder's files add up to {total} bytes, over the "
-            f"{MAX_SUBMISSION_BYTES >> 30} GiB a submission may have: submit only the model "
-            f"({SAVE_HINT} into an empty folder)",
-        )
-    return sizes
-
-
-def _refuse_remote_code(data: dict[str, Any], name: str) -> None:
-    """Refuses a config naming code of its own (``auto_map``): the grader runs no submitted code.
-
-    Raises:
-        SubmissionRejected: 422 naming the file.
-    """
-    if "auto_map" in data:
-        raise SubmissionRejected(
-            422,
-            f'{name} has an "auto_map", which names Python code in the model folder: '
-            "the grader loads only transformers' own classes and never runs submitted code; "
-            f'delete "auto_map" (and any .py files) and {SAVE_HINT} with a built-in class',
-        )
 
 
 def _keep_only_eos(path: Path) -> None:
@@ -431,84 +329,6 @@ def _token_content(token: Any) -> str:
     return str(token)
 
 
-def _present(root: Path, name: str) -> Path | None:
-    """Returns ``root/name`` if it is a regular file that resolves inside ``root``.
-
-    Raises:
-        SubmissionRejected: 400 if it is a symlink that points outside ``root``: the grader copies
-            only what is inside the folder, so the model would not load there.
-    """
-    path = root / name
-    if not path.is_file():
-        return None
-    target = path.resolve()
-    if not target.is_relative_to(root):
-        shown = _shown(target, root, "a path outside it")
-        raise SubmissionRejected(
-            400,
-            f"{name} is a symlink that points outside the model folder (to {shown}): "
-            "copy the file into the folder instead of linking to it",
-        )
-    return path
-
-
-def _shown(target: Path, base: Path, outside: str = "a path outside the workspace") -> str:
-    """Where a symlink leads, as the agent may be told: relative to ``base`` (the workspace, or the
-    model folder), else ``outside``; never the host's absolute path.
-
-    >>> workspace = Path("/host/ws")
-    >>> _shown(Path("/host/ws/models/tiny"), workspace), _shown(Path("/etc/passwd"), workspace)
-    ('models/tiny', 'a path outside the workspace')
-    """
-    for form in {base, base.absolute(), _resolve_or_keep(base)}:
-        if target.is_relative_to(form):
-            return target.relative_to(form).as_posix()
-    return outside
-
-
-def _resolve_or_keep(path: Path) -> Path:
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError):
-        return path
-
-
-def _load_json_object(path: Path, name: str) -> dict[str, Any]:
-    """Parses a JSON file that must hold an object.
-
-    Raises:
-        SubmissionRejected: 422 if it cannot be read, is larger than :data:`MAX_JSON_BYTES` (a
-            sparse file of many GB would otherwise be read into the grader's memory), is not valid
-            JSON, or is not an object.
-    """
-    try:
-        size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            raise SubmissionRejected(
-                422,
-                f"{name} is {size} bytes, over the {MAX_JSON_BYTES >> 20} MiB a model's JSON file "
-                f"may have: {SAVE_HINT} instead of writing it by hand",
-            )
-        data = json.loads(path.read_text(encoding="utf-8"))
-    # ValueError: also JSONDecodeError, UnicodeDecodeError, and ints of over 4,300 digits;
-    # RecursionError: deep nesting
-    except OSError as exc:  # its text names the grader's copy of the file: the reason only
-        raise SubmissionRejected(
-            422, f"{name} cannot be read ({exc.strerror or type(exc).__name__}): {SAVE_HINT}"
-        ) from exc
-    except (ValueError, RecursionError) as exc:
-        raise SubmissionRejected(
-            422, f"{name} is not valid JSON ({exc}): {SAVE_HINT} instead of writing it by hand"
-        ) from exc
-    if not isinstance(data, dict):
-        raise SubmissionRejected(
-            422,
-            f"{name} must hold a JSON object, got {type(data).__name__}: {SAVE_HINT} instead of "
-            "writing it by hand",
-        )
-    return data
-
-
 def _full_model_weights(root: Path) -> list[Path]:
     """Finds the weight files of a full (non-adapter) model, the way vLLM picks them.
 
@@ -522,13 +342,13 @@ def _full_model_weights(root: Path) -> list[Path]:
         SubmissionRejected: 422 if an index is malformed or names shards that are missing.
     """
     for index_name, pattern in ((SAFE_INDEX, "*.safetensors"), (BIN_INDEX, "pytorch_model*.bin")):
-        index = _present(root, index_name)
+        index = present_file(root, index_name)
         if index is not None:
             return _shards_from_index(root, index, index_name)
         loose = sorted(
             path
             for path in root.glob(pattern)
-            if path.name not in ADAPTER_WEIGHTS and _present(root, path.name) is not None
+            if path.name not in ADAPTER_WEIGHTS and present_file(root, path.name) is not None
         )
         if loose:
             return loose
@@ -541,7 +361,7 @@ def _shards_from_index(root: Path, index: Path, index_name: str) -> list[Path]:
     Raises:
         SubmissionRejected: 422 if the index has no usable ``weight_map`` or a shard is missing.
     """
-    weight_map = _load_json_object(index, index_name).get("weight_map")
+    weight_map = load_json_object(index, index_name).get("weight_map")
     if (
         not isinstance(weight_map, dict)
         or not weight_map
@@ -562,7 +382,7 @@ def _shards_from_index(root: Path, index: Path, index_name: str) -> list[Path]:
                 f"{index_name} names shard {shard_name!r}, which is not a file in the model "
                 f"folder: {SAVE_HINT} into an empty folder",
             )
-        shard = _present(root, shard_name)
+        shard = present_file(root, shard_name)
         if shard is None:
             missing.append(shard_name)
         else:
@@ -586,13 +406,13 @@ def _check_tokenizer(root: Path) -> None:
         SubmissionRejected: 422 naming the missing tokenizer files or the unreadable one.
     """
     hint = "save it with tokenizer.save_pretrained(path) into the same folder as the model"
-    tokenizer_config = _present(root, "tokenizer_config.json")
+    tokenizer_config = present_file(root, "tokenizer_config.json")
     if tokenizer_config is not None:
         name = "tokenizer_config.json"
-        _refuse_remote_code(_load_json_object(tokenizer_config, name), name)
-    tokenizer_json = _present(root, "tokenizer.json")
+        refuse_remote_code(load_json_object(tokenizer_config, name), name)
+    tokenizer_json = present_file(root, "tokenizer.json")
     if tokenizer_json is not None:
-        _load_json_object(tokenizer_json, "tokenizer.json")
+        load_json_object(tokenizer_json, "tokenizer.json")
         return
     if tokenizer_config is None:
         raise SubmissionRejected(
@@ -600,7 +420,7 @@ def _check_tokenizer(root: Path) -> None:
             "tokenizer files missing: neither tokenizer.json nor tokenizer_config.json is in the "
             f"model folder: {hint}",
         )
-    if not any(_present(root, name) is not None for name in VOCAB_FILES):
+    if not any(present_file(root, name) is not None for name in VOCAB_FILES):
         raise SubmissionRejected(
             422,
             "tokenizer files missing: tokenizer_config.json is there but no vocabulary file "

@@ -570,11 +570,11 @@ def test_import_is_cheap() -> None:
 
 def test_a_huge_sparse_json_file_is_refused_without_being_read(tmp_path: Path) -> None:
     """An agent-written sparse config.json of many GB must not be read into the grader's memory."""
-    from autorl.grading.model_checks import MAX_JSON_BYTES, _load_json_object
+    from autorl.grading.submission_files import MAX_JSON_BYTES, load_json_object
 
     huge = tmp_path / "config.json"
     with huge.open("wb") as handle:
         handle.truncate(MAX_JSON_BYTES + 1)  # sparse: no disk used
     with pytest.raises(SubmissionRejected, match="over the 256 MiB") as caught:
-        _load_json_object(huge, "config.json")
+        load_json_object(huge, "config.json")
     assert caught.value.status_code == 422
