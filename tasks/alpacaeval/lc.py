@@ -5,7 +5,7 @@ here (it imports ``pkg_resources``, gone from current setuptools) and its LC cod
 ``df_gamed.csv`` from the model hub on every call, which breaks offline use. This module is a
 line-by-line port of ``alpaca_eval/metrics/glm_winrate.py`` (``get_length_controlled_winrate``,
 ``_get_featurized_data``, ``fit_LogisticRegressionCV``) and ``metrics/helpers.py``
-(``AbsoluteScoringRule.describe_head2head``); tests/unit/test_judge_lc.py checks it against
+(``AbsoluteScoringRule.describe_head2head``); tests/unit/test_judge_lc_worked.py checks it against
 values computed with ``alpaca_eval`` 0.6.6 itself.
 
 Conventions (AlpacaEval's): ``output_1`` is the reference, ``output_2`` the model; a preference

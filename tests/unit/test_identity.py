@@ -3,11 +3,8 @@ models."""
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,28 +12,14 @@ import pytest
 
 from autorl.grading import identity as identity_module
 from autorl.grading.identity import MISMATCH_FLAG, BaseModel, compare_architecture
-from autorl.grading.model_checks import check_loadable_model, weights_hash
-from autorl.grading.scoring import EvalTarget, ScoreOutcome, score_model
-from autorl.grading.service import CellGradingContext, SubmissionService
-from autorl.records.types import SubmissionRecord
-from autorl.workspace.run_meta import RunMeta
+from autorl.grading.model_checks import check_loadable_model
+from autorl.grading.scoring import EvalTarget, score_model
+from tests.helpers.tiny_qwen_models import build_models
+from tests.helpers.tiny_qwen_models import save_lora as _lora
+from tests.helpers.tiny_qwen_models import save_model as _save
+from tests.helpers.tiny_qwen_models import set_adapter_config as _set_adapter_config
+from tests.helpers.tiny_qwen_models import tiny_model as _model
 
-WORDS = [
-    "[UNK]",
-    "[PAD]",
-    "</s>",
-    "the",
-    "cat",
-    "sat",
-    "on",
-    "a",
-    "mat",
-    "dog",
-    "ran",
-    "far",
-    "away",
-    "home",
-]
 INPUT_IDS = [[3, 4, 5, 6, 7, 8, 9, 10]]
 TARGET = EvalTarget(
     "gsm8k",
@@ -46,67 +29,6 @@ TARGET = EvalTarget(
     {"train_size": 20, "eval_size": 8},
     {"num_shots": 0, "max_new_tokens": 8},
 )
-
-
-def _model(
-    seed: int, **overrides: Any
-) -> Any:  # -> Qwen3ForCausalLM (typed loosely: collection stays light)
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(seed)
-    shape = {
-        "hidden_size": 16,
-        "intermediate_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 8,
-        "vocab_size": 64,
-    }
-    return Qwen3ForCausalLM(Qwen3Config(**{**shape, **overrides}))
-
-
-def _tokenizer() -> Any:  # -> PreTrainedTokenizerFast
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]", eos_token="</s>"
-    )
-
-
-def _save(model: Any, path: Path, **kwargs: Any) -> Path:
-    model.save_pretrained(path, **kwargs)
-    _tokenizer().save_pretrained(path)
-    return path
-
-
-def _lora(model: Any, path: Path, names_base: str | None = None, **config: Any) -> Path:
-    """Saves a LoRA adapter with non-zero B (so it changes the model) and the tokenizer."""
-    from peft import LoraConfig, get_peft_model
-
-    settings = {
-        "r": 2,
-        "lora_alpha": 8,
-        "target_modules": ["q_proj", "v_proj", "down_proj"],
-        "init_lora_weights": False,
-    }
-    peft_model = get_peft_model(model, LoraConfig(**{**settings, **config}))
-    peft_model.save_pretrained(path)
-    _tokenizer().save_pretrained(path)
-    if names_base is not None:
-        _set_adapter_config(path, base_model_name_or_path=names_base)
-    return path
-
-
-def _set_adapter_config(path: Path, **fields: Any) -> None:
-    config_path = path / "adapter_config.json"
-    config = json.loads(config_path.read_text())
-    config.update(fields)
-    config_path.write_text(json.dumps(config))
 
 
 def _merged_on(adapter: Path, base: Path, dest: Path) -> Path:
@@ -157,29 +79,7 @@ def _tensors(path: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The cell's base, another model of the same architecture, and variants of the base."""
-    import torch
-
-    root = tmp_path_factory.mktemp("identity")
-    dirs = {"base": _save(_model(0), root / "base"), "other": _save(_model(1), root / "other")}
-    dirs["wide"] = _save(_model(2, hidden_size=32, intermediate_size=64), root / "wide")
-    llama = _model(0)  # same shapes, another model_type: its config says so
-    config = json.loads((dirs["base"] / "config.json").read_text())
-    dirs["llama"] = _save(llama, root / "llama")
-    llama_config = {**config, "model_type": "llama", "architectures": ["LlamaForCausalLM"]}
-    (dirs["llama"] / "config.json").write_text(json.dumps(llama_config))
-    dirs["sharded"] = _save(_model(0), root / "sharded", max_shard_size="20KB")
-    perturbed = _model(0)
-    with torch.no_grad():
-        perturbed.model.layers[0].mlp.up_proj.weight.add_(
-            0.01 * torch.randn_like(perturbed.model.layers[0].mlp.up_proj.weight)
-        )
-        perturbed.model.norm.weight.add_(0.5)
-    dirs["perturbed"] = _save(perturbed, root / "perturbed")
-    grown = _model(0)
-    grown.resize_token_embeddings(70)  # added tokens: 6 new rows, the old rows untouched
-    dirs["grown"] = _save(grown, root / "grown")
-    dirs["adapter"] = _lora(_model(0), root / "adapter", names_base=str(dirs["other"]))
-    return dirs
+    return build_models(tmp_path_factory.mktemp("identity"))
 
 
 # --- adapters are applied to the cell's base
@@ -461,149 +361,3 @@ def test_an_adapter_replacing_one_weight_twice_is_corrupt(
         CorruptWeightsError, match="two tensors for base weight 'model.norm.weight'"
     ):
         BaseModel(models["base"]).check(adapter, check_loadable_model(adapter))
-
-
-# --- the submission service
-# -------------------------------------------------------------------------
-
-
-@dataclass
-class _Sink:
-    records: dict[int, SubmissionRecord] = field(default_factory=dict)
-
-    def record_submission(self, record: SubmissionRecord) -> None:
-        self.records[record.submission_id] = record
-
-
-@dataclass
-class _ScoreByWidth:
-    """Scores a model by its config (the wide substitute scores best); remembers every digest asked
-    for."""
-
-    digests: list[str] = field(default_factory=list)
-
-    def __call__(self, model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
-        self.digests.append(digest)
-        config = model_dir / "config.json"
-        hidden = json.loads(config.read_text())["hidden_size"] if config.exists() else 0
-        score = 0.9 if hidden == 32 else 0.5
-        return ScoreOutcome(
-            score, 8, {"correct": int(score * 8), "flag_reason": "evaluator text"}, None, 0.1
-        ), False
-
-
-def _service(
-    tmp_path: Path, models: dict[str, Path], *, allow: bool, base: str = "base"
-) -> tuple[SubmissionService, _Sink, _ScoreByWidth]:
-    workspace = tmp_path / f"ws-{base}-{allow}"
-    (workspace / "output").mkdir(parents=True)
-    run_meta = RunMeta(workspace / "run_meta.json", 600, tmp_path)
-    run_meta.update(start_time=time.time())
-    base_hash = weights_hash(check_loadable_model(models[base]))
-    ctx = CellGradingContext(
-        "cell-a",
-        workspace,
-        base_hash,
-        0.25,
-        8,
-        base_model_dir=models[base],
-        allow_substitution=allow,
-    )
-    sink, scorer = _Sink(), _ScoreByWidth()
-    return (
-        SubmissionService(ctx, scorer, sink, run_meta, tmp_path / f"copies-{base}-{allow}"),
-        sink,
-        scorer,
-    )
-
-
-def _submit(service: SubmissionService, source: Path, name: str) -> dict[str, Any]:
-    shutil.copytree(source, service.ctx.workspace / "output" / name)
-    submission_id = service.submit(f"output/{name}")
-    assert service.wait(submission_id, 120)
-    response = service.response(submission_id)
-    assert response is not None
-    return response
-
-
-@pytest.mark.parametrize("allow", [False, True])
-def test_a_flagged_submission_is_not_the_best_unless_substitution_is_allowed(
-    models: dict[str, Path], tmp_path: Path, allow: bool
-) -> None:
-    service, sink, _ = _service(tmp_path, models, allow=allow)
-    try:
-        fine = _submit(service, models["perturbed"], "v1")
-        wide = _submit(service, models["wide"], "v2")
-        copy = _submit(service, models["base"], "v3")
-    finally:
-        service.close()
-    assert fine["status"] == "scored" and fine["score"] == 0.5 and "flag" not in fine["details"]
-    assert 0.0 < fine["details"]["weight_distance"] < 0.2
-    assert (
-        fine["details"].get("flag_reason") is None
-    )  # an evaluator cannot write the service's strings
-    assert wide["status"] == "scored" and wide["score"] == 0.9  # still scored: the report shows it
-    assert wide["details"]["flag"] == MISMATCH_FLAG
-    assert "hidden_size 32 (base: 16)" in wide["details"]["flag_reason"]
-    assert copy["status"] == "copy_of_base" and copy["details"]["weight_distance"] == 0.0
-    assert (
-        sink.records[2].flags == MISMATCH_FLAG
-        and sink.records[2].weight_distance == wide["details"]["weight_distance"]
-    )
-    assert (
-        sink.records[1].flags is None
-        and sink.records[1].weight_distance == fine["details"]["weight_distance"]
-    )
-    assert (sink.records[3].flags, sink.records[3].weight_distance) == (None, 0.0)
-    best = service.response(1)["best"]  # type: ignore[index]
-    assert best == (
-        {"submission_id": 2, "score": 0.9} if allow else {"submission_id": 1, "score": 0.5}
-    )
-
-
-def test_same_adapter_on_two_bases_never_shares_a_digest(
-    models: dict[str, Path], tmp_path: Path
-) -> None:
-    digests = []
-    for base in ("base", "other"):
-        service, sink, scorer = _service(tmp_path, models, allow=False, base=base)
-        try:
-            response = _submit(service, models["adapter"], "lora")
-        finally:
-            service.close()
-        assert response["status"] == "scored" and sink.records[1].flags is None
-        assert response["details"]["weight_distance"] > 0.0
-        digests.append(scorer.digests[0])
-        assert sink.records[1].weights_hash == scorer.digests[0]
-    adapter_hash = weights_hash(check_loadable_model(models["adapter"]))
-    assert digests[0] != digests[1] and adapter_hash not in digests
-
-
-def test_adapter_digest_covers_its_scale_not_the_base_it_names(
-    models: dict[str, Path], tmp_path: Path
-) -> None:
-    service, _, scorer = _service(tmp_path, models, allow=False)
-    variants = {
-        "same": {},
-        "renamed": {"base_model_name_or_path": "/elsewhere"},
-        "rescaled": {"lora_alpha": 99},
-    }
-    try:
-        for name, fields in variants.items():
-            copy = shutil.copytree(models["adapter"], tmp_path / name)
-            _set_adapter_config(copy, **fields)
-            _submit(service, copy, name)
-    finally:
-        service.close()
-    same, renamed, rescaled = (service.response(i) for i in (1, 2, 3))
-    assert (
-        renamed is not None and renamed["status"] == "duplicate"
-    )  # the named base is ignored, so it is the same
-    assert (
-        rescaled is not None and rescaled["status"] == "scored"
-    )  # another lora_alpha is another model
-    assert (
-        same is not None
-        and rescaled["details"]["weight_distance"] != same["details"]["weight_distance"]
-    )
-    assert len(scorer.digests) == 2

@@ -1,8 +1,8 @@
 """Resuming an agent that stops early (``agent.reprompt``): when, with what prompt, and the setting
 itself.
 
-How each CLI adapter resumes its last session is in tests/unit/test_agents.py (the command lines,
-and the real CLIs keeping their conversation).
+How each CLI adapter resumes its last session is in tests/unit/test_agents.py (the command lines)
+and tests/unit/test_agents_real_cli.py (the real CLIs keeping their conversation).
 """
 
 from __future__ import annotations
