@@ -147,16 +147,15 @@ def sweep_context(store: RecordStore, filters: Filters) -> dict[str, Any]:
 # A cell's page.
 
 
-def _curve(scores: list[float]) -> str:
-    """SVG polyline points of the scores in submission order, on a 400 × 120 canvas."""
+def _curve(scores: list[float]) -> list[tuple[float, float]]:
+    """SVG coordinates of the scores in submission order, on a 400 × 120 canvas."""
     if not scores:
-        return ""
+        return []
     low, high = min(scores), max(scores)
     span = (high - low) or 1.0
     step = 380 / max(len(scores) - 1, 1)
-    return " ".join(
-        f"{10 + i * step:.1f},{110 - (s - low) / span * 100:.1f}" for i, s in enumerate(scores)
-    )
+    return [(round(10 + i * step, 1), round(110 - (s - low) / span * 100, 1))
+            for i, s in enumerate(scores)]  # fmt: skip
 
 
 def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[str, Any]:
