@@ -112,6 +112,19 @@ def test_every_grading_api_route_has_a_row() -> None:
     assert not _without_row("grading", routes), _without_row("grading", routes)
 
 
+def test_every_viewer_route_has_a_row(tmp_path: Path) -> None:
+    # The live viewer (autorl/view) is read by a person, but serves what agents wrote.
+    from autorl.records.store import RecordStore
+    from autorl.view.app import create_app
+
+    RecordStore(tmp_path / "records.sqlite").close()
+    app = create_app(tmp_path)
+    app.state.store.close()
+    routes = _routes(app)
+    assert {"GET /", "GET /cell/{cell_id}", "GET /cell/{cell_id}/events"} <= routes
+    assert not _without_row("viewer", routes), _without_row("viewer", routes)
+
+
 def _inside(path: str, folders: list[Path]) -> str | None:
     """``path`` relative to the submission folder it is in (under one of ``folders``), or None."""
     for folder in folders:
