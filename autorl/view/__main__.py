@@ -70,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
 
     query = f"/?token={quote(args.token)}" if args.token else "/"
     print(f"Watching {args.sweep_dir} at http://{args.host}:{args.port}{query}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    # Open event streams never end by themselves: on Ctrl-C wait 2 s for them, then close them.
+    uvicorn.run(
+        app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2
+    )
     return 0
 
 

@@ -109,16 +109,20 @@ def create_app(
             raise HTTPException(404, "no such cell in this sweep")
         return cell
 
-    def events(render: Callable[[], tuple[str, str]], request: Request) -> StreamingResponse:
-        """A stream of ``{"version", "html"}`` events: one at once, then one per change."""
+    def events(
+        read: Callable[[], dict[str, Any]], macro: str, request: Request
+    ) -> StreamingResponse:
+        """A stream of ``{"version", "html"}`` events: one at once, then one per change (the
+        records are read each poll; the fragment is rendered only when their version moved)."""
 
         async def stream() -> AsyncIterator[str]:
             last, idle = "", 0.0
             while not await request.is_disconnected():
-                version, html = await run_in_threadpool(render)
-                if version != last:
-                    last, idle = version, 0.0
-                    yield f"data: {json.dumps({'version': version, 'html': html})}\n\n"
+                context = await run_in_threadpool(read)
+                if context["version"] != last:
+                    last, idle = context["version"], 0.0
+                    html = await run_in_threadpool(pages.fragment, macro, **context)
+                    yield f"data: {json.dumps({'version': last, 'html': html})}\n\n"
                 elif idle >= heartbeat_s:
                     idle = 0.0
                     yield ": idle\n\n"
@@ -129,38 +133,33 @@ def create_app(
             stream(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}
         )
 
-    def sweep_part(filters: pages.Filters) -> tuple[str, str]:
-        context = pages.sweep_context(store, filters)
-        return context["version"], pages.fragment("sweep_main", **context)
-
-    def cell_part(cell_id: str) -> tuple[str, str]:
-        context = pages.cell_context(store, sweep_dir, cell_or_404(cell_id))
-        return context["version"], pages.fragment("cell_main", **context)
+    def cell_records(cell_id: str) -> dict[str, Any]:
+        return pages.cell_context(store, sweep_dir, cell_or_404(cell_id))
 
     @app.get("/", response_class=HTMLResponse)
     def sweep_page(state: str = "", task: str = "") -> str:
         """The sweep: its groups, running cells and cells (``?state=``/``?task=`` filter them)."""
         filters = pages.Filters(state, task)
-        _, html = sweep_part(filters)
+        html = pages.fragment("sweep_main", **pages.sweep_context(store, filters))
         return pages.page(f"Sweep {sweep_dir.name}", html, f"/events{filters.query}")
 
     @app.get("/events")
     def sweep_events(request: Request, state: str = "", task: str = "") -> StreamingResponse:
         """The sweep page's live part, again whenever the store changes."""
         filters = pages.Filters(state, task)
-        return events(lambda: sweep_part(filters), request)
+        return events(lambda: pages.sweep_context(store, filters), "sweep_main", request)
 
     @app.get("/cell/{cell_id}", response_class=HTMLResponse)
     def cell_page(cell_id: str) -> str:
         """One cell: its record, submissions, driver calls, code revisions and log tail."""
-        _, html = cell_part(cell_id)
+        html = pages.fragment("cell_main", **cell_records(cell_id))
         return pages.page(f"Cell {cell_id}", html, pages.cell_href(cell_id, "events"))
 
     @app.get("/cell/{cell_id}/events")
     def cell_events(cell_id: str, request: Request) -> StreamingResponse:
         """The cell page's live part, again whenever its records or its log change."""
         cell_or_404(cell_id)
-        return events(lambda: cell_part(cell_id), request)
+        return events(lambda: cell_records(cell_id), "cell_main", request)
 
     @app.get("/cell/{cell_id}/revision/{n}", response_class=HTMLResponse)
     def revision_page(cell_id: str, n: int) -> str:

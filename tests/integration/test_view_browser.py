@@ -15,7 +15,15 @@ import pytest
 
 from autorl.view.pages import cell_href
 from tests.helpers.chromium import CHROMIUM, chromium_page
-from tests.helpers.view_server import HOSTILE, new_sweep, revision, serve, submission, write_log
+from tests.helpers.view_server import (
+    HOSTILE,
+    cell,
+    new_sweep,
+    revision,
+    serve,
+    submission,
+    write_log,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -75,3 +83,34 @@ def test_cell_page_updates_live_and_links_to_a_revision_diff(tmp_path: Path) -> 
         store.close()
     for name in ("running.png", "completed.png", "revision.png"):
         assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_sweep_page_follows_cell_states_and_links_each_cell(tmp_path: Path) -> None:
+    store = new_sweep(tmp_path)
+    store.upsert_cell(cell("evil-cell", task="gsm8k", model=HOSTILE, error=HOSTILE))
+
+    async def drive(url: str) -> None:
+        async with chromium_page() as page:
+            await page.navigate(url + "/")
+            running = "document.getElementById('running').textContent"
+            assert (await page.evaluate(running)).split() == ["gsm8k-a"]
+            await page.evaluate("window.__marker = 'same document'")
+            store.set_cell_status("he-a", "running")
+            await page.wait_for(f"{running}.includes('he-a')", 5)
+            assert await page.evaluate("window.__marker") == "same document"
+            assert page.navigations == 1
+            assert await page.evaluate("document.querySelectorAll('img, #live script').length") == 0
+            await page.screenshot(tmp_path / "sweep.png")
+            await page.evaluate("[...document.querySelectorAll('a')]"
+                                ".find(a => a.textContent === 'evil-cell').click()")  # fmt: skip
+            await page.wait_for("location.pathname === '/cell/evil-cell'", 10)
+            status = await page.evaluate("document.getElementById('cell-status').textContent")
+            assert HOSTILE in status
+            assert not page.errors, page.errors
+
+    try:
+        with serve(tmp_path) as url:
+            asyncio.run(drive(url))
+    finally:
+        store.close()
+    assert (tmp_path / "sweep.png").stat().st_size > 1000

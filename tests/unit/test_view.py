@@ -10,6 +10,9 @@ from __future__ import annotations
 import html
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +31,7 @@ from tests.helpers.view_server import (
     HOSTILE,
     cell,
     driver_call,
+    free_port,
     new_sweep,
     revision,
     serve,
@@ -255,3 +259,31 @@ def test_the_event_stream_sends_the_change_of_the_store(sweep: tuple[Path, Recor
             event = next(events)
         assert "fresh_flag" in event["html"] and event["version"] != first["version"]
         assert time.monotonic() - started < 5
+
+
+def test_the_command_serves_loopback_and_stops_on_ctrl_c(sweep: tuple[Path, RecordStore]) -> None:
+    port = free_port()
+    command = [sys.executable, "-m", "autorl.view", str(sweep[0]), "--port", str(port)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert f"at http://127.0.0.1:{port}/" in line, line
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                page = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline, "the viewer did not listen"
+                time.sleep(0.1)
+        assert page.status_code == 200 and "gsm8k-b" in page.text
+        # An open event stream must not keep the server from stopping.
+        with httpx.stream("GET", f"http://127.0.0.1:{port}/events", timeout=10) as stream:
+            next(_events(stream.iter_lines()))
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
