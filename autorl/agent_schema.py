@@ -83,6 +83,10 @@ class AgentConfig:
     description: str = setting("one line for `python -m autorl.ls agents`")
     adapter: str = setting("the adapter class, 'module:Class' (autorl.agents.base.AgentAdapter)")
     needs_driver: bool = setting("true: the agent calls a driver LLM through the cell's gateway")
+    in_grid: bool = setting(
+        "false: `agent=all` leaves it out (probes and test agents); it runs only when named",
+        default=True,
+    )
     protocol: ApiProtocol | None = setting(
         "the driver API the agent speaks (the gateway translates it if the provider does not); "
         "null for agents without a driver",

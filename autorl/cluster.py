@@ -19,7 +19,7 @@ from autorl.errors import PrerequisiteError
 from autorl.schema import ClusterConfig, RunConfig
 
 if TYPE_CHECKING:
-    from autorl.config import CellSpec
+    from autorl.grid import CellSpec
 
 
 def configure_client_auth(cluster_cfg: ClusterConfig) -> None:

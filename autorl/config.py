@@ -15,10 +15,8 @@ Hydra's ConfigStore before every composition (:func:`autorl.task_options.registe
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
-import itertools
 import json
 import os
 import threading
@@ -32,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from autorl.agent_schema import CommandAgentConfig, ScriptedAgentConfig
 from autorl.config_errors import config_error
 from autorl.errors import ConfigError
-from autorl.gateway.settings import TRANSLATABLE
-from autorl.registry import AXES, CONF_DIR, GROUPS, check_names, option_names
-from autorl.schema import DriverConfig, ModelKind, Provider, RunConfig, register_schemas
+from autorl.grid import CellSpec, LeftOut, grid_cells, pair_problem
+from autorl.registry import AXES, CONF_DIR, GROUPS, check_names, grid_names
+from autorl.schema import DriverConfig, ModelKind, RunConfig, register_schemas
 from autorl.task_options import plain, register_task_configs
 
 if TYPE_CHECKING:
@@ -61,27 +59,6 @@ _COMPOSE_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
-class CellSpec:
-    """One cell of a sweep: an agent × driver × task × model × seed with its composed config."""
-
-    sweep_id: str
-    cell_id: str
-    agent: str
-    driver: str
-    task: str
-    model: str
-    seed: int
-    config: RunConfig = field(repr=False, hash=False, compare=False)
-
-    @property
-    def budget_s(self) -> float:
-        """The agent's wall-clock budget in seconds: ``budget.seconds``, else the task's
-        ``budget_s``."""
-        seconds = self.config.budget.seconds
-        return float(self.config.task.budget_s if seconds is None else seconds)
-
-
-@dataclass(frozen=True)
 class SweepPlan:
     """Everything the sweep command decided before starting anything."""
 
@@ -89,6 +66,7 @@ class SweepPlan:
     sweep_dir: Path
     cells: list[CellSpec]
     base_config: RunConfig
+    left_out: list[LeftOut] = field(default_factory=list)
 
 
 def parse_argv(argv: list[str]) -> tuple[dict[str, list[str]], list[str]]:
@@ -127,6 +105,9 @@ def parse_argv(argv: list[str]) -> tuple[dict[str, list[str]], list[str]]:
 def expand_axes(axes: dict[str, list[str]], defaults: dict[str, str]) -> dict[str, list[str]]:
     """Resolve ``all`` and defaults for every axis and validate every name.
 
+    ``all`` is the options that do not set ``in_grid: false``: the benchmark's agents and LLM
+    drivers, without probes, ``driver=none`` and ``driver=local``, which run only when named.
+
     Raises:
         ConfigError: on an unknown name (with "did you mean" and the valid names) or a bad seed.
     """
@@ -142,7 +123,7 @@ def expand_axes(axes: dict[str, list[str]], defaults: dict[str, str]) -> dict[st
             resolved[axis] = list(dict.fromkeys(values))
             continue
         if values == ["all"]:
-            values = option_names(axis)
+            values = grid_names(axis)
         check_names(axis, values)
         resolved[axis] = list(dict.fromkeys(values))
     return resolved
@@ -336,15 +317,6 @@ def sweep_id_for(explicit: str | None, passthrough: list[str]) -> str:
     return "default-" + hashlib.sha256(json.dumps(relevant).encode()).hexdigest()[:8]
 
 
-def cell_id_for(agent: str, driver: str, task: str, model: str, seed: int) -> str:
-    """A readable, deterministic cell id (also the folder name under ``cells/``).
-
-    >>> cell_id_for("scripted", "none", "gsm8k", "tiny", 0)
-    'gsm8k.scripted.none.tiny.s0'
-    """
-    return f"{task}.{agent}.{driver}.{model}.s{seed}"
-
-
 def resolve_cache_dir(configured: str | None) -> Path:
     """The cache folder for built models and task data."""
     raw = configured or os.environ.get("AUTORL_CACHE_DIR") or "~/.cache/autorl"
@@ -354,9 +326,8 @@ def resolve_cache_dir(configured: str | None) -> Path:
 def check_combinations(cells: Iterable[CellSpec]) -> None:
     """Refuse cells that cannot work (every plan, dry runs included).
 
-    An agent that needs a driver is not paired with ``driver=none``, a CLI whose protocol the
-    gateway cannot translate (the Gemini CLI's Gemini API) gets a driver that speaks it, the
-    task's data source is one the task has, and an interactive task has its environment pool.
+    Its agent and driver can work together (:func:`autorl.grid.pair_problem`), the task's data
+    source is one the task has, and an interactive task has its environment pool.
 
     Raises:
         ConfigError: naming the cell, the values and what to change.
@@ -408,27 +379,9 @@ def check_combinations(cells: Iterable[CellSpec]) -> None:
                 f"model {cell.config.model.name!r} has kind hub but no hub_id: set model.hub_id "
                 f"(cell {cell.cell_id})"
             )
-        if not agent.needs_driver:
-            continue
-        if driver.provider == Provider.none:
-            raise ConfigError(
-                f"agent {agent.name!r} needs a driver LLM, but driver=none was given (cell "
-                f"{cell.cell_id}); "
-                "choose one with driver=<name> (python -m autorl.ls drivers), e.g. driver=gpt-5"
-            )
-        protocol = agent.protocol
-        if protocol is None:
-            raise ConfigError(
-                f"agent {agent.name!r} needs a driver but names no protocol: set agent.protocol "
-                "in its conf/agent file"
-            )
-        if protocol not in TRANSLATABLE and protocol not in driver.protocols:
-            raise ConfigError(
-                f"agent {agent.name!r} speaks the {protocol} API, which driver {driver.name!r} "
-                "does not serve "
-                f"(it serves {', '.join(driver.protocols) or 'nothing'}); use a driver that does, "
-                "e.g. driver=gemini-2.5-flash"
-            )
+        problem = pair_problem(agent, driver)
+        if problem:
+            raise ConfigError(f"{problem} (cell {cell.cell_id})")
 
 
 def _activate_plugins(argv: list[str]) -> None:
@@ -468,26 +421,16 @@ def plan_sweep(argv: list[str]) -> SweepPlan:
     base = compose(base_overrides)
     sweep_id = sweep_id_for(base.sweep_id, passthrough)
     sweep_dir = Path(base.out_dir).expanduser().resolve() / sweep_id
-    cells = []
-    for agent, driver, task, model, seed in itertools.product(*(grid[axis] for axis in AXES)):
-        overrides = [
-            f"agent={agent}",
-            f"driver={driver}",
-            f"task={task}",
-            f"model={model}",
-            f"seed={seed}",
-        ]
-        cell_id = cell_id_for(agent, driver, task, model, int(seed))
-        try:
-            # The first cell's overrides are the base's: one composition fewer (1.2 s on this CPU).
-            composed = (
-                copy.deepcopy(base)
-                if overrides + passthrough == base_overrides
-                else compose(overrides + passthrough)
-            )
-            config = dataclasses.replace(composed, sweep_id=sweep_id)
-        except ConfigError as error:  # e.g. agent.sft.steps=3 suits agent=scripted, not agent=codex
-            raise ConfigError(f"cell {cell_id}: {error}") from error
-        cells.append(CellSpec(sweep_id, cell_id, agent, driver, task, model, int(seed), config))
+    explicit = {axis for axis in AXES if axes.get(axis) != ["all"]}
+    cells, left_out = grid_cells(
+        compose, grid, explicit, base_overrides, passthrough, base, sweep_id
+    )
+    if not cells:
+        raise ConfigError(
+            "the grid has no cell that can run: "
+            + "; ".join(f"{o.agent} × {o.driver}: {o.reason}" for o in left_out)
+        )
     check_combinations(cells)
-    return SweepPlan(sweep_id, sweep_dir, cells, dataclasses.replace(base, sweep_id=sweep_id))
+    return SweepPlan(
+        sweep_id, sweep_dir, cells, dataclasses.replace(base, sweep_id=sweep_id), left_out
+    )

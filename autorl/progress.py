@@ -8,9 +8,14 @@ from types import TracebackType
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
+from autorl.cell_groups import group_cells
 from autorl.records.types import CellRecord
+
+# A sweep with more cells than this is shown live one line per task × agent × driver.
+GROUPED_ABOVE = 40
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -43,6 +48,33 @@ def cells_table(title: str, cells: list[CellRecord]) -> Table:
     counts = Counter(cell.status for cell in cells)
     table.caption = "  ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
     return table
+
+
+def groups_table(title: str, cells: list[CellRecord]) -> Table:
+    """A table with one row per task × agent × driver: cells per state, best score so far, mean
+    improvement, and the cells running now (:func:`autorl.cell_groups.group_cells`)."""
+    table = Table(title=title, title_justify="left")
+    for column in ("task", "agent", "driver", "done", "states", "best", "mean Δ", "running"):
+        table.add_column(column, overflow="fold" if column == "running" else "ellipsis")
+    for group in group_cells(cells):
+        table.add_row(
+            *(escape(part) for part in group.key),
+            f"{group.done}/{group.total}",
+            " ".join(f"{state} {n}" for state, n in sorted(group.counts.items())),
+            _fmt(group.best),
+            _fmt(group.mean_improvement),
+            escape(", ".join(group.running)) or "-",
+        )
+    counts = Counter(cell.status for cell in cells)
+    table.caption = "  ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
+    return table
+
+
+def live_table(title: str, cells: list[CellRecord]) -> Table:
+    """The sweep's live table: one row per cell, or per group for a big sweep."""
+    if len(cells) > GROUPED_ABOVE:
+        return groups_table(title, cells)
+    return cells_table(title, cells)
 
 
 class CellBoard:
@@ -86,7 +118,7 @@ class CellBoard:
     def refresh(self, cells: list[CellRecord]) -> None:
         """Redraw the table (terminal) or print status changes (non-terminal)."""
         if self.live is not None:
-            self.live.update(cells_table(f"sweep {self.sweep_id}", cells))
+            self.live.update(live_table(f"sweep {self.sweep_id}", cells))
             return
         if not self.enabled:
             return

@@ -214,6 +214,7 @@ class Option:
         description: The line ``autorl.ls`` prints.
         path: The option's YAML file.
         plugin: The plugin folder it comes from; ``None`` for autorl's own ``conf/``.
+        in_grid: Whether ``<group>=all`` includes it (the file's ``in_grid``, default true).
     """
 
     group: str
@@ -221,6 +222,7 @@ class Option:
     description: str
     path: Path
     plugin: Path | None = None
+    in_grid: bool = True
 
 
 def conf_dirs() -> list[tuple[Path, Path | None]]:
@@ -286,7 +288,8 @@ def list_options(group: str) -> list[Option]:
                 )
             data = yaml.safe_load(path.read_text()) or {}
             description = str(data.get("description") or "")
-            options[path.stem] = Option(group, path.stem, description, path, plugin)
+            in_grid = bool(data.get("in_grid", True))
+            options[path.stem] = Option(group, path.stem, description, path, plugin, in_grid)
     return [options[name] for name in sorted(options)]
 
 
@@ -305,6 +308,11 @@ def option_file(group: str, name: str) -> Path:
 def option_names(group: str) -> list[str]:
     """Names of the options of ``group``."""
     return [option.name for option in list_options(group)]
+
+
+def grid_names(group: str) -> list[str]:
+    """What ``<group>=all`` means: the options of ``group`` that do not set ``in_grid: false``."""
+    return [option.name for option in list_options(group) if option.in_grid]
 
 
 def check_names(group: str, names: list[str]) -> None:

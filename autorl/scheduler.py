@@ -45,14 +45,16 @@ from autorl.actors.recorder import Recorder
 from autorl.actors.recorder_client import RecorderClient
 from autorl.actors.workspace import Workspace
 from autorl.cluster import check_gpus_fit, check_nodes_sealable, connect
-from autorl.config import CellSpec, SweepPlan, resolve_cache_dir
+from autorl.config import SweepPlan, resolve_cache_dir
 from autorl.errors import PrerequisiteError
+from autorl.grid import CellSpec
 from autorl.models.resolve import model_build
 from autorl.progress import CellBoard
 from autorl.records.migrations import autorl_version
 from autorl.records.types import CellOutcome, CellRecord, plain_config
 from autorl.tasks import get_task
 from autorl.tracking.sweep_end import finish_sweep
+from autorl.view import view_command
 
 logger = logging.getLogger(__name__)
 _CANCEL_WAIT_S = 60.0
@@ -188,6 +190,8 @@ class SweepRunner:
         with self.board:
             try:
                 while todo or active:
+                    if todo and self._spend_cap_reached():
+                        self._cancel_unstarted(todo)
                     while todo and len(active) < limit:
                         cell, tries = todo.popleft()
                         active.append(self._place(cell, tries))
@@ -212,6 +216,30 @@ class SweepRunner:
         return {
             c.cell_id: c.status for c in cells if c.cell_id in {p.cell_id for p in self.plan.cells}
         }
+
+    def _spend_cap_reached(self) -> bool:
+        """Whether the sweep's driver spend has reached ``budget.sweep_max_cost_usd``."""
+        cap = self.cfg.budget.sweep_max_cost_usd
+        if cap is None:
+            return False
+        spent = sum(c.cost_usd or 0.0 for c in self.recorder.list_cells(self.plan.sweep_id))
+        if spent < cap:
+            return False
+        self.board.note(
+            f"the sweep's driver spend is ${spent:.2f}, at its cap budget.sweep_max_cost_usd="
+            f"{cap:g}: no new cell starts (raise the cap and run the same command to go on)"
+        )
+        return True
+
+    def _cancel_unstarted(self, todo: deque[tuple[CellSpec, int]]) -> None:
+        """Mark the cells not yet started cancelled (a later run with a higher cap resumes them)."""
+        while todo:
+            cell, _ = todo.popleft()
+            self.recorder.set_cell_status(
+                cell.cell_id,
+                "cancelled",
+                {"error": "not started: the sweep reached budget.sweep_max_cost_usd"},
+            )
 
     def save_grader_stats(self) -> None:
         """Save the grader pool's busy fractions of this run as a sweep-level stat (for the report).
@@ -423,6 +451,7 @@ def run_sweep(plan: SweepPlan) -> tuple[dict[str, str], list[CellRecord]]:
         runner = SweepRunner(plan)
         if dashboard:
             runner.board.note(f"Ray dashboard: {dashboard}")
+        runner.board.note(f"watch it live: {view_command(plan.sweep_dir)}")
         statuses = runner.run()
         recorder = runner.recorder
 

@@ -38,6 +38,7 @@ from autorl.agent_schema import (
     CommandAgentConfig,
     ScriptedAgentConfig,
 )
+from autorl.plan_schema import PlanConfig
 from autorl.schema_fields import setting
 
 
@@ -133,6 +134,11 @@ class DriverConfig:
         "list price; null: unknown, cost stays empty", default=None
     )
     budget: DriverBudget = setting("per-cell limits")
+    in_grid: bool = setting(
+        "false: `driver=all` leaves it out (no LLM, or an endpoint the user sets up); it runs only "
+        "when named",
+        default=True,
+    )
     gateway: GatewayConfig = setting("upstream calls: timeout, retries, model enforcement")
 
     def chat_root(self) -> str | None:
@@ -239,6 +245,9 @@ class BudgetConfig:
     )
     kill_grace_s: float = setting(
         "SIGTERM, then this many seconds, then SIGKILL for the agent's process group"
+    )
+    sweep_max_cost_usd: float | None = setting(
+        "the sweep's driver spend at which no new cell starts; null: no cap", default=None
     )
 
 
@@ -562,6 +571,7 @@ class RunConfig:
     grading: GradingConfig = setting("which split the agent's scores come from")
     tracking: TrackingConfig = setting("W&B and the HTML report")
     integrity: IntegrityConfig = setting("model identity, contamination and the integrity judge")
+    plan: PlanConfig = setting("the pre-flight plan's assumptions (every dry run prints it)")
 
 
 # The ConfigStore entries: (group, name, node). The root schema is ``run_schema``.

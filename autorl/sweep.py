@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -37,14 +38,90 @@ from autorl.agents.preflight import missing_requirements
 from autorl.cluster import configure_client_auth
 from autorl.config import SweepPlan, plan_sweep
 from autorl.errors import AutorlError
+from autorl.grid import CellSpec
 from autorl.jobs.spec import take_job_options
 from autorl.seal.preflight import judge_sandbox_problems, sandbox_problems
 
 FINAL_OK = ("completed",)
 
 
+# A grid this size prints one line per task × agent × driver instead of one per cell.
+_CELL_LINES_UP_TO = 40
+
+
+def _hours(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.1f} h"
+
+
+def print_preflight(plan: SweepPlan, console: Console) -> None:
+    """Print the pre-flight plan: per group and in total GPU-hours, driver tokens and cost, the
+    makespan against its packing bound, and the seeds each task needs
+    (:mod:`autorl.preflight_plan`)."""
+    from autorl.preflight_plan import history, make_plan
+
+    base = plan.base_config
+    estimate = make_plan(plan.cells, history(Path(base.out_dir).expanduser().resolve()))
+    table = Table(title="pre-flight plan", title_justify="left")
+    for column in ("task", "agent", "driver", "cells", "GPU-h", "Mtok in", "Mtok out", "USD"):
+        table.add_column(
+            column, justify="left" if column in ("task", "agent", "driver") else "right"
+        )
+    table.add_column("tokens from")
+    for group in estimate.groups:
+        rate = group.rate
+        table.add_row(
+            *(escape(part) for part in group.key),
+            str(group.cells),
+            f"{group.gpu_hours:.1f}",
+            f"{group.input_tokens / 1e6:.1f}",
+            f"{group.output_tokens / 1e6:.2f}",
+            "no price" if group.cost_usd is None else f"{group.cost_usd:.2f}",
+            rate.source if rate and (group.input_tokens or rate.measured_cells) else "no driver",
+        )
+    cost = estimate.cost_usd
+    table.caption = f"total: {len(plan.cells)} cells, {estimate.gpu_hours:.1f} GPU-hours, " + (
+        "cost unknown (a driver has no price)" if cost is None else f"${cost:,.2f}"
+    )
+    console.print(table)
+    cluster = f"{estimate.cluster_cpus:g} CPUs, {estimate.cluster_gpus:g} GPUs"
+    if estimate.makespan_s is None:
+        console.print(
+            f"makespan: some cells fit on no node of {cluster} (plan.cluster_cpus/cluster_gpus): "
+            + ", ".join(estimate.unplaceable[:5])
+        )
+    else:
+        console.print(
+            f"makespan on {cluster}, {base.scheduler.max_concurrent_cells} cells at once: "
+            f"{_hours(estimate.makespan_s)} (packing bound {_hours(estimate.packing_bound_s)}; "
+            "every cell using its whole budget)"
+        )
+    settings = base.plan
+    for need in estimate.seeds:
+        spread = f"sd {need.sd:.3f} " + (
+            f"over {need.sd_cells} earlier cells" if need.sd_cells else "(plan.prior_sd, assumed)"
+        )
+        seeds = f"{need.seeds}" if need.seeds is not None else f"over {200}"
+        console.print(
+            f"seeds for {escape(need.task)}: {seeds} per agent × driver to detect a difference of "
+            f"{settings.delta:g} at {settings.power:.0%} power (Welch, α={settings.alpha:g}; "
+            f"{spread}); this sweep has {need.planned}"
+        )
+    if base.budget.sweep_max_cost_usd is not None:
+        console.print(f"spend cap: ${base.budget.sweep_max_cost_usd:,.2f} (no new cell past it)")
+
+
 def print_plan(plan: SweepPlan, console: Console) -> None:
-    """Print the cell table of a plan (the dry run)."""
+    """Print the cell table of a plan (the dry run): one line per cell, or per task × agent ×
+    driver for a big grid; then the pairs left out of it."""
+    if plan.left_out:
+        console.print(
+            f"{len(plan.left_out)} agent × driver pair(s) left out: "
+            + "; ".join(escape(f"{o.agent} × {o.driver} ({o.reason})") for o in plan.left_out),
+            soft_wrap=True,
+        )
+    if len(plan.cells) > _CELL_LINES_UP_TO:
+        print_groups(plan, console)
+        return
     table = Table(
         title=f"sweep {plan.sweep_id}: {len(plan.cells)} cell(s) → {plan.sweep_dir}",
         title_justify="left",
@@ -64,6 +141,31 @@ def print_plan(plan: SweepPlan, console: Console) -> None:
             str(cell.seed),
             resources,
             f"{cell.budget_s:.0f}",
+        )
+    console.print(table)
+
+
+def print_groups(plan: SweepPlan, console: Console) -> None:
+    """The cell table of a big grid: one line per task × agent × driver."""
+    groups: dict[tuple[str, str, str], list[CellSpec]] = {}
+    for cell in plan.cells:
+        groups.setdefault((cell.task, cell.agent, cell.driver), []).append(cell)
+    table = Table(
+        title=f"sweep {plan.sweep_id}: {len(plan.cells)} cells in {len(groups)} groups → "
+        f"{plan.sweep_dir}",
+        title_justify="left",
+    )
+    for column in ("task", "agent", "driver", "models", "seeds", "cells", "budget s"):
+        table.add_column(column, no_wrap=True)
+    for (task, agent, driver), cells in sorted(groups.items()):
+        table.add_row(
+            task,
+            agent,
+            driver,
+            ",".join(dict.fromkeys(c.model for c in cells)),
+            ",".join(str(s) for s in dict.fromkeys(c.seed for c in cells)),
+            str(len(cells)),
+            f"{max(c.budget_s for c in cells):.0f}",
         )
     console.print(table)
 
@@ -105,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         missing += judge_sandbox_problems(plan.cells)
     if plan.base_config.dry_run:
         print_plan(plan, console)
+        print_preflight(plan, console)
         for problem in missing:
             console.print(
                 f"[yellow]note (a real run would stop here):[/] {escape(problem)}", soft_wrap=True

@@ -33,7 +33,7 @@ from autorl.actors.recorder_client import RecorderClient
 from autorl.agents.base import LaunchContext, load_adapter
 from autorl.agents.reprompt import continuation_prompt, should_resume
 from autorl.agents.session import TRACE_FILE, DriverSession
-from autorl.config import CellSpec, resolve_cache_dir
+from autorl.config import resolve_cache_dir
 from autorl.envs.training import training_envs
 from autorl.grading.api import GradingServer, create_app
 from autorl.grading.heldout import check_dev_split, dev_target, score_on_test
@@ -41,6 +41,7 @@ from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget, ScoreOutcome, target_from_config
 from autorl.grading.service import CellGradingContext, Scorer, SubmissionService
 from autorl.grading.transfer import ModelPublisher, ModelRef
+from autorl.grid import CellSpec
 from autorl.integrity.cell_checks import run_cell_checks
 from autorl.models.resolve import resolve_model
 from autorl.records.types import (

@@ -19,7 +19,7 @@ from autorl.errors import ConfigError
 from autorl.gateway.settings import missing_key_message
 
 if TYPE_CHECKING:
-    from autorl.config import CellSpec
+    from autorl.grid import CellSpec
 
 
 def missing_requirements(

@@ -33,7 +33,7 @@ from autorl.seal.launch import SANDBOXES
 from autorl.seal.toolchain import check_toolchain, cuda_problem, toolchain_dir
 
 if TYPE_CHECKING:
-    from autorl.config import CellSpec
+    from autorl.grid import CellSpec
 
 # The eval option of a task whose evaluator judges code in agent_kit.sandbox (e.g. humaneval).
 JUDGE_MODE_OPTION = "sandbox_mode"

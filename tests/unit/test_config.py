@@ -202,8 +202,8 @@ def test_a_value_for_a_group_of_settings_exits_2_before_ray_naming_the_switch(
         (["tracking.report=off"], "Did you mean tracking.report.enabled=false?"),
         (
             ["budget=60"],
-            "budget is a group of settings (seconds, kill_grace_s), not a single value; "
-            "set one of its settings instead, e.g. budget.seconds=60",
+            "budget is a group of settings (seconds, kill_grace_s, sweep_max_cost_usd), "
+            "not a single value; set one of its settings instead, e.g. budget.seconds=60",
         ),
     ],
 )
@@ -256,7 +256,7 @@ def test_a_key_of_another_kind_of_agent_is_refused_per_cell() -> None:
     assert cell.config.agent.sft.max_steps == 3  # type: ignore[attr-defined]
     with pytest.raises(
         ConfigError,
-        match=r"cell gsm8k\.codex\.none\.tiny\.s0: invalid override 'agent\.sft\.max_steps=3': "
+        match=r"agent=codex: invalid override 'agent\.sft\.max_steps=3': "
         r"unknown key agent\.sft",
     ):
         plan_sweep(["agent=scripted,codex", "agent.sft.max_steps=3"])
