@@ -248,6 +248,23 @@ def parse_manifest(path: Path) -> TaskSpec:
     )
 
 
+# Parsed manifests by path, with the file's identity when it was read: a sweep asks for its tasks'
+# specs once per cell, and a manifest changed on disk is read again.
+_MANIFESTS: dict[Path, tuple[tuple[int, int, int], TaskSpec]] = {}
+
+
+def _read_manifest(path: Path) -> TaskSpec:
+    """:func:`parse_manifest`, read again only when the file changed (inode, size, mtime)."""
+    stat = path.stat()
+    identity = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    cached = _MANIFESTS.get(path)
+    if cached is not None and cached[0] == identity:
+        return cached[1]
+    spec = parse_manifest(path)
+    _MANIFESTS[path] = (identity, spec)
+    return spec
+
+
 def discover_tasks(tasks_dir: Path | None = None) -> dict[str, TaskSpec]:
     """Read every ``<folder>/*/task.yaml`` of autorl's ``tasks/`` and each active plugin's
     ``tasks/``.
@@ -267,7 +284,7 @@ def discover_tasks(tasks_dir: Path | None = None) -> dict[str, TaskSpec]:
     tasks: dict[str, TaskSpec] = {}
     for folder in folders:
         for manifest in sorted(folder.glob("*/task.yaml")):
-            spec = parse_manifest(manifest)
+            spec = _read_manifest(manifest)
             if spec.id in tasks:
                 raise TaskError(
                     f"task id '{spec.id}' is in two folders: {tasks[spec.id].folder} and "
