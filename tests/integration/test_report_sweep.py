@@ -29,21 +29,12 @@ import pytest
 
 from autorl.registry import option_names
 from autorl.tasks import discover_tasks
+from tests.helpers.chromium import CHROMIUM
+from tests.helpers.chromium import FLAGS as CHROMIUM_FLAGS
 from tests.integration.conftest import sweep_env
 from tests.integration.test_wandb_tracker import read_runs
 
 pytestmark = pytest.mark.integration
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # Two cheap tasks when available (the brief's 2 tasks × 2 seeds); whatever exists of them otherwise.
 TASKS = [
     t
