@@ -124,6 +124,8 @@ def compose_parts(
     Raises:
         ConfigError: An axis value's composition is refused (named as ``axis=value``).
     """
+    if any("${" in override for override in passthrough):  # may reach across groups
+        return None
     parts: dict[str, dict[str, RunConfig]] = {}
     for axis in PART_AXES:
         parts[axis] = {grid[axis][0]: base}
@@ -132,8 +134,6 @@ def compose_parts(
             if _swapped(part, axis, base) != base:
                 return None
             parts[axis][value] = part
-    if any("${" in override for override in passthrough):  # may reach across groups
-        return None
     return parts
 
 

@@ -57,7 +57,7 @@ def print_preflight(plan: SweepPlan, console: Console) -> None:
     """Print the pre-flight plan: per group and in total GPU-hours, driver tokens and cost, the
     makespan against its packing bound, and the seeds each task needs
     (:mod:`autorl.preflight_plan`)."""
-    from autorl.preflight_plan import history, make_plan
+    from autorl.preflight_plan import MAX_SEEDS, history, make_plan
 
     base = plan.base_config
     estimate = make_plan(plan.cells, history(Path(base.out_dir).expanduser().resolve()))
@@ -100,7 +100,7 @@ def print_preflight(plan: SweepPlan, console: Console) -> None:
         spread = f"sd {need.sd:.3f} " + (
             f"over {need.sd_cells} earlier cells" if need.sd_cells else "(plan.prior_sd, assumed)"
         )
-        seeds = f"{need.seeds}" if need.seeds is not None else f"over {200}"
+        seeds = f"{need.seeds}" if need.seeds is not None else f"over {MAX_SEEDS}"
         console.print(
             f"seeds for {escape(need.task)}: {seeds} per agent × driver to detect a difference of "
             f"{settings.delta:g} at {settings.power:.0%} power (Welch, α={settings.alpha:g}; "

@@ -22,23 +22,11 @@ from autorl.records.types import (
     CodeRevision,
     SubmissionRecord,
 )
+from tests.helpers.view_server import cell
 
 
 def _cell(cell_id: str = "c1", **overrides: object) -> CellRecord:
-    fields: dict[str, object] = dict(
-        sweep_id="s1",
-        cell_id=cell_id,
-        agent="scripted",
-        driver="none",
-        task="gsm8k",
-        task_version=1,
-        model="tiny",
-        seed=0,
-        budget_s=600.0,
-        status="pending",
-    )
-    fields.update(overrides)
-    return CellRecord(**fields)  # type: ignore[arg-type]
+    return cell(cell_id, **overrides)  # the viewer tests' builder: sweep s1, gsm8k × scripted
 
 
 def _sub(submission_id: int, status: str = "scored", score: float | None = 0.5, **kw: object):
