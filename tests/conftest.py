@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from autorl.task_code import PLUGIN_PATH_ENV
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -35,6 +38,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Move the items of :data:`SLOWEST_FIRST` to the front, in its order (stable otherwise)."""
     rank = {path: index for index, path in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
+@pytest.fixture(autouse=True)
+def _plugins_stay_in_their_test() -> Iterator[None]:
+    """Restore ``AUTORL_PLUGIN_PATH`` after every test.
+
+    :func:`autorl.plugins.activate` sets the variable itself, not through ``monkeypatch``, so a
+    test that activates a plugin would otherwise leave it registered for the later tests of its
+    xdist worker (a stray agent in ``option_names("agent")``).
+    """
+    before = os.environ.get(PLUGIN_PATH_ENV)
+    yield
+    if before is None:
+        os.environ.pop(PLUGIN_PATH_ENV, None)
+    else:
+        os.environ[PLUGIN_PATH_ENV] = before
 
 
 @pytest.fixture(scope="session")
