@@ -26,8 +26,10 @@ from autorl.records.types import (
     CellRecord,
     CodeRevision,
     DriverCall,
+    ResourceSample,
     SubmissionRecord,
     SweepStat,
+    TraceEvent,
     TraceSummary,
 )
 from autorl.tracking import metrics as dashboard
@@ -170,6 +172,14 @@ class Recorder:
     def record_trace(self, summary: TraceSummary) -> None:
         """Store the summary of a cell's parsed agent trace (trace-side token counts)."""
         self.store.upsert_trace(summary)
+
+    def record_trace_events(self, events: list[TraceEvent]) -> None:
+        """Store a running cell's newest trace events (the live viewer's steps)."""
+        self.store.add_trace_events(events)
+
+    def record_resource_samples(self, samples: list[ResourceSample]) -> None:
+        """Store a running cell's newest resource samples."""
+        self.store.add_resource_samples(samples)
 
     def get_baseline(self, key: str) -> float | None:
         """A cached baseline score."""

@@ -24,8 +24,10 @@ from autorl.records.types import (
     CellRecord,
     CodeRevision,
     DriverCall,
+    ResourceSample,
     SubmissionRecord,
     SweepStat,
+    TraceEvent,
     TraceSummary,
 )
 
@@ -131,6 +133,24 @@ class RecorderClient:
     def record_trace(self, summary: TraceSummary) -> None:
         """Store the summary of a cell's parsed agent trace."""
         ray.get(self._handle.record_trace.remote(summary))
+
+    def record_trace_events(self, events: list[TraceEvent], timeout_s: float | None = None) -> None:
+        """Store a running cell's newest trace events.
+
+        Raises:
+            ray.exceptions.GetTimeoutError: The Recorder did not answer within ``timeout_s``.
+        """
+        ray.get(self._handle.record_trace_events.remote(events), timeout=timeout_s)
+
+    def record_resource_samples(
+        self, samples: list[ResourceSample], timeout_s: float | None = None
+    ) -> None:
+        """Store a running cell's newest resource samples.
+
+        Raises:
+            ray.exceptions.GetTimeoutError: The Recorder did not answer within ``timeout_s``.
+        """
+        ray.get(self._handle.record_resource_samples.remote(samples), timeout=timeout_s)
 
     # The score caches, from the async GraderPool: awaited, never blocking its event loop.
 

@@ -464,6 +464,7 @@ class Workspace:
             self.sink,
             cfg.grading_api.host,
             endpoints=seal,
+            live=self.recorder,
         )
         cgroup = None
         try:
@@ -484,7 +485,7 @@ class Workspace:
             # The copy of the task's agent side and of agent_kit (copy_agent_code's folder).
             read_only = [agent_code.parent] if agent_code else []
             cgroup = seal.cgroup()
-            session.follow(adapter)
+            session.follow(adapter, cgroup)
             stop_periodic = threading.Event()
 
             def periodic() -> None:

@@ -7,6 +7,8 @@ module needs no Ray.
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,7 +20,9 @@ from autorl.gateway.cell import CellGateway, DriverCallSink
 from autorl.gateway.settings import GATEWAY_URL_ENV
 from autorl.records.types import TraceSummary
 from autorl.schema import DriverConfig
+from autorl.seal.cgroups import CellCgroup
 from autorl.serving import Endpoints
+from autorl.workspace.live import LiveForwarder, LiveSink, cgroup_usage
 
 TRACE_FILE = "trace.jsonl"
 
@@ -42,6 +46,8 @@ class DriverSession:
         sink: Receives the gateway's driver calls and the trace summary.
         host: Loopback address for the gateway when no ``endpoints`` are given.
         endpoints: Where the gateway listens and the URL the agent gets for it (a sealed cell's).
+        live: Receives the trace events and resource samples while the agent runs (the viewer's
+            live records); None: none are sent.
     """
 
     def __init__(
@@ -53,6 +59,7 @@ class DriverSession:
         sink: SessionSink,
         host: str,
         endpoints: Endpoints | None = None,
+        live: LiveSink | None = None,
     ) -> None:
         self.cell_id = cell_id
         self.cell_dir = cell_dir
@@ -63,6 +70,8 @@ class DriverSession:
         self.endpoints = endpoints
         self.gateway: CellGateway | None = None
         self.follower: TraceFollower | None = None
+        self.live = live
+        self.forwarder: LiveForwarder | None = None
 
     def agent_env(self, env: dict[str, str]) -> dict[str, str]:
         """``env`` without provider keys, plus the gateway's URL and token when the agent needs a
@@ -86,12 +95,23 @@ class DriverSession:
             )
         return clean | variables
 
-    def follow(self, adapter: AgentAdapter) -> None:
-        """Parse the agent's output into ``trace.jsonl`` while it runs, if it writes a stream."""
+    def follow(self, adapter: AgentAdapter, cgroup: CellCgroup | None = None) -> None:
+        """Parse the agent's output into ``trace.jsonl`` while it runs, if it writes a stream, and
+        send its events and the resource use of ``cgroup`` (None: of this process's children) to
+        the live sink."""
+        if self.live is not None:
+            usage = None if cgroup is None else functools.partial(cgroup_usage, cgroup)
+            gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")  # Ray's, for this cell's GPUs
+            self.forwarder = LiveForwarder(self.cell_id, self.live, usage, gpus)
+            self.forwarder.start()
         parser = adapter.stream_parser()
         if parser is not None:
             self.follower = TraceFollower(
-                self.cell_dir / "agent.log", self.cell_dir / TRACE_FILE, parser, self.agent_cfg.name
+                self.cell_dir / "agent.log",
+                self.cell_dir / TRACE_FILE,
+                parser,
+                self.agent_cfg.name,
+                on_events=self.forwarder.add_events if self.forwarder else None,
             )
             self.follower.start()
 
@@ -100,8 +120,10 @@ class DriverSession:
         side)."""
         usage: dict[str, Any] = {}
         try:
-            if self.follower is not None:
-                stats = self.follower.stop()
+            stats = self.follower.stop() if self.follower is not None else None
+            if self.forwarder is not None:
+                self.forwarder.stop()  # after the follower: its last events go out too
+            if stats is not None:
                 summary = TraceSummary(
                     cell_id=self.cell_id,
                     agent=self.agent_cfg.name,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,15 +145,25 @@ def parse_file(
 
 
 class TraceFollower:
-    """Tails ``agent.log`` on a thread while the agent runs and appends to ``trace.jsonl``."""
+    """Tails ``agent.log`` on a thread while the agent runs and appends to ``trace.jsonl``.
+
+    ``on_events``, when given, also receives each poll's new events (on the follower's thread;
+    it must return quickly: the live forwarder only queues them).
+    """
 
     def __init__(
-        self, log_path: Path, trace_path: Path, stream: str | StreamParser, agent: str
+        self,
+        log_path: Path,
+        trace_path: Path,
+        stream: str | StreamParser,
+        agent: str,
+        on_events: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         """Prepare; :meth:`start` begins tailing."""
         self.log_path = log_path
         self.trace_path = trace_path
         self.parser = TraceParser(stream, agent)
+        self.on_events = on_events
         self._stop = threading.Event()
         self._offset = 0
         self._pending = b""
@@ -186,8 +197,7 @@ class TraceFollower:
                 self._parse(data.split(b"\n"), out)
             if final:
                 self._parse([], out, final=True)
-                for event in self.parser.finish():
-                    out.write(json.dumps(event) + "\n")
+                self._write(self.parser.finish(), out)
 
     def _parse(self, pieces: list[bytes], out: Any, final: bool = False) -> None:
         """Parse the complete lines in ``pieces`` (the log's next bytes split at newlines)."""
@@ -199,9 +209,17 @@ class TraceFollower:
             ]  # past the cap: unparsed once it ends
         elif final:
             pieces, self._pending = [self._pending], b""
+        events: list[dict[str, Any]] = []
         for raw in pieces:
             if len(raw) > MAX_LINE_BYTES:
                 self.parser.stats.unparsed_lines += 1
                 continue
-            for event in self.parser.line(raw.decode("utf-8", errors="replace")):
-                out.write(json.dumps(event) + "\n")
+            events += self.parser.line(raw.decode("utf-8", errors="replace"))
+        self._write(events, out)
+
+    def _write(self, events: list[dict[str, Any]], out: Any) -> None:
+        """Append ``events`` to the trace and hand them to ``on_events``."""
+        for event in events:
+            out.write(json.dumps(event) + "\n")
+        if events and self.on_events is not None:
+            self.on_events(events)

@@ -389,6 +389,44 @@ def _model_build(conn: sqlite3.Connection) -> None:
     )
 
 
+_V9_TABLES = """
+CREATE TABLE IF NOT EXISTS trace_events (
+    cell_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    t REAL NOT NULL,
+    kind TEXT NOT NULL,
+    tool TEXT,
+    text TEXT NOT NULL DEFAULT '',
+    tokens_in INTEGER,
+    tokens_out INTEGER,
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (cell_id, attempt, seq)
+);
+CREATE TABLE IF NOT EXISTS resource_samples (
+    cell_id TEXT NOT NULL,
+    t REAL NOT NULL,
+    cpu_s REAL,
+    cpu_fraction REAL,
+    memory_bytes INTEGER,
+    gpu_util REAL,
+    gpu_memory_bytes INTEGER,
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (cell_id, attempt, t)
+)
+"""
+
+
+def _live_records(conn: sqlite3.Connection) -> None:
+    """Version 9: what a running cell sends for the live viewer.
+
+    ``trace_events`` holds the agent's normalised trace events (an excerpt of each) and
+    ``resource_samples`` its processes' CPU and memory use, both filed by attempt. Earlier cells
+    have none: their trace stays in ``trace.jsonl`` on the node that ran them.
+    """
+    for statement in _statements(_V9_TABLES):
+        conn.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial", _initial),
     Migration(2, "v1_late_tables", _v1_late_tables),
@@ -398,6 +436,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "attempts", _attempts),
     Migration(7, "feedback", _feedback),
     Migration(8, "model_build", _model_build),
+    Migration(9, "live_records", _live_records),
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

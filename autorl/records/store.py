@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from autorl.errors import AutorlError
+from autorl.records.live import LiveRecords
 from autorl.records.migrations import SCHEMA_VERSION, check_not_newer, migrate, stored_version
 from autorl.records.types import (
     ATTEMPT_STATUSES,
@@ -28,8 +29,10 @@ from autorl.records.types import (
     CellRecord,
     CodeRevision,
     DriverCall,
+    ResourceSample,
     SubmissionRecord,
     SweepStat,
+    TraceEvent,
     TraceSummary,
     _check_status,
 )
@@ -89,6 +92,8 @@ _RECORD_TYPES: dict[str, Any] = {
     "traces": TraceSummary,
     "cell_attempts": CellAttempt,
     "sweep_stats": SweepStat,
+    "trace_events": TraceEvent,
+    "resource_samples": ResourceSample,
 }
 _TABLE_FIELDS = {
     table: tuple(f.name for f in dataclasses.fields(rt)) for table, rt in _RECORD_TYPES.items()
@@ -103,7 +108,7 @@ _OPTIONAL_FIELDS = {
 }
 
 
-class RecordStore:
+class RecordStore(LiveRecords):
     """The sweep's SQLite record store.
 
     Every write is an idempotent upsert, committed immediately. One process should write;
@@ -193,7 +198,7 @@ class RecordStore:
                 if not self.read_only or table == "cells":
                     missing.append(f"the {table} table")
                 # An old store may predate a whole table (driver_calls and traces before version 2,
-                # cell_attempts and sweep_stats before version 6).
+                # cell_attempts and sweep_stats before version 6, the live records before 9).
                 continue
             optional = _OPTIONAL_FIELDS[table] if self.read_only else frozenset()
             missing += [

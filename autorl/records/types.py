@@ -375,6 +375,63 @@ class TraceSummary:
 
 
 @dataclass(frozen=True)
+class TraceEvent:
+    """One normalised event of the agent's trace, sent while the cell runs (the viewer's steps).
+
+    Attributes:
+        cell_id: The cell.
+        seq: The event's number in its trace (from 1); with ``cell_id`` and ``attempt`` the key.
+        t: Unix time the workspace parsed it.
+        kind: The normalised kind (``message``, ``tool_call``, ``tool_result``, ``usage``, ...).
+        tool: The tool a ``tool_call`` named, if any.
+        text: An excerpt of its text, command or output (at most :data:`TRACE_TEXT_CAP` chars;
+            agent-controlled, so always shown escaped).
+        tokens_in: Input tokens a ``usage`` event reported.
+        tokens_out: Output tokens a ``usage`` event reported.
+        attempt: The cell's attempt (see :attr:`SubmissionRecord.attempt`).
+    """
+
+    cell_id: str
+    seq: int
+    t: float
+    kind: str
+    tool: str | None = None
+    text: str = ""
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    attempt: int | None = None
+
+
+#: The longest excerpt of an event's text a :class:`TraceEvent` keeps.
+TRACE_TEXT_CAP = 2000
+
+
+@dataclass(frozen=True)
+class ResourceSample:
+    """What the agent's processes used at one moment, sampled while the cell runs.
+
+    Attributes:
+        cell_id: The cell.
+        t: Unix time of the sample; with ``cell_id`` and ``attempt`` the key.
+        cpu_s: CPU seconds the agent's processes used so far, if known.
+        cpu_fraction: CPUs busy since the previous sample (1.0: one core), if known.
+        memory_bytes: Memory in use (the cgroup's charge, or the processes' resident sets).
+        gpu_util: GPU utilisation (0..1), if sampled.
+        gpu_memory_bytes: GPU memory in use, if sampled.
+        attempt: The cell's attempt (see :attr:`SubmissionRecord.attempt`).
+    """
+
+    cell_id: str
+    t: float
+    cpu_s: float | None = None
+    cpu_fraction: float | None = None
+    memory_bytes: int | None = None
+    gpu_util: float | None = None
+    gpu_memory_bytes: int | None = None
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
 class CellAttempt:
     """One attempt of a cell: the scheduler starts a cell again after an infrastructure failure
     (``scheduler.max_retries``), and a resumed sweep starts its unfinished cells again.

@@ -28,12 +28,17 @@ from markupsafe import Markup
 
 from autorl.cell_groups import group_cells
 from autorl.records.store import RecordStore
-from autorl.records.types import CellRecord
+from autorl.records.types import CellRecord, ResourceSample, TraceEvent
 from autorl.report.html_page import Link, Table, environment
 
 # One page of the agent log; the cell page shows the last LOG_TAIL bytes of it.
 LOG_PAGE = 64 * 1024
 LOG_TAIL = 16 * 1024
+# The agent's latest steps on a cell page, the resource samples its curves span, and how much of a
+# step's text a table cell shows (the store keeps up to TRACE_TEXT_CAP characters of it).
+STEPS_SHOWN = 100
+SAMPLES_SHOWN = 120
+STEP_TEXT_SHOWN = 400
 STATES = ("pending", "running", "completed", "failed", "cancelled")
 
 
@@ -158,11 +163,71 @@ def _curve(scores: list[float]) -> list[tuple[float, float]]:
             for i, s in enumerate(scores)]  # fmt: skip
 
 
+def _steps_table(events: list[TraceEvent]) -> Table:
+    """The agent's steps, newest last: kind, tool, an excerpt of the command, text or output."""
+    return Table(
+        ["#", "time", "kind", "tool", "text", "tokens in", "tokens out"],
+        [
+            [
+                e.seq,
+                time.strftime("%H:%M:%S", time.gmtime(e.t)),
+                e.kind,
+                e.tool,
+                e.text[:STEP_TEXT_SHOWN] + ("…" if len(e.text) > STEP_TEXT_SHOWN else ""),
+                e.tokens_in,
+                e.tokens_out,
+            ]
+            for e in events
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a cell page shows of the agent's resource use: the latest sample and two curves.
+
+    Attributes:
+        latest: The newest sample, or None before the first.
+        cpu_curve: SVG points of the CPUs busy over the samples shown.
+        memory_curve: SVG points of the memory in use over them.
+        span_s: Seconds between the first and the last sample shown.
+    """
+
+    latest: ResourceSample | None
+    cpu_curve: list[tuple[float, float]]
+    memory_curve: list[tuple[float, float]]
+    span_s: float
+
+    @property
+    def memory_mib(self) -> float | None:
+        """The latest memory in use, MiB."""
+        if self.latest is None or self.latest.memory_bytes is None:
+            return None
+        return round(self.latest.memory_bytes / 2**20, 1)
+
+    @property
+    def gpu_memory_mib(self) -> float | None:
+        """The latest GPU memory in use, MiB."""
+        if self.latest is None or self.latest.gpu_memory_bytes is None:
+            return None
+        return round(self.latest.gpu_memory_bytes / 2**20, 1)
+
+
+def resources_of(samples: list[ResourceSample]) -> Resources:
+    """The :class:`Resources` of ``samples`` (oldest first)."""
+    cpu = [s.cpu_fraction for s in samples if s.cpu_fraction is not None]
+    memory = [float(s.memory_bytes) for s in samples if s.memory_bytes is not None]
+    span = samples[-1].t - samples[0].t if samples else 0.0
+    return Resources(samples[-1] if samples else None, _curve(cpu), _curve(memory), span)
+
+
 def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[str, Any]:
     """The values of a cell page's live part, and ``version``, which changes with them."""
     submissions = store.list_submissions(cell.cell_id)
     calls = store.list_driver_calls(cell.cell_id)
     revisions = store.list_code_revisions(cell.cell_id)
+    steps = store.list_trace_events(cell.cell_id, limit=STEPS_SHOWN, latest=True)
+    samples = store.list_resource_samples(cell.cell_id, limit=SAMPLES_SHOWN)
     log = read_log(sweep_dir, cell.cell_id, None, LOG_TAIL)
     summary = Table(
         ["status", "task", "agent", "driver", "model", "seed", "baseline", "best", "improvement"]
@@ -241,9 +306,19 @@ def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[
         "curve": _curve(scores),
         "calls": driver,
         "revisions": revs,
+        "steps": _steps_table(steps),
+        "resources": resources_of(samples),
         "log": log,
         "log_href": cell_href(cell.cell_id, "log"),
-        "version": _digest(cell, submissions, calls, [r.revision for r in revisions], log.size),
+        "version": _digest(
+            cell,
+            submissions,
+            calls,
+            [r.revision for r in revisions],
+            steps[-1].seq if steps else 0,
+            samples[-1].t if samples else 0,
+            log.size,
+        ),
     }
 
 

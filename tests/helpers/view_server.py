@@ -17,7 +17,14 @@ from pathlib import Path
 import uvicorn
 
 from autorl.records.store import RecordStore
-from autorl.records.types import CellRecord, CodeRevision, DriverCall, SubmissionRecord
+from autorl.records.types import (
+    CellRecord,
+    CodeRevision,
+    DriverCall,
+    ResourceSample,
+    SubmissionRecord,
+    TraceEvent,
+)
 from autorl.view.app import create_app
 
 HOSTILE = '<script>alert(1)</script><img src=x onerror="alert(2)">'
@@ -58,6 +65,17 @@ def revision(cell_id: str, rev: str, diff: str, reason: str = "submit") -> CodeR
 def driver_call(cell_id: str, call_id: str, model: str = "gpt-x") -> DriverCall:
     """A 200 driver call of ``cell_id``."""
     return DriverCall(cell_id, call_id, time.time(), 0.5, "openai", model, model, 200, 0, 1, 10, 5)
+
+
+def step(cell_id: str, seq: int, kind: str = "tool_call", tool: str | None = "bash",
+         text: str = "ls") -> TraceEvent:  # fmt: skip
+    """Trace event ``seq`` of ``cell_id`` (a tool call by default), as the live forwarder sends."""
+    return TraceEvent(cell_id, seq, time.time(), kind, tool, text)
+
+
+def sample(cell_id: str, t: float, cpu_fraction: float, memory_mib: int) -> ResourceSample:
+    """A resource sample of ``cell_id`` at ``t``."""
+    return ResourceSample(cell_id, t, t * cpu_fraction, cpu_fraction, memory_mib * 2**20)
 
 
 def write_log(sweep_dir: Path, cell_id: str, text: str) -> Path:

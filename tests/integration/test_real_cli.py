@@ -41,6 +41,7 @@ from autorl.agents.cli import cli_agent_names, find_binary, installed_path, inst
 from autorl.config import compose
 from autorl.errors import ConfigError
 from autorl.seal.toolchain import toolchain_dir, toolchain_python
+from autorl.workspace.live import trace_event
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 from tests.integration.conftest import query, sweep_env
 
@@ -307,6 +308,17 @@ def test_cli_runs_a_cell_through_the_gateway(cli: Cli, cli_sweep: CliSweep) -> N
     assert (
         messages == sum(e["kind"] == "message" and e.get("role") == "assistant" for e in trace) >= 1
     )
+    # The same events reached the record store while the cell ran (the live viewer's steps), with
+    # the commands and outputs as their text, and the agent's cgroup was sampled.
+    live = query(
+        db, "SELECT seq, kind, text FROM trace_events WHERE cell_id = ? ORDER BY seq", cell
+    )
+    expected = [trace_event(cell, e, 0.0) for e in trace]
+    assert live == [(e.seq, e.kind, e.text) for e in expected]
+    [(samples, memory)] = query(
+        db, "SELECT COUNT(*), MAX(memory_bytes) FROM resource_samples WHERE cell_id = ?", cell
+    )
+    assert samples >= 1 and memory > 0, (samples, memory)
     print(
         f"{cli.agent} ({sandbox}): the five-cell sweep {cli_sweep.duration_s:.0f} s; gateway calls "
         f"{len(calls)} "

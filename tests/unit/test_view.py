@@ -34,7 +34,9 @@ from tests.helpers.view_server import (
     free_port,
     new_sweep,
     revision,
+    sample,
     serve,
+    step,
     submission,
     write_log,
 )
@@ -47,6 +49,10 @@ def sweep(tmp_path: Path) -> Iterator[tuple[Path, RecordStore]]:
     store.upsert_submission(submission("gsm8k-b", 2, 0.4, flags="model_mismatch"))
     store.upsert_driver_call(driver_call("gsm8k-b", "call-1"))
     store.add_code_revision(revision("gsm8k-b", "abc123", "--- a/train.py\n+++ b/train.py\n+lr=1"))
+    store.add_trace_events([step("gsm8k-b", 1, "message", None, "I will train"),
+                            step("gsm8k-b", 2, text="python train.py --lr 1e-5")])  # fmt: skip
+    store.add_resource_samples([sample("gsm8k-b", 100.0, 0.5, 300),
+                                sample("gsm8k-b", 105.0, 1.5, 900)])  # fmt: skip
     write_log(tmp_path, "gsm8k-b", "step 1\nstep 2\nsubmitted m2\n")
     yield tmp_path, store
     store.close()
@@ -87,6 +93,12 @@ def test_cell_page_shows_submissions_calls_revisions_and_log(
     assert "<td>call-1</td>" in text
     assert '<a href="/cell/gsm8k-b/revision/1">1</a>' in text
     assert "submitted m2" in text
+    # The agent's steps, newest last, and its resource use (latest sample, CPU and memory curves).
+    assert "<td>tool_call</td><td>bash</td><td>python train.py --lr 1e-5</td>" in text
+    assert text.index("I will train") < text.index("python train.py")
+    assert "1.5 CPUs busy · 900 MiB memory · over 5 s" in text
+    assert 'aria-label="memory in use over time"' in text
+    assert "no resource samples yet" in client(sweep[0]).get("/cell/gsm8k-a").text
     assert 'data-events="/cell/gsm8k-b/events"' in text
     assert '<script src="/static/live.js"></script>' in text
 
@@ -170,6 +182,7 @@ def test_markup_from_the_agent_renders_as_text(tmp_path: Path) -> None:
                                        flags=HOSTILE, error=HOSTILE))  # fmt: skip
     store.add_code_revision(revision(bad_id, HOSTILE, "+" + HOSTILE, reason=HOSTILE))
     store.upsert_driver_call(driver_call(bad_id, HOSTILE, model=HOSTILE))
+    store.add_trace_events([step(bad_id, 1, tool=HOSTILE, text=HOSTILE)])
     c = client(tmp_path)
     cell_url = cell_href(bad_id)
     pages = [c.get("/"), c.get("/?task=t" + HOSTILE), c.get(cell_url)]
