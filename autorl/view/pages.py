@@ -191,12 +191,16 @@ class Resources:
         cpu_curve: SVG points of the CPUs busy over the samples shown.
         memory_curve: SVG points of the memory in use over them.
         span_s: Seconds between the first and the last sample shown.
+        cpu_range: The CPU curve's scale, lowest to highest (each curve spans its own range).
+        memory_range: The memory curve's scale.
     """
 
     latest: ResourceSample | None
     cpu_curve: list[tuple[float, float]]
     memory_curve: list[tuple[float, float]]
     span_s: float
+    cpu_range: str = ""
+    memory_range: str = ""
 
     @property
     def memory_mib(self) -> float | None:
@@ -218,7 +222,12 @@ def resources_of(samples: list[ResourceSample]) -> Resources:
     cpu = [s.cpu_fraction for s in samples if s.cpu_fraction is not None]
     memory = [float(s.memory_bytes) for s in samples if s.memory_bytes is not None]
     span = samples[-1].t - samples[0].t if samples else 0.0
-    return Resources(samples[-1] if samples else None, _curve(cpu), _curve(memory), span)
+    cpu_range = f"{min(cpu):.2f}–{max(cpu):.2f} CPUs" if cpu else ""
+    mib = [m / 2**20 for m in memory]
+    memory_range = f"{min(mib):.0f}–{max(mib):.0f} MiB" if mib else ""
+    return Resources(
+        samples[-1] if samples else None, _curve(cpu), _curve(memory), span, cpu_range, memory_range
+    )
 
 
 def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[str, Any]:

@@ -97,7 +97,7 @@ def test_cell_page_shows_submissions_calls_revisions_and_log(
     assert "<td>tool_call</td><td>bash</td><td>python train.py --lr 1e-5</td>" in text
     assert text.index("I will train") < text.index("python train.py")
     assert "1.5 CPUs busy · 900 MiB memory · over 5 s" in text
-    assert 'aria-label="memory in use over time"' in text
+    assert 'aria-label="memory in use over time"' in text and "memory in use, 300–900 MiB" in text
     assert "no resource samples yet" in client(sweep[0]).get("/cell/gsm8k-a").text
     assert 'data-events="/cell/gsm8k-b/events"' in text
     assert '<script src="/static/live.js"></script>' in text
