@@ -38,6 +38,7 @@ from autorl.agent_schema import (
     CommandAgentConfig,
     ScriptedAgentConfig,
 )
+from autorl.cell_schema import CellResources as CellResources
 from autorl.plan_schema import PlanConfig
 from autorl.schema_fields import setting
 
@@ -248,29 +249,6 @@ class BudgetConfig:
     )
     sweep_max_cost_usd: float | None = setting(
         "the sweep's driver spend at which no new cell starts; null: no cap", default=None
-    )
-
-
-@dataclass
-class CellResources:
-    """Resources reserved for each cell's workspace (its placement-group bundle)."""
-
-    cpus: float = setting(
-        "CPUs of the cell's bundle, e.g. 1 or 0.5; also the agent's CPU quota in its cgroup"
-    )
-    gpus: float = setting(
-        "GPUs of the cell's bundle, e.g. 0 or 1; the sandbox shows only these devices"
-    )
-    memory_gb: float = setting(
-        "memory of the cell's bundle; the agent's cgroup memory limit (its processes are killed "
-        "past it)"
-    )
-    max_processes: int = setting(
-        "tasks (processes and threads) the agent may have at once (its cgroup's pids limit)"
-    )
-    max_log_mb: float = setting(
-        "the agent's stdout and stderr kept in agent.log; past it the output is read and dropped, "
-        "so an agent that prints without end cannot fill the node's disk"
     )
 
 

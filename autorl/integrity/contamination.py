@@ -19,7 +19,6 @@ eval n-grams and relative file names, never other content of the agent's files.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
@@ -40,6 +39,10 @@ from autorl.integrity.eval_index import (
     token_windows,
 )
 from autorl.schema import ContaminationConfig
+from autorl.workspace.safe_fs import OPEN_DIR as _OPEN_DIR
+from autorl.workspace.safe_fs import OPEN_FILE as _OPEN_FILE
+from autorl.workspace.safe_fs import open_failure as _open_failure
+from autorl.workspace.safe_fs import printable as _printable
 
 __all__ = [
     "ContaminationReport",
@@ -50,8 +53,6 @@ __all__ = [
 MAX_EVIDENCE = 10
 MAX_DEPTH = 64  # directory levels below a root; deeper folders are skipped and counted
 _MAX_SAFETENSORS_HEADER = 100 << 20
-_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -293,26 +294,6 @@ class _Scanner:
                                 "ngram": " ".join(gram),
                             }
                         )
-
-
-def _printable(path: str, limit: int = 300) -> str:
-    """An agent-chosen file name made safe for JSON and the report: valid UTF-8, no control
-    characters, capped.
-    """
-    text = path.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    text = "".join(c if c.isprintable() else "?" for c in text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _open_failure(error: OSError) -> str:
-    """The skip reason for a failed open: ``O_NOFOLLOW`` on a link fails with ELOOP (or ENOTDIR for
-    a folder).
-    """
-    if error.errno in (errno.ELOOP, errno.EMLINK):
-        return "symlink"
-    if error.errno == errno.ENOENT:
-        return "missing"
-    return "unreadable"
 
 
 def _safetensors_header(first: bytes, size: int) -> int | None:
