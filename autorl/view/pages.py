@@ -39,6 +39,7 @@ LOG_TAIL = 16 * 1024
 STEPS_SHOWN = 100
 SAMPLES_SHOWN = 120
 STEP_TEXT_SHOWN = 400
+RUN_REPORT_SHOWN = 256 * 1024
 STATES = ("pending", "running", "completed", "failed", "cancelled")
 
 
@@ -236,6 +237,11 @@ def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[
     calls = store.list_driver_calls(cell.cell_id)
     revisions = store.list_code_revisions(cell.cell_id)
     steps = store.list_trace_events(cell.cell_id, limit=STEPS_SHOWN, latest=True)
+    # The run report is written when the sweep ends (the report's Markdown, already escaped for
+    # Markdown; shown here as text).
+    report = None
+    if cell.status in ("completed", "failed", "cancelled"):
+        report = read_log(sweep_dir, cell.cell_id, 0, RUN_REPORT_SHOWN, "run_report.md")
     samples = store.list_resource_samples(cell.cell_id, limit=SAMPLES_SHOWN)
     log = read_log(sweep_dir, cell.cell_id, None, LOG_TAIL)
     summary = Table(
@@ -316,6 +322,18 @@ def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[
         "calls": driver,
         "revisions": revs,
         "steps": _steps_table(steps),
+        "integrity": Table(
+            ["contamination", "flags", "weight distance", "flagged submissions"],
+            [
+                [
+                    cell.contamination,
+                    cell.integrity_flags,
+                    cell.weight_distance,
+                    cell.flagged_submissions,
+                ]
+            ],
+        ),
+        "run_report": report,
         "resources": resources_of(samples),
         "log": log,
         "log_href": cell_href(cell.cell_id, "log"),
@@ -327,6 +345,7 @@ def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[
             steps[-1].seq if steps else 0,
             samples[-1].t if samples else 0,
             log.size,
+            report.size if report else None,
         ),
     }
 
@@ -356,9 +375,9 @@ class LogPage:
         return self.offset + len(self.text.encode("utf-8", "surrogateescape"))
 
 
-def _open_nofollow(sweep_dir: Path, cell_id: str) -> int:
-    """A read descriptor of ``<sweep_dir>/cells/<cell_id>/agent.log``, each step without
-    following a link (a FIFO would block, so non-blocking, and it must be a regular file).
+def _open_nofollow(sweep_dir: Path, cell_id: str, name: str) -> int:
+    """A read descriptor of ``<sweep_dir>/cells/<cell_id>/<name>``, each step without following a
+    link (a FIFO would block, so non-blocking, and it must be a regular file).
 
     Raises:
         OSError: A component is missing, a link, or the log is no regular file.
@@ -372,22 +391,29 @@ def _open_nofollow(sweep_dir: Path, cell_id: str) -> int:
     finally:
         os.close(cells)
     try:
-        fd = os.open("agent.log", flags | os.O_NONBLOCK, dir_fd=folder)
+        fd = os.open(name, flags | os.O_NONBLOCK, dir_fd=folder)
     finally:
         os.close(folder)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise OSError(errno.EINVAL, "agent.log is no regular file")
+        raise OSError(errno.EINVAL, f"{name} is no regular file")
     return fd
 
 
-def read_log(sweep_dir: Path, cell_id: str, offset: int | None, length: int = LOG_PAGE) -> LogPage:
-    """``length`` bytes of the cell's log from ``offset`` (None: its last ``length`` bytes)."""
+def read_log(
+    sweep_dir: Path,
+    cell_id: str,
+    offset: int | None,
+    length: int = LOG_PAGE,
+    name: str = "agent.log",
+) -> LogPage:
+    """``length`` bytes of the cell's log (or of another file of its folder the harness writes,
+    ``name``) from ``offset`` (None: its last ``length`` bytes)."""
     try:
-        fd = _open_nofollow(sweep_dir, cell_id)
+        fd = _open_nofollow(sweep_dir, cell_id, name)
     except OSError as err:
         reason = "a link or no regular file" if err.errno in (errno.ELOOP, errno.EINVAL) else ""
-        return LogPage("", 0, 0, f"no agent.log to show{' (' + reason + ')' if reason else ''}")
+        return LogPage("", 0, 0, f"no {name} to show{' (' + reason + ')' if reason else ''}")
     try:
         size = os.fstat(fd).st_size
         start = max(size - length, 0) if offset is None else min(max(offset, 0), size)

@@ -91,7 +91,7 @@ def new_sweep(sweep_dir: Path) -> RecordStore:
     store = RecordStore(sweep_dir / "records.sqlite")
     store.upsert_cell(cell("gsm8k-a", status="running", baseline=0.1, started_at=time.time()))
     store.upsert_cell(cell("gsm8k-b", status="completed", baseline=0.1, best_score=0.4,
-                           improvement=0.3))  # fmt: skip
+                           improvement=0.3, contamination=0.7))  # fmt: skip
     store.upsert_cell(cell("he-a", task="humaneval", agent="codex", driver="gpt-5"))
     return store
 

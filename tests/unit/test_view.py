@@ -54,6 +54,7 @@ def sweep(tmp_path: Path) -> Iterator[tuple[Path, RecordStore]]:
     store.add_resource_samples([sample("gsm8k-b", 100.0, 0.5, 300),
                                 sample("gsm8k-b", 105.0, 1.5, 900)])  # fmt: skip
     write_log(tmp_path, "gsm8k-b", "step 1\nstep 2\nsubmitted m2\n")
+    (tmp_path / "cells" / "gsm8k-b" / "run_report.md").write_text("# Run gsm8k-b <b>")
     yield tmp_path, store
     store.close()
 
@@ -99,6 +100,10 @@ def test_cell_page_shows_submissions_calls_revisions_and_log(
     assert "1.5 CPUs busy · 900 MiB memory · over 5 s" in text
     assert 'aria-label="memory in use over time"' in text and "memory in use, 300–900 MiB" in text
     assert "no resource samples yet" in client(sweep[0]).get("/cell/gsm8k-a").text
+    # Its integrity findings, and the run report of a cell that is done (text, never markup).
+    assert "<h2>Integrity</h2>" in text and '<td class="num">0.7</td>' in text
+    assert '<pre id="run-report"># Run gsm8k-b &lt;b&gt;</pre>' in text
+    assert "Run report" not in client(sweep[0]).get("/cell/gsm8k-a").text  # still running
     assert 'data-events="/cell/gsm8k-b/events"' in text
     assert '<script src="/static/live.js"></script>' in text
 
@@ -170,6 +175,18 @@ def test_a_symlinked_agent_log_is_not_followed(sweep: tuple[Path, RecordStore]) 
             page = c.get(path)
             assert page.status_code == 200
             assert "TOP SECRET" not in page.text and "no agent.log to show" in page.text
+
+
+def test_a_symlinked_run_report_is_not_followed(sweep: tuple[Path, RecordStore]) -> None:
+    sweep_dir, _ = sweep
+    secret = sweep_dir.parent / "outside-report.txt"
+    secret.write_text("TOP SECRET OUTSIDE")
+    report = sweep_dir / "cells" / "gsm8k-b" / "run_report.md"
+    report.unlink()
+    os.symlink(secret, report)
+    page = client(sweep_dir).get("/cell/gsm8k-b")
+    assert page.status_code == 200 and "TOP SECRET" not in page.text
+    assert "no run_report.md to show (a link or no regular file)" in page.text
 
 
 def test_markup_from_the_agent_renders_as_text(tmp_path: Path) -> None:
