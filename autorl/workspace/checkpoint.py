@@ -183,23 +183,39 @@ class _Lister:
             return None
         info = os.fstat(root_fd)
         self.roots[name] = stat.S_IMODE(info.st_mode) & 0o777
-        stack: list[tuple[int, tuple[str, ...]]] = [(os.dup(root_fd), ())]
+        # One open folder per level of the path being walked (never one per pending folder: a
+        # folder with 100 000 sub-folders must not exhaust the descriptors).
+        frames: list[tuple[int, tuple[str, ...], list[tuple[str, os.stat_result]]]] = [
+            (os.dup(root_fd), (), self._list_dir(name, root_fd, ()))
+        ]
         try:
-            while stack:
-                dir_fd, rel = stack.pop()
-                try:
-                    stack.extend(self._list_dir(name, dir_fd, rel, info.st_dev))
-                finally:
+            while frames:
+                dir_fd, rel, pending = frames[-1]
+                if not pending:
+                    frames.pop()
                     os.close(dir_fd)
+                    continue
+                child_name, child_info = pending.pop()
+                parts = (*rel, child_name)
+                child = self._open_dir(dir_fd, child_name, parts, child_info, info.st_dev)
+                if child is None:
+                    continue
+                mode = stat.S_IMODE(child_info.st_mode) & 0o777
+                self.entries.append(Entry(name, "/".join(parts), "dir", mode))
+                try:
+                    frames.append((child, parts, self._list_dir(name, child, parts)))
+                except BaseException:
+                    os.close(child)
+                    raise
         finally:
-            for dir_fd, _ in stack:
+            for dir_fd, _, _ in frames:
                 os.close(dir_fd)
         return root_fd
 
     def _list_dir(
-        self, root: str, dir_fd: int, rel: tuple[str, ...], device: int
-    ) -> list[tuple[int, tuple[str, ...]]]:
-        """List one open folder; the sub-folders to walk, opened (so a swap to a link fails)."""
+        self, root: str, dir_fd: int, rel: tuple[str, ...]
+    ) -> list[tuple[str, os.stat_result]]:
+        """List one open folder; its sub-folders to walk (name and ``stat``)."""
         try:
             with os.scandir(dir_fd) as listing:
                 names = sorted(entry.name for entry in listing)
@@ -207,7 +223,7 @@ class _Lister:
             self.skipped[open_failure(error)] += 1
             return []
         self.deadline_hit()
-        children: list[tuple[int, tuple[str, ...]]] = []
+        children: list[tuple[str, os.stat_result]] = []
         for name in names:
             self.count += 1
             if self.count > self.cfg.max_files:
@@ -221,14 +237,10 @@ class _Lister:
                 self.skipped[open_failure(error)] += 1
                 continue
             mode = stat.S_IMODE(info.st_mode) & 0o777
-            path = "/".join(parts)
             if stat.S_ISLNK(info.st_mode):
                 self._link(root, dir_fd, name, parts, mode)
             elif stat.S_ISDIR(info.st_mode):
-                child = self._open_dir(dir_fd, name, parts, info, device)
-                if child is not None:
-                    self.entries.append(Entry(root, path, "dir", mode))
-                    children.append((child, parts))
+                children.append((name, info))
             elif stat.S_ISREG(info.st_mode):
                 self._file(root, parts, info)
             else:  # FIFO, socket, device: never opened

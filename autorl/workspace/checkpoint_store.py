@@ -12,7 +12,8 @@ that exists names only blobs that exist; restoring checks each blob's hash as it
 store's folder must exist: a missing one is a storage root that is not mounted, which must fail
 loudly rather than fill a local folder of the same name. Every failure of the store (missing,
 read-only, full) is one :class:`CheckpointError` naming what was written where: the caller records
-it and the cell goes on.
+it and the cell goes on. A store has one writer: a cell's checkpoints are taken one at a time (ids
+are numbered from the manifests present).
 """
 
 from __future__ import annotations

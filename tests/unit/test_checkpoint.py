@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import socket
 import stat
 import subprocess
@@ -380,6 +381,20 @@ def test_deep_trees_and_odd_names_need_no_recursion(tmp_path: Path, store: Check
     assert result.skipped == {"too_deep": 1} and result.dirs >= ck.MAX_DEPTH
     dest = restored(tmp_path, store, ["home"])
     assert tree(dest) == tree({"home": roots["home"]})
+
+
+def test_a_wide_tree_keeps_one_descriptor_per_level(tmp_path: Path, store: CheckpointStore) -> None:
+    roots = cell(tmp_path)
+    for i in range(300):
+        (roots["home"] / ".cache" / f"pkg{i}" / "lib").mkdir(parents=True)
+        (roots["home"] / ".cache" / f"pkg{i}" / "lib" / "m.py").write_text(str(i))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))  # fewer than the folders
+    try:
+        result = take_snapshot(store, roots, config())
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert result.skipped == {} and result.files == 306
 
 
 # ----------------------------------------------------------------------------------------------
