@@ -38,6 +38,7 @@ from typing import Any
 
 from autorl.errors import PrerequisiteError
 from autorl.gpu_lock import canonical
+from autorl.seal.gpus import DEV_DIR_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = REPO / "pyproject.toml"
@@ -179,9 +180,11 @@ def cuda_problem(directory: Path, gpus: float) -> str | None:
     ``directory`` (None: it could, or it reserves none).
 
     The toolchain must be the GPU variant and its torch must see a CUDA device on this node
-    (asked with ``CUDA_VISIBLE_DEVICES`` unset: a preflight task holds no GPUs of its own).
+    (asked with ``CUDA_VISIBLE_DEVICES`` unset: a preflight task holds no GPUs of its own). A node
+    whose GPUs are simulated (declared to Ray, with fake device files under
+    ``AUTORL_GPU_DEV_DIR``, :mod:`autorl.seal.gpus`) has no CUDA to find: nothing to check there.
     """
-    if gpus <= 0:
+    if gpus <= 0 or os.environ.get(DEV_DIR_ENV):
         return None
     stamp = _read_stamp(directory) or {}
     fix = f"build the GPU variant with: {build_command(directory, gpu=True)}"

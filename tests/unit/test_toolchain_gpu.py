@@ -59,3 +59,11 @@ def test_a_toolchain_of_the_other_variant_is_rebuilt(tmp_path: Path) -> None:
     built = _fake_toolchain(tmp_path / "tc", "cpu", "0")
     assert toolchain._stale_reason(built, "cpu") is None
     assert "variant" in (toolchain._stale_reason(built, "gpu") or "")
+
+
+def test_simulated_gpus_need_no_cuda_of_the_toolchain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Declared GPUs backed by fake device files (bench/paper_grid.py, tests/helpers/fake_gpus.py).
+    monkeypatch.setenv("AUTORL_GPU_DEV_DIR", str(tmp_path / "dev"))
+    assert cuda_problem(_fake_toolchain(tmp_path / "tc", "cpu", "0"), 8) is None
