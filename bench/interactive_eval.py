@@ -176,15 +176,15 @@ def _run(
     """Evaluate with the task's fixture eval options (tasks/<task>/options.py) and ``overrides``
     over them; ``env_workers`` > 1 steps the environments in that many processes."""
     from autorl.envs.host import local_episode_client
-    from autorl.tasks import EvalContext, get_task, load_evaluator
+    from autorl.tasks import EvalContext, get_task, load_evaluator, plain
 
     spec = get_task(task)
     ctx = EvalContext.for_task(spec, "fixture", private_dir, overrides)
     kind = spec.env or task
     client: Any = (
-        ProcessEnvs(env_workers, kind, task, private_dir, dict(ctx.options))
+        ProcessEnvs(env_workers, kind, task, private_dir, plain(ctx.options))
         if env_workers > 1
-        else local_episode_client(kind, task, private_dir, dict(ctx.options))
+        else local_episode_client(kind, task, private_dir, plain(ctx.options))
     )
     envs = TimedEnvs(client)
     timed = TimedEngine(engine)

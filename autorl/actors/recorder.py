@@ -24,6 +24,7 @@ from autorl.records.types import (
     CellAttempt,
     CellOutcome,
     CellRecord,
+    CheckpointRecord,
     CodeRevision,
     DriverCall,
     ResourceSample,
@@ -180,6 +181,10 @@ class Recorder:
     def record_resource_samples(self, samples: list[ResourceSample]) -> None:
         """Store a running cell's newest resource samples."""
         self.store.add_resource_samples(samples)
+
+    def record_checkpoint(self, record: CheckpointRecord) -> None:
+        """Store a running cell's checkpoint (or the error of one that failed)."""
+        self.store.add_checkpoint(record)
 
     def get_baseline(self, key: str) -> float | None:
         """A cached baseline score."""

@@ -22,6 +22,7 @@ from autorl.records.types import (
     CellAttempt,
     CellOutcome,
     CellRecord,
+    CheckpointRecord,
     CodeRevision,
     DriverCall,
     ResourceSample,
@@ -151,6 +152,10 @@ class RecorderClient:
             ray.exceptions.GetTimeoutError: The Recorder did not answer within ``timeout_s``.
         """
         ray.get(self._handle.record_resource_samples.remote(samples), timeout=timeout_s)
+
+    def record_checkpoint(self, record: CheckpointRecord) -> None:
+        """Store a running cell's checkpoint (or the error of one that failed)."""
+        ray.get(self._handle.record_checkpoint.remote(record))
 
     # The score caches, from the async GraderPool: awaited, never blocking its event loop.
 

@@ -55,6 +55,7 @@ from autorl.records.types import (
 from autorl.seal.launch import CellSeal
 from autorl.task_code import PLUGIN_PATH_ENV
 from autorl.tasks import TaskData, TaskSpec, build_task_data, get_task
+from autorl.workspace.checkpointing import start_checkpoints
 from autorl.workspace.environment import (
     CellEnvironment,
     disk_free_gb,
@@ -520,10 +521,20 @@ class Workspace:
             ticker = threading.Thread(target=periodic, name="code-revisions", daemon=True)
             ticker.start()
             seal.hand_over(workspace)  # once: on a resume the workspace is already the agent's
+            checkpoints = start_checkpoints(
+                self.cell,
+                self.cell_dir.parent.parent,
+                {"code": paths.code, "output": paths.output, "home": home},
+                self.recorder,
+                cgroup,
+                run_meta,
+            )
             try:
                 return self._run_with_resumes(launch, ctx, run_meta)
             finally:
                 stop_periodic.set()
+                if checkpoints is not None:
+                    checkpoints.stop()
         finally:
             if cgroup is not None:
                 cgroup.remove()

@@ -1,4 +1,4 @@
-"""The record store's live records: the agent's trace events and resource samples.
+"""The record store's live records: the agent's trace events, resource samples and checkpoints.
 
 A running cell's Workspace actor sends them to the Recorder every few seconds, so the viewer on
 the driver's node follows a cell that runs on another node. :class:`LiveRecords` is a part of
@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from autorl.records.types import ResourceSample, TraceEvent
+from autorl.records.types import CheckpointRecord, ResourceSample, TraceEvent
 
 _EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(TraceEvent))
 _SAMPLE_FIELDS = tuple(f.name for f in dataclasses.fields(ResourceSample))
@@ -27,6 +27,12 @@ _INSERT_EVENT = (
 _INSERT_SAMPLE = (
     f"INSERT INTO resource_samples ({', '.join(_SAMPLE_FIELDS)}) "
     f"VALUES ({', '.join('?' for _ in _SAMPLE_FIELDS)}) ON CONFLICT (cell_id, attempt, t) "
+    "DO NOTHING"
+)
+_CHECKPOINT_FIELDS = tuple(f.name for f in dataclasses.fields(CheckpointRecord))
+_INSERT_CHECKPOINT = (
+    f"INSERT INTO checkpoints ({', '.join(_CHECKPOINT_FIELDS)}) "
+    f"VALUES ({', '.join('?' for _ in _CHECKPOINT_FIELDS)}) ON CONFLICT (cell_id, attempt, t) "
     "DO NOTHING"
 )
 # A page of events or samples, unless the caller asks for fewer.
@@ -126,3 +132,20 @@ class LiveRecords:
             (*params, limit),
         )
         return [ResourceSample(**{f: row[f] for f in _SAMPLE_FIELDS}) for row in rows][::-1]
+
+    def add_checkpoint(self, record: CheckpointRecord) -> None:
+        """Store one checkpoint's record (a replay is a no-op)."""
+        self._add_stamped(_INSERT_CHECKPOINT, [record], _CHECKPOINT_FIELDS)
+
+    def list_checkpoints(self, cell_id: str, attempt: int | None = None) -> list[CheckpointRecord]:
+        """One attempt's (the current by default) checkpoints, oldest first."""
+        if not self._has_table("checkpoints"):
+            return []
+        where, params = self._of_attempt("checkpoints", cell_id, attempt)
+        rows = self._read(f"SELECT * FROM checkpoints WHERE {where} ORDER BY t", params)
+        return [
+            CheckpointRecord(
+                **{f: row[f] for f in _CHECKPOINT_FIELDS} | {"frozen": bool(row["frozen"])}
+            )
+            for row in rows
+        ]

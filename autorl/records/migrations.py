@@ -427,6 +427,31 @@ def _live_records(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+_V10_TABLES = """
+CREATE TABLE IF NOT EXISTS checkpoints (
+    cell_id TEXT NOT NULL,
+    t REAL NOT NULL,
+    checkpoint_id TEXT NOT NULL DEFAULT '',
+    agent_time_s REAL,
+    files INTEGER NOT NULL DEFAULT 0,
+    bytes_total INTEGER NOT NULL DEFAULT 0,
+    bytes_new INTEGER NOT NULL DEFAULT 0,
+    frozen INTEGER NOT NULL DEFAULT 0,
+    frozen_s REAL NOT NULL DEFAULT 0,
+    total_s REAL NOT NULL DEFAULT 0,
+    error TEXT,
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (cell_id, attempt, t)
+)
+"""
+
+
+def _checkpoints(conn: sqlite3.Connection) -> None:
+    """Version 10: the checkpoints each running cell takes (or fails to take), one row each."""
+    for statement in _statements(_V10_TABLES):
+        conn.execute(statement)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial", _initial),
     Migration(2, "v1_late_tables", _v1_late_tables),
@@ -437,6 +462,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "feedback", _feedback),
     Migration(8, "model_build", _model_build),
     Migration(9, "live_records", _live_records),
+    Migration(10, "checkpoints", _checkpoints),
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

@@ -27,6 +27,7 @@ from autorl.records.types import (
     FINAL_STATUSES,
     CellAttempt,
     CellRecord,
+    CheckpointRecord,
     CodeRevision,
     DriverCall,
     ResourceSample,
@@ -94,6 +95,7 @@ _RECORD_TYPES: dict[str, Any] = {
     "sweep_stats": SweepStat,
     "trace_events": TraceEvent,
     "resource_samples": ResourceSample,
+    "checkpoints": CheckpointRecord,
 }
 _TABLE_FIELDS = {
     table: tuple(f.name for f in dataclasses.fields(rt)) for table, rt in _RECORD_TYPES.items()
@@ -198,7 +200,8 @@ class RecordStore(LiveRecords):
                 if not self.read_only or table == "cells":
                     missing.append(f"the {table} table")
                 # An old store may predate a whole table (driver_calls and traces before version 2,
-                # cell_attempts and sweep_stats before version 6, the live records before 9).
+                # cell_attempts and sweep_stats before version 6, the live records before 9, the
+                # checkpoints before 10).
                 continue
             optional = _OPTIONAL_FIELDS[table] if self.read_only else frozenset()
             missing += [

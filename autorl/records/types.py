@@ -432,6 +432,40 @@ class ResourceSample:
 
 
 @dataclass(frozen=True)
+class CheckpointRecord:
+    """One checkpoint a running cell took of its workspace and HOME (or failed to take).
+
+    Attributes:
+        cell_id: The cell.
+        t: Unix time the checkpoint ended; with ``cell_id`` and ``attempt`` the key.
+        checkpoint_id: The manifest's id in the cell's checkpoint store ("" when it failed).
+        agent_time_s: The agent's time used when the checkpoint was listed.
+        files: Regular files it holds.
+        bytes_total: Their bytes.
+        bytes_new: Bytes it wrote to the store (the rest was there from earlier checkpoints).
+        frozen: Whether the whole listing was taken with the cell frozen.
+        frozen_s: How long the cell was frozen.
+        total_s: The checkpoint's wall time.
+        error: Why it failed (a cap, the store), else None; a failed checkpoint never fails the
+            cell.
+        attempt: The cell's attempt (see :attr:`SubmissionRecord.attempt`).
+    """
+
+    cell_id: str
+    t: float
+    checkpoint_id: str = ""
+    agent_time_s: float | None = None
+    files: int = 0
+    bytes_total: int = 0
+    bytes_new: int = 0
+    frozen: bool = False
+    frozen_s: float = 0.0
+    total_s: float = 0.0
+    error: str | None = None
+    attempt: int | None = None
+
+
+@dataclass(frozen=True)
 class CellAttempt:
     """One attempt of a cell: the scheduler starts a cell again after an infrastructure failure
     (``scheduler.max_retries``), and a resumed sweep starts its unfinished cells again.

@@ -243,6 +243,7 @@ def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[
     if cell.status in ("completed", "failed", "cancelled"):
         report = read_log(sweep_dir, cell.cell_id, 0, RUN_REPORT_SHOWN, "run_report.md")
     samples = store.list_resource_samples(cell.cell_id, limit=SAMPLES_SHOWN)
+    checkpoints = store.list_checkpoints(cell.cell_id)
     log = read_log(sweep_dir, cell.cell_id, None, LOG_TAIL)
     summary = Table(
         ["status", "task", "agent", "driver", "model", "seed", "baseline", "best", "improvement"]
@@ -334,6 +335,24 @@ def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[
             ],
         ),
         "run_report": report,
+        "checkpoints": Table(
+            ["time", "checkpoint", "agent time s", "files", "MiB", "MiB new", "frozen s", "took s"]
+            + ["error"],
+            [
+                [
+                    _when(k.t),
+                    k.checkpoint_id or None,
+                    k.agent_time_s,
+                    k.files,
+                    round(k.bytes_total / 2**20, 2),
+                    round(k.bytes_new / 2**20, 2),
+                    k.frozen_s if k.frozen else None,
+                    k.total_s,
+                    k.error,
+                ]
+                for k in checkpoints
+            ],
+        ),
         "resources": resources_of(samples),
         "log": log,
         "log_href": cell_href(cell.cell_id, "log"),
@@ -344,6 +363,7 @@ def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[
             [r.revision for r in revisions],
             steps[-1].seq if steps else 0,
             samples[-1].t if samples else 0,
+            len(checkpoints),
             log.size,
             report.size if report else None,
         ),

@@ -213,6 +213,7 @@ def test_a_running_sweep_shows_each_cells_steps_and_first_submission_live(
         "driver.price_per_mtok={input: 1.0, output: 4.0}", "task.build.fixture.train_size=200",
         "task.build.fixture.eval_size=40", "budget.seconds=400", f"out_dir={out_dir}",
         "progress=false", "cluster.include_dashboard=false", "cluster.num_cpus=3",
+        "cell.checkpoint.every_s=3",
         f"cluster.temp_dir={ray_tmp}",
     ]  # fmt: skip
     env = sweep_env(cache_dir) | {"AUTORL_TEST_KEY": "sk-autorl-test-driver-key"}
@@ -287,5 +288,10 @@ def test_a_running_sweep_shows_each_cells_steps_and_first_submission_live(
                                "'%scripted-fast%'")  # fmt: skip
     assert 0 <= seen["submission"] - float(submitted_at) < 5, (seen, submitted_at)
     assert {status for _, status in _cells(db).values()} == {"completed"}
+    # The scripted cell was checkpointed while it ran: frozen for its listing, its model stored.
+    ((taken, frozen, most_bytes, errors),) = query(
+        db, "SELECT COUNT(*), MIN(frozen), MAX(bytes_total), COUNT(error) FROM checkpoints "
+        "WHERE cell_id LIKE '%scripted-fast%'")  # fmt: skip
+    assert taken >= 2 and frozen == 1 and most_bytes > 2**20 and errors == 0
     for name in ("scripted.png", "codex.png"):
         assert (tmp_path / name).stat().st_size > 1000

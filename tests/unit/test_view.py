@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from markupsafe import escape
 
 from autorl.records.store import RecordStore
+from autorl.records.types import CheckpointRecord
 from autorl.view import view_command
 from autorl.view.__main__ import main
 from autorl.view.app import create_app, routes
@@ -55,6 +56,8 @@ def sweep(tmp_path: Path) -> Iterator[tuple[Path, RecordStore]]:
                                 sample("gsm8k-b", 105.0, 1.5, 900)])  # fmt: skip
     write_log(tmp_path, "gsm8k-b", "step 1\nstep 2\nsubmitted m2\n")
     (tmp_path / "cells" / "gsm8k-b" / "run_report.md").write_text("# Run gsm8k-b <b>")
+    store.add_checkpoint(CheckpointRecord("gsm8k-b", 10.0, "000002", 5.0, 3, 2**20, 0, True))
+    store.add_checkpoint(CheckpointRecord("gsm8k-b", 20.0, error="store full"))
     yield tmp_path, store
     store.close()
 
@@ -104,6 +107,7 @@ def test_cell_page_shows_submissions_calls_revisions_and_log(
     assert "<h2>Integrity</h2>" in text and '<td class="num">0.7</td>' in text
     assert '<pre id="run-report"># Run gsm8k-b &lt;b&gt;</pre>' in text
     assert "Run report" not in client(sweep[0]).get("/cell/gsm8k-a").text  # still running
+    assert "<td>000002</td>" in text and "<td>store full</td>" in text  # its checkpoints
     assert 'data-events="/cell/gsm8k-b/events"' in text
     assert '<script src="/static/live.js"></script>' in text
 

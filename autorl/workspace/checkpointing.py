@@ -1,0 +1,179 @@
+"""A running cell's checkpoints: one every ``cell.checkpoint.every_s``, each recorded.
+
+The Workspace actor starts a :class:`CellCheckpoints` beside the agent. Each round takes a snapshot
+of the cell's ``code/``, ``output/`` and the agent's HOME (:func:`autorl.workspace.checkpoint.
+take_snapshot`, with the cell's cgroup frozen for the listing) into the cell's checkpoint store and
+sends its figures, with the agent's time used, to the Recorder. A checkpoint that fails (a cap, a
+store that is missing, read-only or full) is recorded with its error and logged; it never fails or
+stops the cell, and the next round tries again.
+
+Where the store is (:func:`store_dir`): under ``storage.root`` when one is set (every node mounts
+it, so a checkpoint outlives its node), else in the sweep folder of the cell's node.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from autorl.cell_schema import CheckpointConfig
+from autorl.grid import CellSpec
+from autorl.records.types import CheckpointRecord
+from autorl.workspace.checkpoint import Freezer, take_snapshot
+from autorl.workspace.checkpoint_store import CheckpointError, CheckpointStore
+from autorl.workspace.run_meta import RunMeta
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointSink(Protocol):
+    """Where the checkpoints' records go (the Recorder's client)."""
+
+    def record_checkpoint(self, record: CheckpointRecord) -> None:
+        """Store one checkpoint's record."""
+        ...
+
+
+def store_dir(storage_root: str | None, sweep_dir: Path, sweep_id: str, cell_id: str) -> Path:
+    """The folder of a cell's checkpoint store, made if missing (but never the storage root
+    itself: a root that is not there is a mount that is missing, and stays an error).
+
+    Raises:
+        CheckpointError: ``storage_root`` is set and is not a folder.
+    """
+    if storage_root:
+        root = Path(storage_root)
+        if not root.is_dir():
+            raise CheckpointError(
+                f"storage.root {root} is missing or not a folder (is it mounted on this node?)"
+            )
+        folder = root / "checkpoints" / sweep_id / cell_id
+    else:
+        folder = sweep_dir / "checkpoints" / cell_id
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CheckpointError(f"cannot make the checkpoint folder {folder}: {error}") from error
+    return folder
+
+
+class CellCheckpoints:
+    """Takes a running cell's checkpoints on a thread and records each one.
+
+    Args:
+        cell_id: The cell.
+        folder: Its checkpoint store's folder (:func:`store_dir`).
+        roots: Name -> folder of what each checkpoint holds (``code``, ``output``, ``home``).
+        cfg: ``cell.checkpoint``.
+        sink: Receives each checkpoint's record.
+        freezer: The cell's cgroup, frozen while a checkpoint lists the files; None: unfrozen.
+        agent_time: The agent's time used so far (None before it started).
+    """
+
+    def __init__(
+        self,
+        cell_id: str,
+        folder: Path,
+        roots: Mapping[str, Path],
+        cfg: CheckpointConfig,
+        sink: CheckpointSink,
+        freezer: Freezer | None = None,
+        agent_time: Callable[[], float | None] = lambda: None,
+    ) -> None:
+        self.cell_id = cell_id
+        self.folder = folder
+        self.roots = dict(roots)
+        self.cfg = cfg
+        self.sink = sink
+        self.freezer = freezer
+        self.agent_time = agent_time
+        self.taken: list[CheckpointRecord] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="checkpoints", daemon=True)
+
+    def start(self) -> None:
+        """Take a checkpoint every ``cfg.every_s`` from now on."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop taking checkpoints (a checkpoint under way is finished first)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.cfg.every_s):
+            self.take()
+
+    def take(self) -> CheckpointRecord:
+        """Take one checkpoint now and record it; a failure is recorded with its error."""
+        agent_time = self.agent_time()
+        try:
+            result = take_snapshot(CheckpointStore(self.folder), self.roots, self.cfg,
+                                   freezer=self.freezer)  # fmt: skip
+            record = CheckpointRecord(
+                cell_id=self.cell_id,
+                t=time.time(),
+                checkpoint_id=result.checkpoint_id,
+                agent_time_s=agent_time,
+                files=result.files,
+                bytes_total=result.bytes_total,
+                bytes_new=result.bytes_new,
+                frozen=result.frozen,
+                frozen_s=result.frozen_s,
+                total_s=result.total_s,
+            )
+        except Exception as error:  # noqa: BLE001 - CheckpointError, or a bug: never the cell's end
+            reason = str(error) if isinstance(error, CheckpointError) else repr(error)
+            logger.warning("cell %s: checkpoint failed, the cell goes on: %s", self.cell_id, reason)
+            record = CheckpointRecord(self.cell_id, time.time(), agent_time_s=agent_time,
+                                      error=reason)  # fmt: skip
+        self.taken.append(record)
+        try:
+            self.sink.record_checkpoint(record)
+        except Exception as error:  # noqa: BLE001 - a record lost is logged, never the cell's end
+            logger.warning("cell %s: checkpoint record not stored: %s", self.cell_id, error)
+        return record
+
+
+def start_checkpoints(
+    cell: CellSpec,
+    sweep_dir: Path,
+    roots: Mapping[str, Path],
+    sink: CheckpointSink,
+    freezer: Freezer | None,
+    run_meta: RunMeta,
+) -> CellCheckpoints | None:
+    """The cell's checkpoints, started; None with ``cell.checkpoint.enabled`` off, or when the
+    store's folder cannot be made (recorded and logged: the cell runs on without checkpoints).
+
+    Args:
+        cell: The cell.
+        sweep_dir: The sweep folder on the cell's node.
+        roots: What each checkpoint holds (``code``, ``output``, ``home``).
+        sink: The Recorder's client.
+        freezer: The cell's cgroup.
+        run_meta: The cell's budget file, whose ``start_time`` gives the agent's time used.
+    """
+    cfg = cell.config
+    if not cfg.cell.checkpoint.enabled:
+        return None
+
+    def agent_time() -> float | None:
+        start = run_meta.snapshot().get("start_time")
+        return None if start is None else round(time.time() - float(start), 3)
+
+    try:
+        folder = store_dir(cfg.storage.root, sweep_dir, cell.sweep_id, cell.cell_id)
+    except CheckpointError as error:
+        logger.warning("cell %s: no checkpoints: %s", cell.cell_id, error)
+        sink.record_checkpoint(CheckpointRecord(cell.cell_id, time.time(), error=str(error)))
+        return None
+    checkpoints = CellCheckpoints(cell.cell_id, folder, roots, cfg.cell.checkpoint, sink,
+                                  freezer, agent_time)  # fmt: skip
+    checkpoints.start()
+    return checkpoints
