@@ -205,17 +205,22 @@ def start_cluster(cluster: Cluster, root: Path, env: dict[str, str]) -> None:
             _wait_for(lambda: _gcs_up(cluster.address, env), 120, "the head did not start")
 
 
-def _gcs_up(address: str, env: dict[str, str]) -> bool:
-    """Whether the head's GCS answers (``ray status``)."""
+def _ray_status(address: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``ray status`` of the cluster at ``address``."""
     ray_cli = str(Path(sys.executable).parent / "ray")
-    done = subprocess.run(
+    return subprocess.run(
         [ray_cli, "status", f"--address={address}"],
         env=env,
         capture_output=True,
+        text=True,
         timeout=60,
         check=False,
     )
-    return done.returncode == 0
+
+
+def _gcs_up(address: str, env: dict[str, str]) -> bool:
+    """Whether the head's GCS answers (``ray status``)."""
+    return _ray_status(address, env).returncode == 0
 
 
 def _wait_for(check: Any, timeout_s: float, message: str) -> None:
@@ -574,17 +579,9 @@ def main() -> int:
 
 
 def _alive_nodes(cluster: Cluster, env: dict[str, str]) -> int:
-    """How many nodes ``ray list nodes``-style status reports alive (from ``ray status``)."""
-    ray_cli = str(Path(sys.executable).parent / "ray")
-    done = subprocess.run(
-        [ray_cli, "status", f"--address={cluster.address}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    active = done.stdout.split("Active:", 1)[-1].split("Pending:", 1)[0]
+    """How many nodes ``ray status`` lists as active."""
+    status = _ray_status(cluster.address, env).stdout
+    active = status.split("Active:", 1)[-1].split("Pending:", 1)[0]
     return sum(1 for line in active.splitlines() if line.strip().startswith("1 node_"))
 
 
