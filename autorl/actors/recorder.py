@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from autorl.records.live_types import CheckpointRecord, ResourceSample, TraceEvent
 from autorl.records.migrations import autorl_version
 from autorl.records.results import summarize_cell, write_results_csv
 from autorl.records.store import RecordStore
@@ -24,13 +25,10 @@ from autorl.records.types import (
     CellAttempt,
     CellOutcome,
     CellRecord,
-    CheckpointRecord,
     CodeRevision,
     DriverCall,
-    ResourceSample,
     SubmissionRecord,
     SweepStat,
-    TraceEvent,
     TraceSummary,
 )
 from autorl.tracking import metrics as dashboard

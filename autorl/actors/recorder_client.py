@@ -18,17 +18,15 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
+from autorl.records.live_types import CheckpointRecord, ResourceSample, TraceEvent
 from autorl.records.types import (
     CellAttempt,
     CellOutcome,
     CellRecord,
-    CheckpointRecord,
     CodeRevision,
     DriverCall,
-    ResourceSample,
     SubmissionRecord,
     SweepStat,
-    TraceEvent,
     TraceSummary,
 )
 

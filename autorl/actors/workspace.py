@@ -73,7 +73,6 @@ from autorl.workspace.revisions import CodeRevisions
 from autorl.workspace.run_meta import RunMeta
 
 logger = logging.getLogger(__name__)
-_REVISION_INTERVAL_S = 60.0
 _DRAIN_TIMEOUT_S = 900.0
 
 
@@ -487,11 +486,6 @@ class Workspace:
             read_only = [agent_code.parent] if agent_code else []
             cgroup = seal.cgroup()
             session.follow(adapter, cgroup)
-            stop_periodic = threading.Event()
-
-            def periodic() -> None:
-                while not stop_periodic.wait(_REVISION_INTERVAL_S):
-                    revisions.snapshot("periodic")
 
             def launch(
                 ctx: LaunchContext, budget_s: float, on_start: Callable[[], None] | None
@@ -518,8 +512,7 @@ class Workspace:
                     max_log_bytes=int(cfg.cell.max_log_mb * (1 << 20)),
                 )
 
-            ticker = threading.Thread(target=periodic, name="code-revisions", daemon=True)
-            ticker.start()
+            stop_revisions = revisions.every()
             seal.hand_over(workspace)  # once: on a resume the workspace is already the agent's
             checkpoints = start_checkpoints(
                 self.cell,
@@ -532,7 +525,7 @@ class Workspace:
             try:
                 return self._run_with_resumes(launch, ctx, run_meta)
             finally:
-                stop_periodic.set()
+                stop_revisions()
                 if checkpoints is not None:
                     checkpoints.stop()
         finally:

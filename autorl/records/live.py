@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from autorl.records.types import CheckpointRecord, ResourceSample, TraceEvent
+from autorl.records.live_types import CheckpointRecord, ResourceSample, TraceEvent
 
 _EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(TraceEvent))
 _SAMPLE_FIELDS = tuple(f.name for f in dataclasses.fields(ResourceSample))

@@ -20,6 +20,7 @@ from typing import Any, Self, TypeVar
 
 from autorl.errors import AutorlError
 from autorl.records.live import LiveRecords
+from autorl.records.live_types import CheckpointRecord, ResourceSample, TraceEvent
 from autorl.records.migrations import SCHEMA_VERSION, check_not_newer, migrate, stored_version
 from autorl.records.types import (
     ATTEMPT_STATUSES,
@@ -27,13 +28,10 @@ from autorl.records.types import (
     FINAL_STATUSES,
     CellAttempt,
     CellRecord,
-    CheckpointRecord,
     CodeRevision,
     DriverCall,
-    ResourceSample,
     SubmissionRecord,
     SweepStat,
-    TraceEvent,
     TraceSummary,
     _check_status,
 )

@@ -27,8 +27,11 @@ import jinja2
 from markupsafe import Markup
 
 from autorl.cell_groups import group_cells
+from autorl.records.live_types import ResourceSample, TraceEvent
 from autorl.records.store import RecordStore
-from autorl.records.types import CellRecord, ResourceSample, TraceEvent
+from autorl.records.types import (
+    CellRecord,
+)
 from autorl.report.html_page import Link, Table, environment
 
 # One page of the agent log; the cell page shows the last LOG_TAIL bytes of it.
@@ -206,16 +209,16 @@ class Resources:
     @property
     def memory_mib(self) -> float | None:
         """The latest memory in use, MiB."""
-        if self.latest is None or self.latest.memory_bytes is None:
-            return None
-        return round(self.latest.memory_bytes / 2**20, 1)
+        return _mib(self.latest.memory_bytes if self.latest else None)
 
     @property
     def gpu_memory_mib(self) -> float | None:
         """The latest GPU memory in use, MiB."""
-        if self.latest is None or self.latest.gpu_memory_bytes is None:
-            return None
-        return round(self.latest.gpu_memory_bytes / 2**20, 1)
+        return _mib(self.latest.gpu_memory_bytes if self.latest else None)
+
+
+def _mib(size: int | None) -> float | None:
+    return None if size is None else round(size / 2**20, 1)
 
 
 def resources_of(samples: list[ResourceSample]) -> Resources:

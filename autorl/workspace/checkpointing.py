@@ -22,7 +22,7 @@ from typing import Protocol
 
 from autorl.cell_schema import CheckpointConfig
 from autorl.grid import CellSpec
-from autorl.records.types import CheckpointRecord
+from autorl.records.live_types import CheckpointRecord
 from autorl.workspace.checkpoint import Freezer, take_snapshot
 from autorl.workspace.checkpoint_store import CheckpointError, CheckpointStore
 from autorl.workspace.run_meta import RunMeta

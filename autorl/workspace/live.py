@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from autorl.records.types import TRACE_TEXT_CAP, ResourceSample, TraceEvent
+from autorl.records.live_types import TRACE_TEXT_CAP, ResourceSample, TraceEvent
 from autorl.seal.cgroups import CellCgroup
 
 logger = logging.getLogger(__name__)

@@ -14,6 +14,7 @@ from autorl.records.types import CodeRevision
 
 logger = logging.getLogger(__name__)
 _MAX_DIFF_CHARS = 200_000  # a diff is a record, not an archive: the repository keeps everything
+PERIODIC_INTERVAL_S = 60.0  # between two snapshots while the agent runs (besides each submission)
 
 
 class CodeRevisions:
@@ -124,3 +125,14 @@ class CodeRevisions:
             )
         )
         return self._head
+
+    def every(self, interval_s: float = PERIODIC_INTERVAL_S) -> Callable[[], None]:
+        """Take a ``periodic`` snapshot every ``interval_s`` on a thread; returns its stop."""
+        stop = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(interval_s):
+                self.snapshot("periodic")
+
+        threading.Thread(target=run, name="code-revisions", daemon=True).start()
+        return stop.set

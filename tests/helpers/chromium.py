@@ -1,9 +1,9 @@
-"""Headless Debian Chromium driven through its DevTools protocol, for pages that change.
+"""Headless Debian Chromium driven through its DevTools protocol: the report's and the viewer's
+browser tests.
 
-tests/integration/test_report_sweep.py loads a file and reads one expression; a live page needs
-more turns (load, change the store, read again, follow a link, take a screenshot), so this is a
-session of the same approach: Chromium with ``--remote-debugging-port=0``, its port read from
-``DevToolsActivePort``, and the page's websocket spoken with aiohttp.
+A session is many turns (load, change the store, read again, follow a link, take a screenshot):
+Chromium with ``--remote-debugging-port=0``, its port read from ``DevToolsActivePort``, and the
+page's websocket spoken with aiohttp.
 """
 
 from __future__ import annotations

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import uvicorn
 
+from autorl.records.live_types import ResourceSample, TraceEvent
 from autorl.records.store import RecordStore
 from autorl.records.types import (
     CellRecord,
     CodeRevision,
     DriverCall,
-    ResourceSample,
     SubmissionRecord,
-    TraceEvent,
 )
 from autorl.view.app import create_app
 

@@ -12,15 +12,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import csv
-import itertools
 import json
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,8 +26,7 @@ import pytest
 
 from autorl.registry import option_names
 from autorl.tasks import discover_tasks
-from tests.helpers.chromium import CHROMIUM
-from tests.helpers.chromium import FLAGS as CHROMIUM_FLAGS
+from tests.helpers.chromium import chromium_page
 from tests.integration.conftest import sweep_env
 from tests.integration.test_wandb_tracker import read_runs
 
@@ -54,101 +50,19 @@ PAGE_FACTS = """JSON.stringify({
 })"""
 
 
-async def _devtools(ws_url: str, url: str, expression: str, timeout: float) -> dict[str, Any]:
-    import aiohttp
-
-    errors: list[str] = []
-    ids = itertools.count(1)
-    loaded = asyncio.Event()
-    pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-    async with aiohttp.ClientSession() as session, session.ws_connect(ws_url, max_msg_size=0) as ws:
-
-        async def read() -> None:
-            async for message in ws:
-                data = json.loads(message.data)
-                if data.get("id") in pending:
-                    pending.pop(data["id"]).set_result(data)
-                method, params = data.get("method"), data.get("params", {})
-                if method == "Page.loadEventFired":
-                    loaded.set()
-                elif method == "Runtime.exceptionThrown":
-                    errors.append(f"exception: {json.dumps(params['exceptionDetails'])[:400]}")
-                elif method == "Runtime.consoleAPICalled" and params.get("type") in (
-                    "error",
-                    "assert",
-                ):
-                    errors.append(
-                        f"console.{params['type']}: {json.dumps(params.get('args'))[:400]}"
-                    )
-                elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
-                    errors.append(f"log: {params['entry'].get('text', '')[:400]}")
-
-        reader = asyncio.create_task(read())
-
-        async def call(method: str, **params: Any) -> dict[str, Any]:
-            call_id = next(ids)
-            future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            pending[call_id] = future
-            await ws.send_str(json.dumps({"id": call_id, "method": method, "params": params}))
-            reply = await asyncio.wait_for(future, timeout)
-            assert "error" not in reply, f"{method}: {reply['error']}"
-            return reply["result"]  # type: ignore[no-any-return]
-
-        for domain in ("Page", "Runtime", "Log"):
-            await call(f"{domain}.enable")
-        await call("Page.navigate", url=url)
-        await asyncio.wait_for(loaded.wait(), timeout)
-        await asyncio.sleep(0.5)  # let late console messages arrive
-        value = (await call("Runtime.evaluate", expression=expression, returnByValue=True))[
-            "result"
-        ]["value"]
-        reader.cancel()
-    return {"facts": json.loads(value), "errors": errors}
-
-
 def open_in_chromium(
     page: Path, expression: str = PAGE_FACTS, timeout: float = 120
 ) -> dict[str, Any]:
     """Load ``page`` in a fresh headless Chromium; return the expression's value and every page
     error."""
-    assert CHROMIUM.exists(), "Debian's chromium is needed: make test installs it"
-    profile = Path(tempfile.mkdtemp(prefix="ar-chromium-"))
-    browser = subprocess.Popen(
-        [
-            str(CHROMIUM),
-            *CHROMIUM_FLAGS,
-            f"--user-data-dir={profile}",
-            "--remote-debugging-port=0",
-            "about:blank",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        port_file = profile / "DevToolsActivePort"  # Chromium writes its chosen port here
-        deadline = time.monotonic() + timeout
-        while not (port_file.exists() and len(port_file.read_text().splitlines()) >= 2):
-            assert browser.poll() is None, (
-                f"chromium exited: {browser.stderr.read().decode()[-2000:]}"
-            )  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "chromium did not open its DevTools port"
-            time.sleep(0.1)
-        port = int(port_file.read_text().splitlines()[0])
-        targets = json.loads(
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read()
-        )
-        target = next(t for t in targets if t["type"] == "page")
-        return asyncio.run(
-            _devtools(target["webSocketDebuggerUrl"], page.resolve().as_uri(), expression, timeout)
-        )
-    finally:
-        browser.terminate()
-        try:
-            browser.wait(15)
-        except subprocess.TimeoutExpired:
-            browser.kill()
-            browser.wait()
-        shutil.rmtree(profile, ignore_errors=True)
+
+    async def load() -> dict[str, Any]:
+        async with chromium_page(timeout) as tab:
+            await tab.navigate(page.resolve().as_uri())
+            await asyncio.sleep(0.5)  # let late console messages arrive
+            return {"facts": json.loads(await tab.evaluate(expression)), "errors": tab.errors}
+
+    return asyncio.run(load())
 
 
 @pytest.fixture(scope="module")

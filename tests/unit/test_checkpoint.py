@@ -1,9 +1,9 @@
 """The cell checkpoint copier (autorl/workspace/checkpoint.py): round trips, increments, hostile
-trees, a store that fails, and the freeze of a real cgroup.
+trees and the freeze of a real cgroup (restoring and the store: test_checkpoint_restore.py).
 
 The copier runs as root outside the sandbox on files the agent controls, so most tests here plant
 what an agent could: links and hard links to files it must never carry, FIFOs, a sparse file of
-50 GB, a file swapped for a FIFO between the listing and the copy, a link in the restore target.
+50 GB, a file swapped for a FIFO between the listing and the copy.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,101 +25,30 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autorl.cell_schema import CheckpointConfig
-from autorl.seal.cgroups import CellCgroup, CgroupLimits, cgroup_support
+from autorl.seal.cgroups import CellCgroup, CgroupLimits
 from autorl.workspace import checkpoint as ck
-from autorl.workspace import checkpoint_restore as cr
 from autorl.workspace.checkpoint import (
     CheckpointError,
     CheckpointStore,
     restore_snapshot,
     take_snapshot,
 )
-
-SECRET = b"PRIVATE-SPLIT-7f3a9c answer=42"
-_SUPPORT = cgroup_support()
-real_freezer = pytest.mark.skipif(
-    _SUPPORT.version is None or "freezer" not in _SUPPORT.controllers,
-    reason=f"needs root and a cgroup freezer (v1 freezer or v2 cgroup.freeze): "
-    f"{_SUPPORT.problems(('freezer',))}",
+from tests.helpers.checkpoint_trees import (
+    SECRET,
+    cell,
+    config,
+    in_thread,
+    new_store,
+    real_freezer,
+    restored,
+    stored,
+    tree,
 )
-
-
-def config(**caps: int) -> CheckpointConfig:
-    values: dict[str, Any] = {
-        "enabled": True,
-        "every_s": 600.0,
-        "max_bytes": 1 << 40,
-        "max_files": 100_000,
-        "max_file_bytes": 1 << 40,
-    }
-    return CheckpointConfig(**(values | caps))
-
-
-def cell(tmp_path: Path) -> dict[str, Path]:
-    """A small workspace and HOME: code, a model folder, a session file."""
-    roots = {name: tmp_path / "cell" / name for name in ("code", "output", "home")}
-    for path in roots.values():
-        path.mkdir(parents=True)
-    (roots["code"] / "train.py").write_text("print('train')\n")
-    (roots["code"] / "run.sh").write_text("#!/bin/sh\n")
-    os.chmod(roots["code"] / "run.sh", 0o755)
-    (roots["code"] / "pkg").mkdir()
-    (roots["code"] / "pkg" / "__init__.py").write_text("")
-    (roots["code"] / "latest").symlink_to("pkg/__init__.py")
-    (roots["output"] / "v1").mkdir()
-    (roots["output"] / "v1" / "model.safetensors").write_bytes(os.urandom(1 << 20))
-    (roots["output"] / "v1" / "config.json").write_text('{"a": 1}')
-    (roots["home"] / ".claude" / "projects").mkdir(parents=True)
-    (roots["home"] / ".claude" / "projects" / "session.jsonl").write_text('{"turn": 1}\n')
-    return roots
-
-
-def tree(roots: dict[str, Path]) -> dict[str, tuple[str, int, bytes]]:
-    """Every entry under ``roots``: kind, permission bits, content (a link: its target)."""
-    found: dict[str, tuple[str, int, bytes]] = {}
-    for name, root in roots.items():
-        for folder, dirs, files in os.walk(root):
-            for entry in dirs + files:
-                path = Path(folder) / entry
-                rel = f"{name}/{path.relative_to(root)}"
-                info = path.lstat()
-                if stat.S_ISLNK(info.st_mode):
-                    found[rel] = ("link", 0, os.fsencode(os.readlink(path)))
-                elif stat.S_ISDIR(info.st_mode):
-                    found[rel] = ("dir", stat.S_IMODE(info.st_mode), b"")
-                else:
-                    found[rel] = ("file", stat.S_IMODE(info.st_mode), path.read_bytes())
-    return found
-
-
-def stored(store_root: Path) -> bytes:
-    """Everything the store holds (blobs and manifests), for grepping."""
-    return b"".join(p.read_bytes() for p in sorted(store_root.rglob("*")) if p.is_file())
-
-
-def restored(tmp_path: Path, store: CheckpointStore, names: Any, **kw: Any) -> dict[str, Path]:
-    dest = {name: tmp_path / "restored" / name for name in names}
-    (tmp_path / "restored").mkdir(exist_ok=True)
-    restore_snapshot(store, dest, **kw)
-    return dest
-
-
-def in_thread(function: Callable[[], Any], timeout_s: float = 10) -> Any:
-    """Run ``function`` with a time limit: a copier that blocked on a FIFO fails the test."""
-    result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(function()), daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    assert not thread.is_alive(), f"blocked for over {timeout_s} s"
-    assert result, "raised (see the thread's traceback above)"
-    return result[0]
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> CheckpointStore:
-    (tmp_path / "store").mkdir()
-    return CheckpointStore(tmp_path / "store")
+    return new_store(tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -395,155 +323,6 @@ def test_a_wide_tree_keeps_one_descriptor_per_level(tmp_path: Path, store: Check
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert result.skipped == {} and result.files == 306
-
-
-# ----------------------------------------------------------------------------------------------
-# restore
-
-
-def plant_after_open(monkeypatch: pytest.MonkeyPatch, plant: Callable[[Path], None]) -> None:
-    """Plant something in a restore target right after the restore opened it (an agent racing)."""
-    real = cr._fresh_root
-
-    def fresh_then_plant(path: Path, owner: tuple[int, int] | None) -> int:
-        fd = real(path, owner)
-        plant(path)
-        return fd
-
-    monkeypatch.setattr(cr, "_fresh_root", fresh_then_plant)
-
-
-def test_restore_never_writes_through_a_link_planted_in_the_target(
-    tmp_path: Path, store: CheckpointStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    roots = cell(tmp_path)
-    take_snapshot(store, roots, config())
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "config.json").write_text("host")
-
-    def plant(path: Path) -> None:
-        if path.name == "output":
-            (path / "v1").symlink_to(outside, target_is_directory=True)
-
-    plant_after_open(monkeypatch, plant)
-    with pytest.raises(CheckpointError, match="File exists"):
-        restored(tmp_path, store, roots)
-    assert [p.name for p in outside.iterdir()] == ["config.json"]
-    assert (outside / "config.json").read_text() == "host"
-
-
-def test_restore_refuses_a_target_that_is_a_link_or_not_empty(
-    tmp_path: Path, store: CheckpointStore
-) -> None:
-    roots = cell(tmp_path)
-    take_snapshot(store, roots, config())
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    (tmp_path / "link").symlink_to(elsewhere, target_is_directory=True)
-    with pytest.raises(CheckpointError, match="not a folder"):
-        restore_snapshot(store, {"code": tmp_path / "link"})
-    (tmp_path / "full").mkdir()
-    (tmp_path / "full" / "x").write_text("x")
-    with pytest.raises(CheckpointError, match="not empty"):
-        restore_snapshot(store, {"code": tmp_path / "full"})
-    assert list(elsewhere.iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    ("path", "target"),
-    [
-        ("../escape", ""),
-        ("/etc/cron.d/x", ""),
-        ("a/../../escape", ""),
-        ("a//b", ""),
-        ("", ""),
-        ("link", "/etc/passwd"),
-        ("link", "../../escape"),
-    ],
-)
-def test_a_manifest_path_or_link_that_leaves_its_root_is_refused(
-    tmp_path: Path, store: CheckpointStore, path: str, target: str
-) -> None:
-    roots = cell(tmp_path)
-    good = take_snapshot(store, roots, config())
-    manifest = json.loads(good.manifest.read_text())
-    blob = next(e for e in manifest["entries"] if e["kind"] == "file")
-    bad = (
-        {"root": "code", "path": path, "kind": "symlink", "mode": 0o777, "target": target}
-        if target
-        else {**blob, "root": "code", "path": path}
-    )
-    manifest["entries"].append(bad)
-    store.write_manifest("000002", manifest)
-    (tmp_path / "restored" / "deep").mkdir(parents=True)
-    with pytest.raises(CheckpointError):
-        restore_snapshot(store, {"code": tmp_path / "restored" / "deep" / "code"})
-    assert not (tmp_path / "restored" / "escape").exists()
-    assert not (tmp_path / "restored" / "deep" / "escape").exists()
-
-
-def test_a_corrupt_blob_fails_the_restore(tmp_path: Path, store: CheckpointStore) -> None:
-    roots = cell(tmp_path)
-    take_snapshot(store, roots, config())
-    blob = max((p for p in (store.root / "blobs").rglob("*") if p.is_file()), key=os.path.getsize)
-    blob.write_bytes(b"\0" * blob.stat().st_size)
-    with pytest.raises(CheckpointError, match="corrupt"):
-        restored(tmp_path, store, roots)
-
-
-def test_restore_gives_everything_to_the_new_cells_owner(
-    tmp_path: Path, store: CheckpointStore
-) -> None:
-    roots = cell(tmp_path)
-    take_snapshot(store, roots, config())
-    dest = restored(tmp_path, store, roots, owner=(201234, 201234))
-    owners = {p.lstat().st_uid for root in dest.values() for p in [root, *root.rglob("*")]}
-    assert owners == {201234}
-
-
-# ----------------------------------------------------------------------------------------------
-# the store
-
-
-def test_a_missing_or_read_only_store_is_a_checkpoint_error(tmp_path: Path) -> None:
-    roots = cell(tmp_path)
-    with pytest.raises(CheckpointError, match="missing or not a folder"):
-        CheckpointStore(tmp_path / "not-mounted")
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)])
-    if mounted.returncode != 0:
-        pytest.skip("cannot mount a read-only tmpfs here")
-    try:
-        with pytest.raises(CheckpointError, match="Read-only file system"):
-            take_snapshot(CheckpointStore(ro), roots, config())
-    finally:
-        subprocess.run(["umount", str(ro)], check=True)
-
-
-@contextlib.contextmanager
-def tiny_store(path: Path) -> Iterator[CheckpointStore]:
-    """A 256 KiB tmpfs store (or, where none can be mounted, a folder whose writes fail ENOSPC)."""
-    path.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(path)]).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield CheckpointStore(path)
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
-
-
-def test_a_full_store_is_a_checkpoint_error_and_keeps_no_partial_blob(tmp_path: Path) -> None:
-    roots = cell(tmp_path)  # a 1 MiB model: more than the store holds
-    with tiny_store(tmp_path / "tiny") as store:
-        with pytest.raises(CheckpointError, match=r"No space left on device while copying"):
-            take_snapshot(store, roots, config())
-        assert list(store.tmp.iterdir()) == [] and store.manifest_ids() == []
-
-
-# ----------------------------------------------------------------------------------------------
-# the freeze
 
 
 def _ticker(group: CellCgroup, ticks: Path) -> subprocess.Popen[bytes]:

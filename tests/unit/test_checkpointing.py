@@ -15,8 +15,8 @@ import pytest
 
 from autorl.cell_schema import CheckpointConfig
 from autorl.config import compose
+from autorl.records.live_types import CheckpointRecord
 from autorl.records.store import RecordStore
-from autorl.records.types import CheckpointRecord
 from autorl.workspace.checkpoint_store import CheckpointError
 from autorl.workspace.checkpointing import CellCheckpoints, start_checkpoints, store_dir
 from tests.helpers.view_server import cell

@@ -20,8 +20,11 @@ from typing import Any
 import pytest
 
 from autorl.agents.trace import TraceFollower
+from autorl.records.live_types import TRACE_TEXT_CAP, ResourceSample, TraceEvent
 from autorl.records.store import RecordStore
-from autorl.records.types import TRACE_TEXT_CAP, CellRecord, ResourceSample, TraceEvent
+from autorl.records.types import (
+    CellRecord,
+)
 from autorl.seal.cgroups import CellCgroup, CgroupLimits, cgroup_support
 from autorl.workspace.live import (
     LiveForwarder,

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from autorl.records.store import RecordStore
-from autorl.records.types import CellRecord, SubmissionRecord
+from autorl.records.types import SubmissionRecord
 from autorl.report.build import build_report
 from autorl.report.run_report import build_run_report, render_markdown
 from autorl.report.sources import ReportError, load_cells, open_store
 from autorl.workspace.revisions import CodeRevisions
+from tests.helpers.view_server import cell
 
 T0 = 1_700_000_000.0
 SFT_CODE = (
@@ -60,25 +61,10 @@ class Cell:
         self.n = 0
         repo = self.dir / "code_history.git" if git else Path(str(self.dir) + "-elsewhere.git")
         self.revisions = CodeRevisions(repo, self.code, cell_id, store.add_code_revision)
-        fields = (
-            dict(
-                sweep_id="sw",
-                cell_id=cell_id,
-                agent="scripted",
-                driver="none",
-                task="gsm8k",
-                task_version=1,
-                model="tiny",
-                seed=0,
-                budget_s=600,
-                status="completed",
-                baseline=baseline,
-                exit_class=exit_class,
-                exit_code=exit_code,
-            )
-            | cell_kw
-        )
-        store.upsert_cell(CellRecord(**fields))  # type: ignore[arg-type]
+        store.upsert_cell(
+            cell(cell_id, **{"sweep_id": "sw", "status": "completed", "baseline": baseline,
+                             "exit_class": exit_class, "exit_code": exit_code} | cell_kw)
+        )  # fmt: skip
 
     def write(self, name: str, text: str) -> None:
         (self.code / name).parent.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,8 @@ import pytest
 from fastapi.testclient import TestClient
 from markupsafe import escape
 
+from autorl.records.live_types import CheckpointRecord
 from autorl.records.store import RecordStore
-from autorl.records.types import CheckpointRecord
 from autorl.view import view_command
 from autorl.view.__main__ import main
 from autorl.view.app import create_app, routes
