@@ -403,7 +403,11 @@ def test_failure_reasons_say_what_happened(verdicts: dict[str, Verdict]) -> None
     assert "'generator'" in verdicts["returns a generator"].reason
     assert "nested deeper" in verdicts["returns a self-containing list"].reason
     assert "more than the" in verdicts["answer over the size limit"].reason
-    assert "not an answer to this call" in verdicts["answer written ahead with a guessed id"].reason
+    # The frame written ahead is refused by its id when the judge reads it; in one CI run (two
+    # busy cores) it was not read at all and the candidate's real answer, 0, was judged instead.
+    # Either way the forged answer never counts (test_adversarial_completion_fails).
+    ahead = verdicts["answer written ahead with a guessed id"].reason
+    assert "not an answer to this call" in ahead or ahead.startswith("AssertionError"), ahead
     assert "CandidateError: SystemExit: 0" in verdicts["homemade exception named SystemExit"].reason
     assert "defines no function 'add'" in verdicts["no function at all"].reason
     assert (
