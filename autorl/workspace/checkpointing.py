@@ -7,8 +7,21 @@ sends its figures, with the agent's time used, to the Recorder. A checkpoint tha
 store that is missing, read-only or full) is recorded with its error and logged; it never fails or
 stops the cell, and the next round tries again.
 
-Where the store is (:func:`store_dir`): under ``storage.root`` when one is set (every node mounts
-it, so a checkpoint outlives its node), else in the sweep folder of the cell's node.
+Where the store is: under ``storage.root`` when one is set (:func:`store_dir`; every node mounts
+it, so a checkpoint outlives its node). Without one, the checkpoints belong on the sweep driver's
+node (the "home node"), in ``<sweep_dir>/checkpoints/<cell>``:
+
+- a cell on the home node (or one told no home node) writes them there itself;
+- a cell on another node writes each one into a stage store on its own node,
+  ``<sweep_dir>/checkpoint_stage/<node id[:12]>/<cell>`` (the node id keeps the nodes of a
+  one-machine cluster apart), and a task on the home node pulls it from there
+  (:func:`autorl.workspace.checkpoint_transfer.push_checkpoint`). The checkpoint counts (its
+  record has no error) only once the home node has it; a push that fails or hangs past its time
+  limit is recorded as a failed checkpoint, and the next one brings whatever blobs this one left.
+
+On the node where a cell resumes, :func:`checkpoint_source` gives the store that holds the
+checkpoint on that node (pulling it from the home node into the node's stage store when needed, so
+the resumed cell's next checkpoints are numbered on from it).
 """
 
 from __future__ import annotations
@@ -18,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from autorl.cell_schema import CheckpointConfig
 from autorl.grid import CellSpec
@@ -26,6 +39,9 @@ from autorl.records.live_types import CheckpointRecord
 from autorl.workspace.checkpoint import Freezer, take_snapshot
 from autorl.workspace.checkpoint_store import CheckpointError, CheckpointStore
 from autorl.workspace.run_meta import RunMeta
+
+if TYPE_CHECKING:
+    from autorl.workspace.checkpoint_transfer import PullStats
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +77,64 @@ def store_dir(storage_root: str | None, sweep_dir: Path, sweep_id: str, cell_id:
     return folder
 
 
+def stage_dir(sweep_dir: Path, node_id: str, cell_id: str) -> Path:
+    """The folder of a cell's stage store on node ``node_id`` (its checkpoints before the home node
+    has them), made if missing.
+
+    Raises:
+        CheckpointError: It cannot be made.
+    """
+    folder = sweep_dir / "checkpoint_stage" / node_id[:12] / cell_id
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CheckpointError(f"cannot make the checkpoint folder {folder}: {error}") from error
+    return folder
+
+
+def _this_node() -> str | None:
+    """This node's Ray id; None outside Ray (the transfer module, and Ray, load only when asked)."""
+    from autorl.workspace.checkpoint_transfer import this_node
+
+    return this_node()
+
+
+def _pusher(home_node: str, stage: Path, home: Path) -> Callable[[str], PullStats]:
+    """What sends one checkpoint of the stage store to the home node's store."""
+    from autorl.workspace.checkpoint_transfer import push_checkpoint
+
+    def push(checkpoint_id: str) -> PullStats:
+        return push_checkpoint(home_node, stage, home, checkpoint_id)
+
+    return push
+
+
+def checkpoint_source(
+    cell: CellSpec, sweep_dir: Path, home_node: str | None, checkpoint_id: str
+) -> CheckpointStore:
+    """A store on this node that holds checkpoint ``checkpoint_id`` of ``cell`` (for a restore).
+
+    The shared folder with ``storage.root``; the home folder when this node is the home node (or
+    none is named); else this node's stage store, into which the checkpoint is pulled from the
+    home node first.
+
+    Raises:
+        CheckpointError: The store is missing, or the pull failed (naming why).
+    """
+    cfg = cell.config
+    here = None if cfg.storage.root or home_node is None else _this_node()
+    if here is None or home_node is None or home_node == here:
+        return CheckpointStore(store_dir(cfg.storage.root, sweep_dir, cell.sweep_id, cell.cell_id))
+    from autorl.workspace.checkpoint_transfer import PUSH_TIMEOUT_S, pull_checkpoint
+
+    stage = stage_dir(sweep_dir, here, cell.cell_id)
+    home = sweep_dir / "checkpoints" / cell.cell_id
+    stats = pull_checkpoint(home_node, str(home), stage, checkpoint_id, timeout_s=PUSH_TIMEOUT_S)
+    logger.info("cell %s: checkpoint %s pulled from the home node: %d blobs, %d bytes in %.1f s",
+                cell.cell_id, checkpoint_id, stats.files, stats.bytes, stats.seconds)  # fmt: skip
+    return CheckpointStore(stage)
+
+
 class CellCheckpoints:
     """Takes a running cell's checkpoints on a thread and records each one.
 
@@ -72,6 +146,9 @@ class CellCheckpoints:
         sink: Receives each checkpoint's record.
         freezer: The cell's cgroup, frozen while a checkpoint lists the files; None: unfrozen.
         agent_time: The agent's time used so far (None before it started).
+        push: Sends a checkpoint (by id) from ``folder`` to the home node, raising
+            :class:`CheckpointError` if it does not arrive; None: ``folder`` is where the
+            checkpoints belong.
     """
 
     def __init__(
@@ -83,6 +160,7 @@ class CellCheckpoints:
         sink: CheckpointSink,
         freezer: Freezer | None = None,
         agent_time: Callable[[], float | None] = lambda: None,
+        push: Callable[[str], object] | None = None,
     ) -> None:
         self.cell_id = cell_id
         self.folder = folder
@@ -91,6 +169,7 @@ class CellCheckpoints:
         self.sink = sink
         self.freezer = freezer
         self.agent_time = agent_time
+        self.push = push
         self.taken: list[CheckpointRecord] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="checkpoints", daemon=True)
@@ -115,6 +194,16 @@ class CellCheckpoints:
         try:
             result = take_snapshot(CheckpointStore(self.folder), self.roots, self.cfg,
                                    freezer=self.freezer)  # fmt: skip
+            if self.push is not None:
+                try:
+                    sent = self.push(result.checkpoint_id)
+                except CheckpointError as error:
+                    raise CheckpointError(
+                        f"checkpoint {result.checkpoint_id} was taken on this node but did not "
+                        f"reach the home node: {error}"
+                    ) from error
+                logger.info("cell %s: checkpoint %s reached the home node: %s", self.cell_id,
+                            result.checkpoint_id, sent)  # fmt: skip
             record = CheckpointRecord(
                 cell_id=self.cell_id,
                 t=time.time(),
@@ -147,6 +236,8 @@ def start_checkpoints(
     sink: CheckpointSink,
     freezer: Freezer | None,
     run_meta: RunMeta,
+    home_node: str | None = None,
+    time_used_before_s: float = 0.0,
 ) -> CellCheckpoints | None:
     """The cell's checkpoints, started; None with ``cell.checkpoint.enabled`` off, or when the
     store's folder cannot be made (recorded and logged: the cell runs on without checkpoints).
@@ -158,6 +249,10 @@ def start_checkpoints(
         sink: The Recorder's client.
         freezer: The cell's cgroup.
         run_meta: The cell's budget file, whose ``start_time`` gives the agent's time used.
+        home_node: The sweep driver's node, where the checkpoints go without ``storage.root``;
+            None: this node's sweep folder.
+        time_used_before_s: The agent's time used before this run (a resumed cell's earlier
+            runs), added to each checkpoint's.
     """
     cfg = cell.config
     if not cfg.cell.checkpoint.enabled:
@@ -165,15 +260,23 @@ def start_checkpoints(
 
     def agent_time() -> float | None:
         start = run_meta.snapshot().get("start_time")
-        return None if start is None else round(time.time() - float(start), 3)
+        if start is None:  # not launched yet: what the checkpoint holds is the earlier runs' work
+            return round(time_used_before_s, 3) if time_used_before_s else None
+        return round(time_used_before_s + time.time() - float(start), 3)
 
+    here = None if cfg.storage.root or home_node is None else _this_node()
+    push: Callable[[str], object] | None = None
     try:
-        folder = store_dir(cfg.storage.root, sweep_dir, cell.sweep_id, cell.cell_id)
+        if here is not None and home_node is not None and home_node != here:
+            folder = stage_dir(sweep_dir, here, cell.cell_id)
+            push = _pusher(home_node, folder, sweep_dir / "checkpoints" / cell.cell_id)
+        else:
+            folder = store_dir(cfg.storage.root, sweep_dir, cell.sweep_id, cell.cell_id)
     except CheckpointError as error:
         logger.warning("cell %s: no checkpoints: %s", cell.cell_id, error)
         sink.record_checkpoint(CheckpointRecord(cell.cell_id, time.time(), error=str(error)))
         return None
     checkpoints = CellCheckpoints(cell.cell_id, folder, roots, cfg.cell.checkpoint, sink,
-                                  freezer, agent_time)  # fmt: skip
+                                  freezer, agent_time, push)  # fmt: skip
     checkpoints.start()
     return checkpoints

@@ -15,6 +15,7 @@ import pytest
 
 from autorl.cell_schema import CheckpointConfig
 from autorl.config import compose
+from autorl.grid import CellSpec
 from autorl.records.live_types import CheckpointRecord
 from autorl.records.store import RecordStore
 from autorl.workspace.checkpoint_store import CheckpointError
@@ -106,7 +107,6 @@ def test_a_missing_storage_root_is_an_error_never_a_local_folder(tmp_path: Path)
 
 
 def test_start_records_why_a_cell_has_no_checkpoints(tmp_path: Path) -> None:
-    from autorl.grid import CellSpec
     from autorl.workspace.run_meta import RunMeta
 
     config = compose([f"storage.root={tmp_path / 'not-mounted'}"])
@@ -134,3 +134,99 @@ def test_checkpoint_records_are_stored_per_attempt(tmp_path: Path) -> None:
     ]
     assert all(r.attempt == 1 for r in got)
     store.close()
+
+
+def _spec(*overrides: str) -> CellSpec:
+    return CellSpec(sweep_id="s1", cell_id="c1", agent="scripted", driver="none", task="gsm8k",
+                    model="tiny", seed=0, config=compose(list(overrides)))  # fmt: skip
+
+
+def test_a_push_that_fails_is_a_failed_checkpoint_and_the_next_one_counts(tmp_path: Path) -> None:
+    roots, sink, pushed = _roots(tmp_path), Sink(), []
+    outcomes: list[Exception | None] = [
+        CheckpointError("node 1a2b3c is dead (removed from the cluster)"),
+        RuntimeError("a bug in the push"),
+        None,
+    ]
+
+    def push(checkpoint_id: str) -> None:
+        pushed.append(checkpoint_id)
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    folder = tmp_path / "stage"
+    folder.mkdir()
+    checkpoints = CellCheckpoints("c1", folder, roots, _cfg(), sink, agent_time=lambda: 7.0,
+                                  push=push)  # fmt: skip
+    lost, buggy, arrived = checkpoints.take(), checkpoints.take(), checkpoints.take()
+    assert pushed == ["000001", "000002", "000003"]  # each one taken on this node, then sent
+    assert lost.checkpoint_id == "" and lost.agent_time_s == 7.0
+    assert lost.error is not None and "checkpoint 000001" in lost.error
+    assert "did not reach the home node" in lost.error and "is dead" in lost.error
+    assert buggy.checkpoint_id == "" and "a bug in the push" in str(buggy.error)
+    assert arrived.error is None and arrived.checkpoint_id == "000003" and arrived.files == 2
+    assert sink.records == [lost, buggy, arrived]
+
+
+def test_a_cell_off_its_home_node_stages_its_checkpoints_and_pushes_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autorl.workspace import checkpointing
+    from autorl.workspace.run_meta import RunMeta
+
+    here, home = "b" * 56, "a" * 56
+    pushes: list[tuple[str, Path, Path, str]] = []
+
+    def pusher(home_node: str, stage: Path, home_folder: Path) -> object:
+        return lambda checkpoint_id: pushes.append((home_node, stage, home_folder, checkpoint_id))
+
+    monkeypatch.setattr(checkpointing, "_this_node", lambda: here)
+    monkeypatch.setattr(checkpointing, "_pusher", pusher)
+    sweep, sink = tmp_path / "sweep", Sink()
+    meta = RunMeta(tmp_path / "run_meta.json", 60.0, tmp_path)
+    spec = _spec("cell.checkpoint.every_s=3600")
+    away = start_checkpoints(spec, sweep, _roots(tmp_path), sink, None, meta, home_node=home,
+                             time_used_before_s=100.0)  # fmt: skip
+    assert away is not None
+    try:
+        stage = sweep / "checkpoint_stage" / here[:12] / "c1"
+        assert away.folder == stage
+        before_start = away.take()  # the agent has not started again: its earlier time counts
+        meta.update(start_time=time.time() - 5.0)
+        after_start = away.take()
+    finally:
+        away.stop()
+    assert pushes == [(home, stage, sweep / "checkpoints" / "c1", "000001"),
+                      (home, stage, sweep / "checkpoints" / "c1", "000002")]  # fmt: skip
+    assert before_start.agent_time_s == 100.0
+    assert after_start.agent_time_s is not None and 105.0 <= after_start.agent_time_s < 110.0
+    # On its home node, or with a shared root, a cell writes its checkpoints where they belong.
+    at_home = start_checkpoints(spec, sweep, _roots(tmp_path / "h"), sink, None, meta,
+                                home_node=here)  # fmt: skip
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    on_root = start_checkpoints(_spec(f"storage.root={shared}"), sweep, _roots(tmp_path / "r"),
+                                sink, None, meta, home_node=home)  # fmt: skip
+    assert at_home is not None and on_root is not None
+    at_home.stop()
+    on_root.stop()
+    assert at_home.folder == sweep / "checkpoints" / "c1" and at_home.push is None
+    assert on_root.folder == shared / "checkpoints" / "s1" / "c1" and on_root.push is None
+    assert len(pushes) == 2
+
+
+def test_the_restore_side_reads_the_home_folder_or_the_shared_root_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autorl.workspace import checkpointing
+    from autorl.workspace.checkpointing import checkpoint_source
+
+    monkeypatch.setattr(checkpointing, "_this_node", lambda: "h" * 56)
+    sweep = tmp_path / "sweep"
+    store = checkpoint_source(_spec(), sweep, "h" * 56, "000001")
+    assert store.root == sweep / "checkpoints" / "c1"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    store = checkpoint_source(_spec(f"storage.root={shared}"), sweep, "other" * 8, "000001")
+    assert store.root == shared / "checkpoints" / "s1" / "c1"
