@@ -175,8 +175,13 @@ def test_checkpoints_travel_to_the_home_node_incrementally_and_a_corrupt_blob_is
     assert not CheckpointStore(home).blob_path(new_blob).exists()
     assert not list((home / "tmp").iterdir())  # nothing half-written left behind
 
-    # The production push: from the cell's node, a task on the home node pulls the checkpoint.
+    # A pull past its time limit (a hung source) fails the same way, leaving no checkpoint.
     blob.write_bytes(b"new weights" * 1000)
+    with pytest.raises(CheckpointError, match="time limit"):
+        pull_checkpoint(source, str(stage), home, third.checkpoint_id, timeout_s=1e-6)
+    assert CheckpointStore(home).manifest_ids() == ["000001", "000002"]
+
+    # The production push: from the cell's node, a task on the home node pulls the checkpoint.
     push = ray.remote(num_cpus=0)(push_checkpoint).options(scheduling_strategy=_on(source))
     pushed = ray.get(push.remote(_here(), stage, home, third.checkpoint_id))
     assert (pushed.checkpoint_id, pushed.files) == ("000003", 1) and pushed.read_on == {source}
