@@ -56,7 +56,7 @@ class CellResources:
     )
     checkpoint: CheckpointConfig = setting("snapshots of the running cell")
     on_node_loss: NodeLoss = setting(
-        "for the scheduler, once it resumes cells: resume restarts a cell whose node was lost "
-        "from its last checkpoint on another node, restart runs it again from nothing; the "
-        "scheduler does not read it yet (every lost cell restarts)"
+        "a cell whose node is lost: resume goes on from its last checkpoint on another node, in "
+        "the same attempt, with the budget left at that checkpoint; restart runs it again from "
+        "nothing as a new attempt"
     )

@@ -4,10 +4,13 @@ Cells are scheduled by resources: each asks for a ``{CPU, GPU}`` bundle through 
 group, and at most ``scheduler.max_concurrent_cells`` are placed or running at once. The record
 store makes re-running the same command a resume: completed cells are skipped, the rest run.
 
-Every placement of a cell is a new attempt (numbered across invocations of the sweep): an attempt
-that ends in an infrastructure failure (its node died, its actor crashed) is retried up to
-``scheduler.max_retries`` times in this invocation, and a resumed sweep starts its unfinished cells
-again. Each attempt's records stay in the store under its number; only the last one counts.
+Every placement of a cell is a new attempt (numbered across invocations of the sweep), except a
+resume: a cell whose node was lost (its actor's host died) goes on from its last checkpoint on
+another node in the same attempt (``cell.on_node_loss=resume``, :mod:`autorl.workspace.resume`).
+An attempt that ends in another infrastructure failure, or has no checkpoint, is retried from
+nothing; either way at most ``scheduler.max_retries`` times in this invocation, and a resumed sweep
+starts its unfinished cells again. Each attempt's records stay in the store under its number; only
+the last one counts.
 
 The shared services that hold the sweep's state (the Recorder and the GraderPool) are pinned to the
 driver's node: the record store lives in the sweep folder there, and a supervisor on a node that
@@ -27,7 +30,14 @@ from typing import Any, cast
 
 import ray
 from ray.actor import ActorHandle
-from ray.exceptions import GetTimeoutError, RayError
+from ray.exceptions import (
+    ActorDiedError,
+    ActorUnavailableError,
+    GetTimeoutError,
+    NodeDiedError,
+    RayError,
+    WorkerCrashedError,
+)
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
@@ -44,6 +54,7 @@ from autorl.actors.grader_pool import GraderPool
 from autorl.actors.recorder import Recorder
 from autorl.actors.recorder_client import RecorderClient
 from autorl.actors.workspace import Workspace
+from autorl.cell_schema import NodeLoss
 from autorl.cluster import check_gpus_fit, check_nodes_sealable, connect
 from autorl.config import SweepPlan, resolve_cache_dir
 from autorl.errors import PrerequisiteError
@@ -55,8 +66,12 @@ from autorl.records.types import CellOutcome, CellRecord, plain_config
 from autorl.tasks import get_task
 from autorl.tracking.sweep_end import finish_sweep
 from autorl.view import view_command
+from autorl.workspace.resume import ResumeFrom, plan_resume
 
 logger = logging.getLogger(__name__)
+# The errors of a cell whose actor's process or node died (not of its run raising): such a cell
+# may resume from its checkpoint elsewhere.
+HOST_LOST = (ActorDiedError, ActorUnavailableError, NodeDiedError, WorkerCrashedError)
 _CANCEL_WAIT_S = 60.0
 _STATS_EVERY_S = 15.0  # how often the grader pool's busy fractions are saved while the sweep runs
 # A killed sweep process's named actors go away once Ray notices its driver died.
@@ -74,6 +89,8 @@ class _Attempt:
     run_ref: Any = None
     ready_ref: Any = field(default=None)
     told: bool = False  # the user was told what this unplaced attempt waits for
+    resume: ResumeFrom | None = None  # this placement goes on from a checkpoint of a lost node
+    node_id: str | None = None  # the node it runs on, once started
 
 
 _TELL_UNPLACED_AFTER_S = 30.0  # a cell unplaced this long while nothing of the sweep runs: say why
@@ -112,8 +129,10 @@ class SweepRunner:
         # run).
         self.run_id = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         _wait_for_old_services(("recorder", "grader_pool"))
+        # The driver's node: the sweep folder, and the cells' checkpoints without storage.root.
+        self.home_node = ray.get_runtime_context().get_node_id()
         # Hard affinity: a restarted Recorder comes back here, next to the sweep folder it writes.
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        here = NodeAffinitySchedulingStrategy(self.home_node, soft=False)
         recorder = (
             ray.remote(Recorder)
             .options(
@@ -157,7 +176,7 @@ class SweepRunner:
     def run(self) -> dict[str, str]:
         """Run every unfinished cell, and every completed one whose score measured another task
         version or another build of its base model; returns the final status of every cell."""
-        todo: deque[tuple[CellSpec, int]] = deque()
+        todo: deque[tuple[CellSpec, int, ResumeFrom | None]] = deque()
         skipped, stale = [], []
         for cell in self.plan.cells:
             existing = self.recorder.get_cell(cell.cell_id)
@@ -171,7 +190,7 @@ class SweepRunner:
                 # Its score measured another task or model: a table that kept it would mix them,
                 # so it runs again as a new attempt, the old one kept in the store.
                 stale.append(f"{cell.cell_id} ({changed})")
-            todo.append((cell, 1))
+            todo.append((cell, 1, None))
             if existing is None:
                 self.recorder.upsert_cell(self._record(cell, "pending", 0))
             else:  # its last attempt keeps its records and summary until the next one starts
@@ -193,13 +212,13 @@ class SweepRunner:
                     if todo and self._spend_cap_reached():
                         self._cancel_unstarted(todo)
                     while todo and len(active) < limit:
-                        cell, tries = todo.popleft()
-                        active.append(self._place(cell, tries))
+                        cell, tries, resume = todo.popleft()
+                        active.append(self._place(cell, tries, resume))
                     for finished in self._step(active):
                         active.remove(finished)
-                        retry = self._finish(finished)
+                        retry, resume = self._finish(finished)
                         if retry:
-                            todo.append((finished.cell, finished.tries + 1))
+                            todo.append((finished.cell, finished.tries + 1, resume))
                     self.board.refresh(self.recorder.list_cells(self.plan.sweep_id))
                     if time.monotonic() - self._stats_saved > _STATS_EVERY_S:
                         self.save_grader_stats()
@@ -231,10 +250,10 @@ class SweepRunner:
         )
         return True
 
-    def _cancel_unstarted(self, todo: deque[tuple[CellSpec, int]]) -> None:
+    def _cancel_unstarted(self, todo: deque[tuple[CellSpec, int, ResumeFrom | None]]) -> None:
         """Mark the cells not yet started cancelled (a later run with a higher cap resumes them)."""
         while todo:
-            cell, _ = todo.popleft()
+            cell, _, _ = todo.popleft()
             self.recorder.set_cell_status(
                 cell.cell_id,
                 "cancelled",
@@ -281,14 +300,20 @@ class SweepRunner:
             model_build=_model_build_of(config),
         )
 
-    def _place(self, cell: CellSpec, tries: int) -> _Attempt:
+    def _place(self, cell: CellSpec, tries: int, resume: ResumeFrom | None = None) -> _Attempt:
         existing = self.recorder.get_cell(cell.cell_id)
-        # Numbered across invocations; the store keeps every earlier attempt's records under its
-        # number.
-        number = (existing.attempts if existing is not None else 0) + 1
-        number = self.recorder.start_attempt(self._record(cell, "pending", number))
-        pg = placement_group([_bundle(cell)], name=f"{cell.sweep_id}/{cell.cell_id}/{number}")
-        return _Attempt(cell, number, tries, pg, time.time(), ready_ref=pg.ready())
+        if resume is not None and existing is not None:
+            # A resume goes on in the attempt whose node was lost: one story in the records.
+            number = existing.attempts
+            name = f"{cell.sweep_id}/{cell.cell_id}/{number}/resume{resume.seq}"
+        else:
+            # Numbered across invocations; the store keeps every earlier attempt's records under
+            # its number.
+            number = (existing.attempts if existing is not None else 0) + 1
+            number = self.recorder.start_attempt(self._record(cell, "pending", number))
+            name = f"{cell.sweep_id}/{cell.cell_id}/{number}"
+        pg = placement_group([_bundle(cell)], name=name)
+        return _Attempt(cell, number, tries, pg, time.time(), ready_ref=pg.ready(), resume=resume)
 
     def _step(self, active: list[_Attempt]) -> list[_Attempt]:
         """Wait up to a second for progress; returns the attempts whose run ended."""
@@ -334,16 +359,31 @@ class SweepRunner:
         attempt.actor = (
             ray.remote(Workspace)
             .options(**options)
-            .remote(cell, str(cell_dir), self.recorder, self.pool)
+            .remote(cell, str(cell_dir), self.recorder, self.pool, attempt.resume, self.home_node)
         )
         attempt.run_ref = attempt.actor.run.remote()
-        self.recorder.set_cell_status(cell.cell_id, "running", {"started_at": time.time()})
+        attempt.node_id = _node_of(attempt.pg)
+        resume = attempt.resume
+        if resume is None:
+            self.recorder.set_cell_status(cell.cell_id, "running", {"started_at": time.time()})
+        else:
+            self.recorder.set_cell_status(cell.cell_id, "running", {})
+            interrupted = self.recorder.record_resume(
+                resume.event(cell.cell_id, attempt.attempt, attempt.node_id),
+                f"interrupted: node {resume.from_node} was lost while this was being scored",
+            )
+            self.board.note(
+                f"cell {cell.cell_id} resumes on node {attempt.node_id} from checkpoint "
+                f"{resume.checkpoint_id} ({resume.time_used_s:.0f} s used, {resume.lost_s:.0f} s "
+                f"lost{'; interrupted submissions ' + str(interrupted) if interrupted else ''})"
+            )
         self.recorder.set_attempt(
-            cell.cell_id, attempt.attempt, "running", {"node_id": _node_of(attempt.pg)}
+            cell.cell_id, attempt.attempt, "running", {"node_id": attempt.node_id}
         )
 
-    def _finish(self, attempt: _Attempt) -> bool:
-        """Record how an attempt ended; returns True when it should be retried."""
+    def _finish(self, attempt: _Attempt) -> tuple[bool, ResumeFrom | None]:
+        """Record how an attempt ended; returns whether the cell runs again, and from which
+        checkpoint (None: from nothing, as a new attempt)."""
         cell = attempt.cell
         try:
             if attempt.run_ref is None:
@@ -361,7 +401,7 @@ class SweepRunner:
             self.recorder.set_attempt(
                 cell.cell_id, attempt.attempt, "completed", {"finished_at": now}
             )
-            return False
+            return False, None
         except (RayError, TimeoutError) as error:
             retries = self.cfg.scheduler.max_retries
             logger.warning("cell %s attempt %d failed: %s", cell.cell_id, attempt.attempt, error)
@@ -372,16 +412,43 @@ class SweepRunner:
             )
             status = "pending" if attempt.tries <= retries else "failed"
             now = time.time()
+            resume = self._resume_of(attempt, error, message, now) if status == "pending" else None
+            if resume is not None:
+                self.recorder.set_cell_status(cell.cell_id, "pending", {"error": message})
+                return True, resume
             ended = {"error": message, "finished_at": now}
             self.recorder.set_attempt(cell.cell_id, attempt.attempt, "failed", ended)
             self.recorder.set_cell_status(cell.cell_id, status, ended)
-            return status == "pending"
+            return status == "pending", None
         finally:
             if attempt.actor is not None:
                 ray.kill(attempt.actor)
             remove_placement_group(attempt.pg)
 
-    def _cancel(self, active: list[_Attempt], queued: list[tuple[CellSpec, int]]) -> None:
+    def _resume_of(
+        self, attempt: _Attempt, error: Exception, message: str, seen_at: float
+    ) -> ResumeFrom | None:
+        """The checkpoint a cell whose host died goes on from (``cell.on_node_loss=resume``);
+        None: it starts again from nothing (a restart, an error of the cell's own run, or no
+        usable checkpoint)."""
+        cell = attempt.cell
+        if cell.config.cell.on_node_loss != NodeLoss.resume or not isinstance(error, HOST_LOST):
+            return None
+        resume = plan_resume(
+            self.recorder.list_checkpoints(cell.cell_id),
+            seen_at=seen_at,
+            seq=len(self.recorder.list_resumes(cell.cell_id)) + 1,
+            home_node=self.home_node,
+            from_node=attempt.node_id,
+            reason=message,
+        )
+        if resume is None:
+            self.board.note(f"cell {cell.cell_id} lost its node with no checkpoint: it restarts")
+        return resume
+
+    def _cancel(
+        self, active: list[_Attempt], queued: list[tuple[CellSpec, int, ResumeFrom | None]]
+    ) -> None:
         for attempt in active:
             if attempt.actor is not None:
                 attempt.actor.cancel.remote()
@@ -397,7 +464,7 @@ class SweepRunner:
                 attempt.cell.cell_id, attempt.attempt, status, {"finished_at": now}
             )
             self.recorder.set_cell_status(attempt.cell.cell_id, status, {"finished_at": now})
-        for cell, _ in queued:
+        for cell, _, _ in queued:
             self.recorder.set_cell_status(cell.cell_id, "cancelled", {})
 
 

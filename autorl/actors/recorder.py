@@ -20,6 +20,7 @@ from typing import Any
 from autorl.records.live_types import CheckpointRecord, ResourceSample, TraceEvent
 from autorl.records.migrations import autorl_version
 from autorl.records.results import summarize_cell, write_results_csv
+from autorl.records.resumes import ResumeEvent
 from autorl.records.store import RecordStore
 from autorl.records.types import (
     CellAttempt,
@@ -27,6 +28,7 @@ from autorl.records.types import (
     CellRecord,
     CodeRevision,
     DriverCall,
+    DriverUsage,
     SubmissionRecord,
     SweepStat,
     TraceSummary,
@@ -183,6 +185,35 @@ class Recorder:
     def record_checkpoint(self, record: CheckpointRecord) -> None:
         """Store a running cell's checkpoint (or the error of one that failed)."""
         self.store.add_checkpoint(record)
+
+    def list_checkpoints(self, cell_id: str) -> list[CheckpointRecord]:
+        """The current attempt's checkpoints, oldest first."""
+        return self.store.list_checkpoints(cell_id)
+
+    def record_resume(self, event: ResumeEvent, interrupted_error: str) -> list[int]:
+        """Store a resume event and mark what the lost node was scoring ``interrupted``; returns
+        the ids of those submissions."""
+        self.store.add_resume(event)
+        ids = self.store.interrupt_submissions(event.cell_id, interrupted_error)
+        cell = self.store.get_cell(event.cell_id)
+        if cell is not None and ids:
+            summary = summarize_cell(cell, self.store.list_submissions(event.cell_id))
+            summary.pop("best_submission_id", None)
+            self.store.upsert_cell(dataclasses.replace(cell, **summary))
+        return ids
+
+    def list_resumes(self, cell_id: str) -> list[ResumeEvent]:
+        """The current attempt's resume events, first first."""
+        return self.store.list_resumes(cell_id)
+
+    def last_trace_seq(self, cell_id: str) -> int:
+        """The largest trace-event number stored for the current attempt."""
+        return self.store.last_trace_seq(cell_id)
+
+    def driver_usage(self, cell_id: str) -> DriverUsage | None:
+        """The current attempt's driver usage over every driver call it recorded."""
+        totals = self.store.driver_usage_totals(cell_id)
+        return None if totals is None else DriverUsage(*totals)
 
     def get_baseline(self, key: str) -> float | None:
         """A cached baseline score."""

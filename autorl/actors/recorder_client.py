@@ -19,12 +19,14 @@ import ray
 from ray.actor import ActorHandle
 
 from autorl.records.live_types import CheckpointRecord, ResourceSample, TraceEvent
+from autorl.records.resumes import ResumeEvent
 from autorl.records.types import (
     CellAttempt,
     CellOutcome,
     CellRecord,
     CodeRevision,
     DriverCall,
+    DriverUsage,
     SubmissionRecord,
     SweepStat,
     TraceSummary,
@@ -154,6 +156,27 @@ class RecorderClient:
     def record_checkpoint(self, record: CheckpointRecord) -> None:
         """Store a running cell's checkpoint (or the error of one that failed)."""
         ray.get(self._handle.record_checkpoint.remote(record))
+
+    def list_checkpoints(self, cell_id: str) -> list[CheckpointRecord]:
+        """The current attempt's checkpoints, oldest first."""
+        return list(ray.get(self._handle.list_checkpoints.remote(cell_id)))
+
+    def record_resume(self, event: ResumeEvent, interrupted_error: str) -> list[int]:
+        """Store a resume event; what the lost node was scoring becomes ``interrupted``."""
+        return list(ray.get(self._handle.record_resume.remote(event, interrupted_error)))
+
+    def list_resumes(self, cell_id: str) -> list[ResumeEvent]:
+        """The current attempt's resume events."""
+        return list(ray.get(self._handle.list_resumes.remote(cell_id)))
+
+    def last_trace_seq(self, cell_id: str) -> int:
+        """The largest trace-event number stored for the current attempt."""
+        return int(ray.get(self._handle.last_trace_seq.remote(cell_id)))
+
+    def driver_usage(self, cell_id: str) -> DriverUsage | None:
+        """The current attempt's driver usage over every driver call it recorded."""
+        usage: DriverUsage | None = ray.get(self._handle.driver_usage.remote(cell_id))
+        return usage
 
     # The score caches, from the async GraderPool: awaited, never blocking its event loop.
 

@@ -27,8 +27,11 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
+from autorl.actors.cell_sinks import RecorderSink, pool_scorer
+from autorl.actors.checkpoint_transfer import RAY_TRANSPORT
 from autorl.actors.env_pool import find_pool_client
 from autorl.actors.model_source import this_node
+from autorl.actors.node_notices import this_node_drain_deadline as drain_deadline
 from autorl.actors.recorder_client import RecorderClient
 from autorl.agents.base import LaunchContext, load_adapter
 from autorl.agents.reprompt import continuation_prompt, should_resume
@@ -38,23 +41,21 @@ from autorl.envs.training import training_envs
 from autorl.grading.api import GradingServer, create_app
 from autorl.grading.heldout import check_dev_split, dev_target, score_on_test
 from autorl.grading.model_checks import check_loadable_model, weights_hash
-from autorl.grading.scoring import EvalTarget, ScoreOutcome, target_from_config
-from autorl.grading.service import CellGradingContext, Scorer, SubmissionService
+from autorl.grading.scoring import EvalTarget, target_from_config
+from autorl.grading.service import CellGradingContext, SubmissionService
 from autorl.grading.transfer import ModelPublisher, ModelRef
 from autorl.grid import CellSpec
 from autorl.integrity.cell_checks import run_cell_checks
 from autorl.models.resolve import resolve_model
 from autorl.records.types import (
     CellOutcome,
-    DriverCall,
     DriverUsage,
     IntegrityOutcome,
-    SubmissionRecord,
-    TraceSummary,
 )
 from autorl.seal.launch import CellSeal
 from autorl.task_code import PLUGIN_PATH_ENV
 from autorl.tasks import TaskData, TaskSpec, build_task_data, get_task
+from autorl.workspace.checkpoint_restore import RestoreResult
 from autorl.workspace.checkpointing import start_checkpoints
 from autorl.workspace.environment import (
     CellEnvironment,
@@ -64,63 +65,24 @@ from autorl.workspace.environment import (
 )
 from autorl.workspace.layout import (
     WorkspacePaths,
+    agent_variables,
     build_workspace,
     copy_agent_code,
     write_instructions,
 )
 from autorl.workspace.process import AgentExit, run_agent
+from autorl.workspace.resume import (
+    ResumeFrom,
+    driver_budget_left,
+    restore_workspace,
+    resume_prompt,
+)
 from autorl.workspace.revisions import CodeRevisions
 from autorl.workspace.run_meta import RunMeta
+from autorl.workspace.termination import watch_termination
 
 logger = logging.getLogger(__name__)
 _DRAIN_TIMEOUT_S = 900.0
-
-
-class _RecorderSink:
-    """The cell's records to the Recorder actor: the sink of the submission service
-    (:class:`autorl.grading.service.RecordSink`) and of the driver session
-    (:class:`autorl.agents.session.SessionSink`)."""
-
-    def __init__(self, recorder: RecorderClient) -> None:
-        self.recorder = recorder
-        self._pending: list[ray.ObjectRef[None]] = []  # driver calls sent, not yet known stored
-        self._lock = threading.Lock()
-
-    def record_submission(self, record: SubmissionRecord) -> None:
-        """Store a submission record (blocking until stored)."""
-        self.recorder.record_submission(record)
-
-    def record_trace(self, summary: TraceSummary) -> None:
-        """Store the trace summary (blocking until stored)."""
-        self.recorder.record_trace(summary)
-
-    def record_driver_call(self, call: DriverCall) -> None:
-        """Send a driver call without waiting (called on the gateway's thread)."""
-        ref = self.recorder.send_driver_calls([call])
-        with self._lock:
-            self._pending.append(ref)
-
-    def flush(self) -> None:
-        """Wait until every driver call sent so far is stored."""
-        with self._lock:
-            refs, self._pending = self._pending, []
-        ray.get(refs)
-
-
-def pool_scorer(pool: Any, target: EvalTarget, publisher: ModelPublisher, base: ModelRef) -> Scorer:
-    """The cell's scorer: each submission snapshot goes to the GraderPool as a :class:`ModelRef`.
-
-    ``base`` is the cell's base model, which a LoRA adapter is always applied to. The snapshot must
-    outlive the call, since a grader on another node reads it from here while scoring; it does:
-    :meth:`SubmissionService._score` deletes it only after the scorer returns.
-    """
-
-    def scorer(model_dir: Path, digest: str) -> tuple[ScoreOutcome, bool]:
-        with publisher.submission(model_dir, digest) as ref:
-            outcome, cached = ray.get(pool.score.remote(target, ref, digest, base_dir=base))
-        return outcome, bool(cached)
-
-    return scorer
 
 
 @dataclass(frozen=True)
@@ -197,16 +159,31 @@ class Workspace:
         cell_dir: str,
         recorder: RecorderClient | ActorHandle[Any],
         grader_pool: Any,
+        resume: ResumeFrom | None = None,
+        home_node: str | None = None,
     ) -> None:
-        """Remember the cell; nothing is built until :meth:`run`."""
+        """Remember the cell; nothing is built until :meth:`run`.
+
+        Args:
+            resume: The checkpoint this placement goes on from, after the cell lost its node
+                (:mod:`autorl.workspace.resume`); None: the cell starts from nothing.
+            home_node: The sweep driver's node, where checkpoints go without ``storage.root``.
+        """
         self.cell = cell
         self.cell_dir = Path(cell_dir)
         self.recorder = RecorderClient.of(recorder)
         self.pool = grader_pool
-        self.sink = _RecorderSink(self.recorder)
+        self.sink = RecorderSink(self.recorder)
         self.cancelled = threading.Event()
         self.driver_usage: dict[str, Any] = {}
         self.resumes = 0  # continuation prompts given (agent.reprompt)
+        self.resume = resume
+        self.home_node = home_node
+        self.restored: RestoreResult | None = None
+        # The budget left to this placement: a resumed cell was charged its time up to the
+        # checkpoint.
+        self.time_used_before_s = resume.time_used_s if resume is not None else 0.0
+        self.budget_s = max(0.0, cell.budget_s - self.time_used_before_s)
 
     def cancel(self) -> None:
         """Stop the agent (exit class ``killed``); :meth:`run` then finishes the cell."""
@@ -276,7 +253,13 @@ class Workspace:
             base_model_dir=base_dir,
             model_name=self.cell.model,
         )
-        run_meta = RunMeta(paths.run_meta, self.cell.budget_s, self.cell_dir)
+        if self.resume is not None:
+            home = self.cell_dir / "home"
+            roots = {"code": paths.code, "output": paths.output, "home": home}
+            self.restored = restore_workspace(
+                self.resume, self.cell, self.cell_dir.parent.parent, roots, RAY_TRANSPORT
+            )
+        run_meta = RunMeta(paths.run_meta, self.budget_s, self.cell_dir)
         # Sealed (sandbox.mode=bwrap): the agent runs in its own sandbox and cgroup, and reaches
         # this API and its gateway only through unix sockets forwarded into its network namespace.
         seal = CellSeal(cfg, self.cell.cell_id, self.cell_dir)
@@ -314,11 +297,11 @@ class Workspace:
             toolchain=toolchain_versions(seal.python),
             sealed=seal.sealed,
             isolated_network=seal.isolated_network,
-            budget_s=self.cell.budget_s,
+            budget_s=self.budget_s,
         )
         write_instructions(
             paths,
-            budget_s=self.cell.budget_s,
+            budget_s=self.budget_s,
             baseline=baseline,
             model_name=self.cell.model,
             eval_settings={"source": target.source, **target.eval_options},
@@ -357,6 +340,8 @@ class Workspace:
         service = SubmissionService(
             ctx, scorer, self.sink, run_meta, self.cell_dir / "grader_copies", revisions.snapshot
         )
+        if self.resume is not None:  # the lost node's submissions are this run's too
+            service.carry(self.recorder.list_submissions(self.cell.cell_id))
         token = secrets.token_urlsafe(32)
         app = create_app(
             service,
@@ -433,13 +418,19 @@ class Workspace:
             sandbox=ran.sandbox,
             resumes=self.resumes,
             duration_s=time.time() - prepared.started,
-            working_time_s=max(0.0, agent_exit.duration_s - ran.service.queue_wait_s()),
+            working_time_s=max(
+                0.0,
+                self.time_used_before_s + agent_exit.duration_s - ran.service.queue_wait_s(),
+            ),
             baseline=prepared.baseline,
             feedback=prepared.feedback,
             feedback_baseline=prepared.feedback_baseline,
             integrity=IntegrityOutcome.from_fields(integrity),
             # Gateway-side tokens_in, tokens_out, cost_usd (agents with a driver).
-            driver_usage=DriverUsage(**self.driver_usage) if self.driver_usage else None,
+            # Resumed: every driver call its attempt recorded, the lost node's gateway's too.
+            driver_usage=self.recorder.driver_usage(self.cell.cell_id)
+            if self.resume is not None
+            else (DriverUsage(**self.driver_usage) if self.driver_usage else None),
         )
 
     def _launch(
@@ -460,11 +451,16 @@ class Workspace:
             self.cell.cell_id,
             self.cell_dir,
             cfg.agent,
-            cfg.driver,
+            # A resumed cell's gateway has what its budget left after the lost node's calls.
+            driver_budget_left(cfg.driver, self.recorder.driver_usage(self.cell.cell_id))
+            if self.resume is not None
+            else cfg.driver,
             self.sink,
             cfg.grading_api.host,
             endpoints=seal,
             live=self.recorder,
+            # A resumed cell's steps are numbered on after those the lost node sent.
+            seq_offset=self.recorder.last_trace_seq(self.cell.cell_id) if self.resume else 0,
         )
         cgroup = None
         try:
@@ -480,7 +476,7 @@ class Workspace:
                 task_agent_dir=agent_code,
                 task_recipe=spec.entry_points.get("recipe"),
                 python=seal.python,
-                budget_s=self.cell.budget_s,
+                budget_s=self.budget_s,
             )
             # The copy of the task's agent side and of agent_kit (copy_agent_code's folder).
             read_only = [agent_code.parent] if agent_code else []
@@ -521,12 +517,22 @@ class Workspace:
                 self.recorder,
                 cgroup,
                 run_meta,
+                home_node=self.home_node,
+                time_used_before_s=self.time_used_before_s,
+                transport=RAY_TRANSPORT,
+            )
+            # A drain or SIGTERM of this node: one last checkpoint before it goes.
+            stop_notices = (
+                watch_termination(lambda _: checkpoints.take(), drain_deadline=drain_deadline())
+                if checkpoints is not None
+                else None
             )
             try:
                 return self._run_with_resumes(launch, ctx, run_meta)
             finally:
                 stop_revisions()
-                if checkpoints is not None:
+                if stop_notices is not None and checkpoints is not None:
+                    stop_notices()
                     checkpoints.stop()
         finally:
             if cgroup is not None:
@@ -545,23 +551,15 @@ class Workspace:
         node_env = {
             k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != PLUGIN_PATH_ENV
         }
-        return seal.base_env(node_env, home) | {
-            "HOME": str(home),
-            "TASK": self.cell.task,
-            "BASE_MODEL": self.cell.model,
-            "WORKSPACE": str(paths.root),
-            "MODEL_PATH": str(paths.model),
-            "DATA_PATH": str(paths.data),
-            "OUTPUT_DIR": str(paths.output),
-            "GRADING_SERVER_URL": url,
-            "GRADING_TOKEN": token,
-            "OMP_NUM_THREADS": str(max(1, int(cfg.cell.cpus))),
-            # Idle OpenMP threads sleep instead of spinning: cells share a node's cores (Ray's CPUs
-            # are counted, not pinned), and spinning threads took a neighbour's cycles
-            # (bench/omp_wait_policy.py). The agent may set its own.
-            "OMP_WAIT_POLICY": node_env.get("OMP_WAIT_POLICY", "PASSIVE"),
-            "PYTHONUNBUFFERED": "1",
-        }
+        return seal.base_env(node_env, home) | agent_variables(
+            paths,
+            home=home,
+            task=self.cell.task,
+            model=self.cell.model,
+            cpus=cfg.cell.cpus,
+            grading=(url, token),
+            omp_wait_policy=node_env.get("OMP_WAIT_POLICY", "PASSIVE"),
+        )
 
     def _run_with_resumes(
         self,
@@ -573,10 +571,12 @@ class Workspace:
         spans every launch."""
         cfg = self.cell.config
         first_start = time.monotonic()
-        deadline = first_start + self.cell.budget_s
-        agent_exit = launch(
-            ctx, self.cell.budget_s, lambda: run_meta.update(start_time=time.time())
-        )
+        deadline = first_start + self.budget_s
+        if self.resume is not None and self.restored is not None:
+            # The CLI continues its restored session (its continue flag), told what happened.
+            prompt = resume_prompt(self.resume, self.restored, self.budget_s)
+            ctx = dataclasses.replace(ctx, continuation_prompt=prompt, resume_index=1)
+        agent_exit = launch(ctx, self.budget_s, lambda: run_meta.update(start_time=time.time()))
         # agent.reprompt: an agent that ended by itself with time left is resumed in the same
         # workspace, told how much time remains (off by default; it changes what is measured).
         while should_resume(
@@ -587,11 +587,12 @@ class Workspace:
         ):
             prompt = continuation_prompt(remaining, self.cell.budget_s, self.resumes)
             self.resumes += 1
+            index = ctx.resume_index + 1
             with open(self.cell_dir / "agent.log", "a") as log:
                 log.write(
                     f"\n[autorl] resume {self.resumes}: the agent exited ({agent_exit.exit_code}) "
-                    f"with {remaining:.0f} s left; continuing with prompt.resume{self.resumes}.md\n"
+                    f"with {remaining:.0f} s left; continuing with prompt.resume{index}.md\n"
                 )
-            ctx = dataclasses.replace(ctx, continuation_prompt=prompt, resume_index=self.resumes)
+            ctx = dataclasses.replace(ctx, continuation_prompt=prompt, resume_index=index)
             agent_exit = launch(ctx, remaining, None)
         return dataclasses.replace(agent_exit, duration_s=time.monotonic() - first_start)

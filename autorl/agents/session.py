@@ -48,6 +48,8 @@ class DriverSession:
         endpoints: Where the gateway listens and the URL the agent gets for it (a sealed cell's).
         live: Receives the trace events and resource samples while the agent runs (the viewer's
             live records); None: none are sent.
+        seq_offset: Added to each live trace event's number (a resumed cell's events follow those
+            its lost node sent).
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class DriverSession:
         host: str,
         endpoints: Endpoints | None = None,
         live: LiveSink | None = None,
+        seq_offset: int = 0,
     ) -> None:
         self.cell_id = cell_id
         self.cell_dir = cell_dir
@@ -71,6 +74,7 @@ class DriverSession:
         self.gateway: CellGateway | None = None
         self.follower: TraceFollower | None = None
         self.live = live
+        self.seq_offset = seq_offset
         self.forwarder: LiveForwarder | None = None
 
     def agent_env(self, env: dict[str, str]) -> dict[str, str]:
@@ -102,7 +106,9 @@ class DriverSession:
         if self.live is not None:
             usage = None if cgroup is None else functools.partial(cgroup_usage, cgroup)
             gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")  # Ray's, for this cell's GPUs
-            self.forwarder = LiveForwarder(self.cell_id, self.live, usage, gpus)
+            self.forwarder = LiveForwarder(
+                self.cell_id, self.live, usage, gpus, seq_offset=self.seq_offset
+            )
             self.forwarder.start()
         parser = adapter.stream_parser()
         if parser is not None:

@@ -186,6 +186,18 @@ class SubmissionService:
         )
         self._worker.start()
 
+    def carry(self, earlier: list[SubmissionRecord]) -> None:
+        """Take over the submissions an earlier run of this attempt made (a cell resumed after its
+        node was lost): new ones are numbered on after them, the agent's list and best include them,
+        and weights they scored count as duplicates. Call before the first submission."""
+        with self._lock:
+            for record in sorted(earlier, key=lambda r: r.submission_id):
+                self._records[record.submission_id] = record
+                self._events[record.submission_id] = threading.Event()
+                self._events[record.submission_id].set()
+                if record.weights_hash and record.score is not None:
+                    self._scored_hashes.setdefault(record.weights_hash, record)
+
     # ---- called by the HTTP layer -------------------------------------------------------------
 
     def submit(self, model_path: object) -> int:
@@ -209,7 +221,7 @@ class SubmissionService:
                     f"{self._queued} submissions of this cell are already waiting to be scored; "
                     "wait for a result (GET /submissions) before submitting more"
                 )
-            submission_id = len(self._records) + 1
+            submission_id = max(self._records, default=0) + 1
             self._queued += 1
             record = SubmissionRecord(
                 cell_id=self.ctx.cell_id,

@@ -452,6 +452,36 @@ def _checkpoints(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+_V11_TABLES = """
+CREATE TABLE IF NOT EXISTS cell_resumes (
+    cell_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    t REAL NOT NULL,
+    checkpoint_id TEXT NOT NULL,
+    checkpoint_t REAL NOT NULL,
+    time_used_s REAL NOT NULL,
+    lost_s REAL NOT NULL,
+    from_node TEXT,
+    to_node TEXT,
+    reason TEXT NOT NULL DEFAULT '',
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (cell_id, attempt, seq)
+)
+"""
+
+
+def _resumes(conn: sqlite3.Connection) -> None:
+    """Version 11: cells that lost their node and resumed elsewhere from a checkpoint.
+
+    ``cell_resumes`` holds one row per resume; ``cells.node_resumes`` counts them and
+    ``cells.lost_s`` adds up the wall time they lost (0 for every earlier cell).
+    """
+    for statement in _statements(_V11_TABLES):
+        conn.execute(statement)
+    conn.execute("ALTER TABLE cells ADD COLUMN node_resumes INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE cells ADD COLUMN lost_s REAL NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial", _initial),
     Migration(2, "v1_late_tables", _v1_late_tables),
@@ -463,6 +493,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "model_build", _model_build),
     Migration(9, "live_records", _live_records),
     Migration(10, "checkpoints", _checkpoints),
+    Migration(11, "resumes", _resumes),
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

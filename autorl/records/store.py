@@ -22,6 +22,7 @@ from autorl.errors import AutorlError
 from autorl.records.live import LiveRecords
 from autorl.records.live_types import CheckpointRecord, ResourceSample, TraceEvent
 from autorl.records.migrations import SCHEMA_VERSION, check_not_newer, migrate, stored_version
+from autorl.records.resumes import ResumeEvent, ResumeRecords
 from autorl.records.types import (
     ATTEMPT_STATUSES,
     CELL_STATUSES,
@@ -94,6 +95,7 @@ _RECORD_TYPES: dict[str, Any] = {
     "trace_events": TraceEvent,
     "resource_samples": ResourceSample,
     "checkpoints": CheckpointRecord,
+    "cell_resumes": ResumeEvent,
 }
 _TABLE_FIELDS = {
     table: tuple(f.name for f in dataclasses.fields(rt)) for table, rt in _RECORD_TYPES.items()
@@ -108,7 +110,7 @@ _OPTIONAL_FIELDS = {
 }
 
 
-class RecordStore(LiveRecords):
+class RecordStore(LiveRecords, ResumeRecords):
     """The sweep's SQLite record store.
 
     Every write is an idempotent upsert, committed immediately. One process should write;
@@ -199,7 +201,7 @@ class RecordStore(LiveRecords):
                     missing.append(f"the {table} table")
                 # An old store may predate a whole table (driver_calls and traces before version 2,
                 # cell_attempts and sweep_stats before version 6, the live records before 9, the
-                # checkpoints before 10).
+                # checkpoints before 10, the resumes before 11).
                 continue
             optional = _OPTIONAL_FIELDS[table] if self.read_only else frozenset()
             missing += [

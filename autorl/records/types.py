@@ -18,7 +18,16 @@ FINAL_STATUSES = ("completed", "failed", "cancelled")
 # An attempt that never ended (the sweep process was killed while it ran) is "interrupted" once the
 # next attempt of its cell starts.
 ATTEMPT_STATUSES = (*CELL_STATUSES, "interrupted")
-SUBMISSION_STATUSES = ("queued", "scoring", "scored", "invalid", "duplicate", "copy_of_base")
+# interrupted: it was being scored on a node that was lost (the cell resumed elsewhere).
+SUBMISSION_STATUSES = (
+    "queued",
+    "scoring",
+    "scored",
+    "invalid",
+    "duplicate",
+    "copy_of_base",
+    "interrupted",
+)
 VALID_SUBMISSION_STATUSES = ("scored", "duplicate", "copy_of_base")
 
 RESULTS_COLUMNS: tuple[str, ...] = (
@@ -56,6 +65,8 @@ RESULTS_COLUMNS: tuple[str, ...] = (
     "feedback_baseline",
     "best_feedback_score",
     "best_on_test",
+    "node_resumes",
+    "lost_s",
 )
 
 
@@ -165,6 +176,8 @@ class CellRecord:
         best_on_test: The highest test score of any counting submission; ``best_on_test -
             best_score`` is the selection bias that test feedback would have had (0 with test
             feedback).
+        node_resumes: How often the cell lost its node and resumed elsewhere from a checkpoint.
+        lost_s: Wall time those losses cost (from each checkpoint to the loss being seen).
     """
 
     sweep_id: str
@@ -211,6 +224,8 @@ class CellRecord:
     best_feedback_score: float | None = None
     best_on_test: float | None = None
     model_build: str | None = None
+    node_resumes: int = 0
+    lost_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_status(self.status, CELL_STATUSES, "cell")

@@ -222,6 +222,15 @@ def build_run_report(src: CellSources) -> tuple[dict[str, Any], dict[str, Any]]:
     return metrics, report
 
 
+def _node_loss_line(attempts: list[dict[str, Any]]) -> str:
+    """The final attempt's resumes after node losses and the work they lost, in words."""
+    final = [a for a in attempts if a.get("final")]
+    resumes = final[0].get("node_resumes", 0) if final else 0
+    if not resumes:
+        return "none"
+    return f"resumed {resumes} time(s) from a checkpoint, {final[0]['lost_s']} s of work lost"
+
+
 def integrity_facts(cell: CellRecord, subs: list[SubmissionRecord]) -> dict[str, Any]:
     """What the integrity checks found for one cell: the section of its run report and of the
     sweep report.
@@ -334,6 +343,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- status: {_md(r['status'])}; agent exit: {_md(r['exit_class'])} "
         f"(code {_md(r['exit_code'])}{limit}); budget {float(r['budget_s']):.0f} s",
         f"- sandbox: {_md(r.get('sandbox'))}; resumed {_md(r.get('resumes', 0))} time(s)",
+        f"- node losses: {_node_loss_line(r.get('attempts') or [])}",
         f"- integrity: {_integrity_line(r.get('integrity'))}",
         f"- baseline {_md(r['baseline'])} → best {_md(r['best_score'])} "
         f"(improvement {_md(r['improvement'])})",
@@ -347,18 +357,19 @@ def render_markdown(report: dict[str, Any]) -> str:
     for note in r["notes"]:
         lines.append(f"\n> note: {_md(note)}")
     attempts = r.get("attempts") or []
-    if len(attempts) > 1:
+    if len(attempts) > 1 or any(a.get("node_resumes") for a in attempts):
         lines += [
             "",
             "## Attempts (only the final one counts)",
             "",
-            "| attempt | status | error | submissions | best |",
-            "|---|---|---|---|---|",
+            "| attempt | status | error | submissions | best | node resumes | lost s |",
+            "|---|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {_md(a['attempt'])}{' (final)' if a['final'] else ''} | {_md(a['status'])} | "
             f"{_md(a['error'])} | {_md(a['valid_submissions'])}/{_md(a['submissions'])} | "
-            f"{_md(a['best_score'])} |"
+            f"{_md(a['best_score'])} | {_md(a.get('node_resumes', 0))} | "
+            f"{_md(a.get('lost_s', 0))} |"
             for a in attempts
         ]
     for e in r["entries"]:

@@ -90,6 +90,7 @@ def _results(cells: list[dict[str, Any]]) -> Table:
         "exit",
         "sandbox",
         "resumes",
+        "node losses",
         "duration s",
         "tokens",
         "cost $",
@@ -117,12 +118,18 @@ def _results(cells: list[dict[str, Any]]) -> Table:
                 _exit(cell.exit_class, cell.limit_hit),
                 _sandbox(cell.sandbox),
                 cell.resumes,
+                _node_losses(cell.node_resumes, cell.lost_s),
                 round(cell.duration_s) if cell.duration_s is not None else None,
                 m["tokens"],
                 cell.cost_usd,
             )
         )
     return Table(columns, rows)
+
+
+def _node_losses(resumes: int, lost_s: float) -> str:
+    """How often a cell resumed elsewhere after losing its node, and the work that cost."""
+    return f"{resumes} ({lost_s:.0f} s lost)" if resumes else "—"
 
 
 def _exit(exit_class: str | None, limit_hit: str | None) -> str | None:
@@ -205,7 +212,11 @@ def _judge_details(cell_id: str, judge: dict[str, Any]) -> JudgeDetails:
 def _attempts(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """Every attempt of each cell that ran more than once; only the final attempt counts
     (docs/design.md#commands)."""
-    retried = [c for c in cells if len(c["src"].attempts) > 1]
+    retried = [
+        c
+        for c in cells
+        if len(c["src"].attempts) > 1 or any(a["node_resumes"] for a in c["src"].attempts)
+    ]
     rows = [
         (
             c["src"].cell.cell_id,
@@ -216,6 +227,8 @@ def _attempts(cells: list[dict[str, Any]]) -> dict[str, Any]:
             f"{a['valid_submissions']}/{a['submissions']}",
             a["best_score"],
             a["tokens"],
+            a["node_resumes"],
+            a["lost_s"],
         )
         for c in retried
         for a in c["src"].attempts
@@ -229,6 +242,8 @@ def _attempts(cells: list[dict[str, Any]]) -> dict[str, Any]:
         "valid/subs",
         "best (feedback)",
         "tokens",
+        "node resumes",
+        "lost s",
     )
     return {"once": len(cells) - len(retried), "table": Table(columns, rows)}
 

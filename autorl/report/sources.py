@@ -161,8 +161,9 @@ def attempt_rows(store: RecordStore, cell: CellRecord) -> list[dict[str, Any]]:
     Each row: ``attempt``, ``status`` (an earlier attempt that never ended says ``interrupted``),
     ``error``, ``node_id``, ``started_at``, ``finished_at``, ``submissions``, ``valid_submissions``,
     ``best_score`` (its best by the rule of docs/design.md#commands, on the feedback split),
-    ``tokens`` and ``final`` (True for the attempt that counts). A store from before attempts were
-    kept has one row, from the cell's own fields.
+    ``tokens``, ``final`` (True for the attempt that counts), ``node_resumes`` and ``lost_s`` (its
+    resumes from checkpoints after node losses, and the wall time they lost). A store from before
+    attempts were kept has one row, from the cell's own fields.
     """
     final = max(cell.attempts, 1)
     stored = {a.attempt: a for a in store.list_attempts(cell.cell_id)}
@@ -210,6 +211,7 @@ def _attempt_row(
         subs, cell.baseline, allow_flagged=allows_substitution(cell), feedback=feedback_split(cell)
     )
     usage = store.driver_usage(cell.cell_id, number)
+    resumes = store.list_resumes(cell.cell_id, number)
     return {
         "attempt": number,
         "status": status,
@@ -222,6 +224,9 @@ def _attempt_row(
         "best_score": summary["best_score"],
         "tokens": usage["tokens_in"] + usage["tokens_out"],
         "final": number == final,
+        # Its resumes on other nodes after node losses, and the work they lost.
+        "node_resumes": len(resumes),
+        "lost_s": round(sum(r.lost_s for r in resumes), 1),
     }
 
 

@@ -247,6 +247,7 @@ def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[
         report = read_log(sweep_dir, cell.cell_id, 0, RUN_REPORT_SHOWN, "run_report.md")
     samples = store.list_resource_samples(cell.cell_id, limit=SAMPLES_SHOWN)
     checkpoints = store.list_checkpoints(cell.cell_id)
+    resumes = store.list_resumes(cell.cell_id)
     log = read_log(sweep_dir, cell.cell_id, None, LOG_TAIL)
     summary = Table(
         ["status", "task", "agent", "driver", "model", "seed", "baseline", "best", "improvement"]
@@ -356,6 +357,22 @@ def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[
                 for k in checkpoints
             ],
         ),
+        "resumes": Table(
+            ["resumed", "from checkpoint", "agent time s", "lost s", "lost node", "new node"]
+            + ["reason"],
+            [
+                [
+                    _when(r.t),
+                    r.checkpoint_id,
+                    r.time_used_s,
+                    r.lost_s,
+                    (r.from_node or "")[:12],
+                    (r.to_node or "")[:12],
+                    r.reason,
+                ]
+                for r in resumes
+            ],  # fmt: skip
+        ),
         "resources": resources_of(samples),
         "log": log,
         "log_href": cell_href(cell.cell_id, "log"),
@@ -367,6 +384,7 @@ def cell_context(store: RecordStore, sweep_dir: Path, cell: CellRecord) -> dict[
             steps[-1].seq if steps else 0,
             samples[-1].t if samples else 0,
             len(checkpoints),
+            len(resumes),
             log.size,
             report.size if report else None,
         ),

@@ -15,7 +15,8 @@ node (the "home node"), in ``<sweep_dir>/checkpoints/<cell>``:
 - a cell on another node writes each one into a stage store on its own node,
   ``<sweep_dir>/checkpoint_stage/<node id[:12]>/<cell>`` (the node id keeps the nodes of a
   one-machine cluster apart), and a task on the home node pulls it from there
-  (:func:`autorl.workspace.checkpoint_transfer.push_checkpoint`). The checkpoint counts (its
+  (the :class:`CheckpointTransport` the actor passes in:
+  :data:`autorl.actors.checkpoint_transfer.RAY_TRANSPORT`). The checkpoint counts (its
   record has no error) only once the home node has it; a push that fails or hangs past its time
   limit is recorded as a failed checkpoint, and the next one brings whatever blobs this one left.
 
@@ -26,12 +27,14 @@ the resumed cell's next checkpoints are numbered on from it).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from autorl.cell_schema import CheckpointConfig
 from autorl.grid import CellSpec
@@ -39,9 +42,6 @@ from autorl.records.live_types import CheckpointRecord
 from autorl.workspace.checkpoint import Freezer, take_snapshot
 from autorl.workspace.checkpoint_store import CheckpointError, CheckpointStore
 from autorl.workspace.run_meta import RunMeta
-
-if TYPE_CHECKING:
-    from autorl.workspace.checkpoint_transfer import PullStats
 
 logger = logging.getLogger(__name__)
 
@@ -92,25 +92,30 @@ def stage_dir(sweep_dir: Path, node_id: str, cell_id: str) -> Path:
     return folder
 
 
-def _this_node() -> str | None:
-    """This node's Ray id; None outside Ray (the transfer module, and Ray, load only when asked)."""
-    from autorl.workspace.checkpoint_transfer import this_node
+@dataclass(frozen=True)
+class CheckpointTransport:
+    """How checkpoints travel between nodes: Ray tasks, which this package does not import (the
+    Workspace actor passes :data:`autorl.actors.checkpoint_transfer.RAY_TRANSPORT`).
 
-    return this_node()
+    Attributes:
+        this_node: This node's id (None outside a cluster: nothing travels then).
+        push: ``push(home_node, stage folder, home folder, checkpoint_id)`` has the home node pull
+            one checkpoint of this node's stage store; raises ``CheckpointError``.
+        pull: ``pull(source_node, source folder, dest folder, checkpoint_id)`` brings one
+            checkpoint here; raises ``CheckpointError``.
+    """
 
-
-def _pusher(home_node: str, stage: Path, home: Path) -> Callable[[str], PullStats]:
-    """What sends one checkpoint of the stage store to the home node's store."""
-    from autorl.workspace.checkpoint_transfer import push_checkpoint
-
-    def push(checkpoint_id: str) -> PullStats:
-        return push_checkpoint(home_node, stage, home, checkpoint_id)
-
-    return push
+    this_node: Callable[[], str | None]
+    push: Callable[[str, Path, Path, str], object]
+    pull: Callable[[str, str, Path, str], object]
 
 
 def checkpoint_source(
-    cell: CellSpec, sweep_dir: Path, home_node: str | None, checkpoint_id: str
+    cell: CellSpec,
+    sweep_dir: Path,
+    home_node: str | None,
+    checkpoint_id: str,
+    transport: CheckpointTransport | None = None,
 ) -> CheckpointStore:
     """A store on this node that holds checkpoint ``checkpoint_id`` of ``cell`` (for a restore).
 
@@ -122,17 +127,26 @@ def checkpoint_source(
         CheckpointError: The store is missing, or the pull failed (naming why).
     """
     cfg = cell.config
-    here = None if cfg.storage.root or home_node is None else _this_node()
-    if here is None or home_node is None or home_node == here:
+    here = _away_from(home_node, cfg.storage.root, transport)
+    if here is None or home_node is None or transport is None:
         return CheckpointStore(store_dir(cfg.storage.root, sweep_dir, cell.sweep_id, cell.cell_id))
-    from autorl.workspace.checkpoint_transfer import PUSH_TIMEOUT_S, pull_checkpoint
-
     stage = stage_dir(sweep_dir, here, cell.cell_id)
-    home = sweep_dir / "checkpoints" / cell.cell_id
-    stats = pull_checkpoint(home_node, str(home), stage, checkpoint_id, timeout_s=PUSH_TIMEOUT_S)
-    logger.info("cell %s: checkpoint %s pulled from the home node: %d blobs, %d bytes in %.1f s",
-                cell.cell_id, checkpoint_id, stats.files, stats.bytes, stats.seconds)  # fmt: skip
+    stats = transport.pull(home_node, str(sweep_dir / "checkpoints" / cell.cell_id), stage,
+                           checkpoint_id)  # fmt: skip
+    logger.info("cell %s: checkpoint %s pulled from the home node: %s", cell.cell_id,
+                checkpoint_id, stats)  # fmt: skip
     return CheckpointStore(stage)
+
+
+def _away_from(
+    home_node: str | None, storage_root: str | None, transport: CheckpointTransport | None
+) -> str | None:
+    """This node's id when its checkpoints must travel to ``home_node`` (no shared storage, and
+    another node); None when they stay where they are written."""
+    if storage_root or home_node is None or transport is None:
+        return None
+    here = transport.this_node()
+    return here if here is not None and here != home_node else None
 
 
 class CellCheckpoints:
@@ -172,6 +186,9 @@ class CellCheckpoints:
         self.push = push
         self.taken: list[CheckpointRecord] = []
         self._stop = threading.Event()
+        # A termination notice's checkpoint may come while a periodic one runs: one at a time,
+        # or both would take the same id and freeze and thaw the cell over each other.
+        self._taking = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="checkpoints", daemon=True)
 
     def start(self) -> None:
@@ -190,6 +207,10 @@ class CellCheckpoints:
 
     def take(self) -> CheckpointRecord:
         """Take one checkpoint now and record it; a failure is recorded with its error."""
+        with self._taking:
+            return self._take()
+
+    def _take(self) -> CheckpointRecord:
         agent_time = self.agent_time()
         try:
             result = take_snapshot(CheckpointStore(self.folder), self.roots, self.cfg,
@@ -238,6 +259,7 @@ def start_checkpoints(
     run_meta: RunMeta,
     home_node: str | None = None,
     time_used_before_s: float = 0.0,
+    transport: CheckpointTransport | None = None,
 ) -> CellCheckpoints | None:
     """The cell's checkpoints, started; None with ``cell.checkpoint.enabled`` off, or when the
     store's folder cannot be made (recorded and logged: the cell runs on without checkpoints).
@@ -253,6 +275,8 @@ def start_checkpoints(
             None: this node's sweep folder.
         time_used_before_s: The agent's time used before this run (a resumed cell's earlier
             runs), added to each checkpoint's.
+        transport: How checkpoints reach ``home_node`` from another node; None: they stay in
+            this node's sweep folder.
     """
     cfg = cell.config
     if not cfg.cell.checkpoint.enabled:
@@ -264,12 +288,13 @@ def start_checkpoints(
             return round(time_used_before_s, 3) if time_used_before_s else None
         return round(time_used_before_s + time.time() - float(start), 3)
 
-    here = None if cfg.storage.root or home_node is None else _this_node()
+    here = _away_from(home_node, cfg.storage.root, transport)
     push: Callable[[str], object] | None = None
     try:
-        if here is not None and home_node is not None and home_node != here:
+        if here is not None and home_node is not None and transport is not None:
             folder = stage_dir(sweep_dir, here, cell.cell_id)
-            push = _pusher(home_node, folder, sweep_dir / "checkpoints" / cell.cell_id)
+            home = sweep_dir / "checkpoints" / cell.cell_id
+            push = functools.partial(transport.push, home_node, folder, home)
         else:
             folder = store_dir(cfg.storage.root, sweep_dir, cell.sweep_id, cell.cell_id)
     except CheckpointError as error:

@@ -125,6 +125,38 @@ def build_workspace(
     )
 
 
+def agent_variables(
+    paths: WorkspacePaths,
+    *,
+    home: Path,
+    task: str,
+    model: str,
+    cpus: float,
+    grading: tuple[str, str],
+    omp_wait_policy: str,
+) -> dict[str, str]:
+    """The benchmark's variables in the agent's environment: its HOME, task, model, workspace
+    folders, the grading API's URL and token (``grading``) and its thread settings."""
+    url, token = grading
+    return {
+        "HOME": str(home),
+        "TASK": task,
+        "BASE_MODEL": model,
+        "WORKSPACE": str(paths.root),
+        "MODEL_PATH": str(paths.model),
+        "DATA_PATH": str(paths.data),
+        "OUTPUT_DIR": str(paths.output),
+        "GRADING_SERVER_URL": url,
+        "GRADING_TOKEN": token,
+        "OMP_NUM_THREADS": str(max(1, int(cpus))),
+        # Idle OpenMP threads sleep instead of spinning: cells share a node's cores (Ray's CPUs
+        # are counted, not pinned), and spinning threads took a neighbour's cycles
+        # (bench/omp_wait_policy.py). The agent may set its own (the caller passes it on).
+        "OMP_WAIT_POLICY": omp_wait_policy,
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
 def copy_agent_code(spec: TaskSpec, dest: Path) -> Path | None:
     """Copy the agent-side code to ``dest``, read-only, and return the task's package folder in it.
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -214,6 +215,7 @@ class LiveForwarder:
         gpus: The cell's ``CUDA_VISIBLE_DEVICES`` (empty: no GPU is sampled).
         trace_interval_s: Seconds between sends of the queued trace events.
         sample_interval_s: Seconds between resource samples.
+        seq_offset: Added to each event's number (a resumed cell numbers on after its lost node).
     """
 
     def __init__(
@@ -224,8 +226,10 @@ class LiveForwarder:
         gpus: str = "",
         trace_interval_s: float = TRACE_INTERVAL_S,
         sample_interval_s: float = SAMPLE_INTERVAL_S,
+        seq_offset: int = 0,
     ) -> None:
         self.cell_id = cell_id
+        self.seq_offset = seq_offset
         self.sink = sink
         self.usage = usage or process_tree_usage
         self.gpus = gpus
@@ -244,7 +248,8 @@ class LiveForwarder:
         records = []
         for event in events:
             with contextlib.suppress(KeyError, TypeError, ValueError):
-                records.append(trace_event(self.cell_id, event, now))
+                record = trace_event(self.cell_id, event, now)
+                records.append(dataclasses.replace(record, seq=record.seq + self.seq_offset))
         with self._lock:
             self._queue.extend(records)
 

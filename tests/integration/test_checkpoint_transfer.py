@@ -22,13 +22,13 @@ import pytest
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from autorl.actors.checkpoint_transfer import RAY_TRANSPORT, pull_checkpoint, push_checkpoint
 from autorl.cell_schema import CheckpointConfig
 from autorl.config import compose
 from autorl.grid import CellSpec
 from autorl.workspace.checkpoint import SnapshotResult, take_snapshot
 from autorl.workspace.checkpoint_restore import restore_snapshot
 from autorl.workspace.checkpoint_store import CheckpointError, CheckpointStore
-from autorl.workspace.checkpoint_transfer import pull_checkpoint, push_checkpoint
 from autorl.workspace.checkpointing import checkpoint_source, stage_dir
 
 pytestmark = pytest.mark.integration
@@ -207,7 +207,9 @@ def test_a_cell_resumes_from_the_home_node_and_a_removed_node_is_an_error_that_s
         cell = CellSpec(sweep_id="s1", cell_id="c2", agent="scripted", driver="none",
                         task="gsm8k", model="tiny", seed=0, config=compose([]))  # fmt: skip
         resume = ray.remote(num_cpus=0)(checkpoint_source).options(scheduling_strategy=_on(new))
-        store: CheckpointStore = ray.get(resume.remote(cell, sweep, here, first.checkpoint_id))
+        store: CheckpointStore = ray.get(
+            resume.remote(cell, sweep, here, first.checkpoint_id, RAY_TRANSPORT)
+        )
         assert store.root == stage_dir(sweep, new, "c2") and store.manifest_ids() == ["000001"]
         _restored_same(store, roots, tmp_path / "r", "000001")
         after = _snapshot_on(new, store.root, roots)

@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import csv
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,49 +36,18 @@ import pytest
 import ray
 
 from autorl.models.tiny import ensure_tiny_model
+from tests.helpers.ray_cluster import local_cluster
 from tests.integration.conftest import sweep_env
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "tests" / "helpers" / "fault_agent.py"
-FAST_HEALTH = {
-    "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 500,
-    "health_check_failure_threshold": 3,
-}
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    temp_dir = tempfile.mkdtemp(prefix="arf-", dir="/tmp")
-    started = time.monotonic()
-    with pytest.MonkeyPatch.context() as patch:
-        # Cluster writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster (default
-        # /tmp/ray/...), which other Ray users on the machine read and which a fresh machine does
-        # not have: use our own.
-        patch.setenv("RAY_TMPDIR", temp_dir)
-        os.makedirs(os.path.join(temp_dir, "ray"))
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,
-                "resources": {"grader_slot": 1},
-                "include_dashboard": False,
-                "temp_dir": temp_dir,
-                "_system_config": FAST_HEALTH,
-            },
-        )
-        try:
-            for _ in range(2):
-                cluster.add_node(num_cpus=1, temp_dir=temp_dir)
-            cluster.wait_for_nodes()
-            print(f"cluster of 3 nodes up in {time.monotonic() - started:.1f} s", file=sys.stderr)
-            yield cluster
-        finally:
-            cluster.shutdown()
-            shutil.rmtree(temp_dir, ignore_errors=True)
+    with local_cluster(workers=2) as cluster:
+        yield cluster
 
 
 def _command(

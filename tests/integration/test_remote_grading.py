@@ -5,7 +5,7 @@ Two Ray nodes on this machine: the head (this test process is the cell side, as 
 would be) and a grader node started with ``ray start`` inside its own mount namespace (``unshare
 --mount``), with a private tmpfs mounted over the sweep's folder. The GraderPool pins its grader
 there (``grader.resources``). The cell side scores through the Workspace's own scorer
-(:func:`autorl.actors.workspace.pool_scorer`), so submissions and the base reach the grader as
+(:func:`autorl.actors.cell_sinks.pool_scorer`), so submissions and the base reach the grader as
 :class:`ModelRef` objects and are streamed through Ray (or read from ``storage.root``).
 """
 
@@ -27,10 +27,10 @@ import pytest
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from autorl.actors.cell_sinks import pool_scorer
 from autorl.actors.grader_pool import GraderPool
 from autorl.actors.model_source import this_node
 from autorl.actors.recorder import Recorder
-from autorl.actors.workspace import pool_scorer
 from autorl.grading.model_checks import check_loadable_model, weights_hash
 from autorl.grading.scoring import EvalTarget, score_model
 from autorl.grading.transfer import DigestCache, ModelPublisher, manifest_of

@@ -41,6 +41,7 @@ import pytest
 import ray
 from ray import cloudpickle
 
+from autorl.actors.node_notices import this_node_drain_deadline
 from autorl.records.live_types import CheckpointRecord
 from autorl.workspace.checkpoint_store import CheckpointStore
 from autorl.workspace.checkpointing import CellCheckpoints
@@ -61,20 +62,6 @@ _node_numbers = itertools.count()
 # Ray's workers cannot import this module (pytest imports it as integration.test_termination): its
 # actor and helpers travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def this_node_drain_deadline() -> Any:
-    """The Ray side of ``watch_termination(drain_deadline=...)``, as the Workspace actor passes it:
-    reads the GCS's draining nodes (hex id -> deadline in ms, 0 for none) for this node."""
-    import ray._private.state
-
-    node_id = ray.get_runtime_context().get_node_id()
-
-    def deadline() -> float | None:
-        ms = ray._private.state.state.get_draining_nodes().get(node_id)
-        return None if ms is None else ms / 1000.0
-
-    return deadline
 
 
 class FileSink:

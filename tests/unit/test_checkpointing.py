@@ -178,16 +178,16 @@ def test_a_cell_off_its_home_node_stages_its_checkpoints_and_pushes_each(
     here, home = "b" * 56, "a" * 56
     pushes: list[tuple[str, Path, Path, str]] = []
 
-    def pusher(home_node: str, stage: Path, home_folder: Path) -> object:
-        return lambda checkpoint_id: pushes.append((home_node, stage, home_folder, checkpoint_id))
+    def push(home_node: str, stage: Path, home_folder: Path, checkpoint_id: str) -> object:
+        pushes.append((home_node, stage, home_folder, checkpoint_id))
+        return None
 
-    monkeypatch.setattr(checkpointing, "_this_node", lambda: here)
-    monkeypatch.setattr(checkpointing, "_pusher", pusher)
+    transport = checkpointing.CheckpointTransport(lambda: here, push, lambda *_: None)
     sweep, sink = tmp_path / "sweep", Sink()
     meta = RunMeta(tmp_path / "run_meta.json", 60.0, tmp_path)
     spec = _spec("cell.checkpoint.every_s=3600")
     away = start_checkpoints(spec, sweep, _roots(tmp_path), sink, None, meta, home_node=home,
-                             time_used_before_s=100.0)  # fmt: skip
+                             time_used_before_s=100.0, transport=transport)  # fmt: skip
     assert away is not None
     try:
         stage = sweep / "checkpoint_stage" / here[:12] / "c1"
@@ -203,11 +203,12 @@ def test_a_cell_off_its_home_node_stages_its_checkpoints_and_pushes_each(
     assert after_start.agent_time_s is not None and 105.0 <= after_start.agent_time_s < 110.0
     # On its home node, or with a shared root, a cell writes its checkpoints where they belong.
     at_home = start_checkpoints(spec, sweep, _roots(tmp_path / "h"), sink, None, meta,
-                                home_node=here)  # fmt: skip
+                                home_node=here, transport=transport)  # fmt: skip
     shared = tmp_path / "shared"
     shared.mkdir()
     on_root = start_checkpoints(_spec(f"storage.root={shared}"), sweep, _roots(tmp_path / "r"),
-                                sink, None, meta, home_node=home)  # fmt: skip
+                                sink, None, meta, home_node=home,
+                                transport=transport)  # fmt: skip
     assert at_home is not None and on_root is not None
     at_home.stop()
     on_root.stop()
@@ -217,16 +218,19 @@ def test_a_cell_off_its_home_node_stages_its_checkpoints_and_pushes_each(
 
 
 def test_the_restore_side_reads_the_home_folder_or_the_shared_root_in_place(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
-    from autorl.workspace import checkpointing
-    from autorl.workspace.checkpointing import checkpoint_source
+    from autorl.workspace.checkpointing import CheckpointTransport, checkpoint_source
 
-    monkeypatch.setattr(checkpointing, "_this_node", lambda: "h" * 56)
+    def never(*_: object) -> None:
+        raise AssertionError("nothing travels to a node that has the checkpoint")
+
+    transport = CheckpointTransport(lambda: "h" * 56, never, never)
     sweep = tmp_path / "sweep"
-    store = checkpoint_source(_spec(), sweep, "h" * 56, "000001")
+    store = checkpoint_source(_spec(), sweep, "h" * 56, "000001", transport)
     assert store.root == sweep / "checkpoints" / "c1"
     shared = tmp_path / "shared"
     shared.mkdir()
-    store = checkpoint_source(_spec(f"storage.root={shared}"), sweep, "other" * 8, "000001")
+    store = checkpoint_source(_spec(f"storage.root={shared}"), sweep, "other" * 8, "000001",
+                              transport)  # fmt: skip
     assert store.root == shared / "checkpoints" / "s1" / "c1"

@@ -169,3 +169,30 @@ def test_adapter_digest_covers_its_scale_not_the_base_it_names(
         and rescaled["details"]["weight_distance"] != same["details"]["weight_distance"]
     )
     assert len(scorer.digests) == 2
+
+
+def test_a_resumed_cell_numbers_on_after_the_submissions_it_carries(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """A cell resumed after its node was lost carries its earlier submissions: the next one is
+    number 2, the best includes the carried one, and the carried weights count as a duplicate."""
+    first, _, _ = _service(tmp_path, models, allow=False, base="base")
+    try:
+        scored = _submit(first, models["perturbed"], "v1")
+    finally:
+        first.close()
+    earlier = first.records()
+    service, sink, scorer = _service(tmp_path / "resumed", models, allow=False)
+    try:
+        service.carry(earlier)
+        again = _submit(service, models["perturbed"], "v1")
+        better = _submit(service, models["wide"], "v2")
+    finally:
+        service.close()
+    assert scored["status"] == "scored" and earlier[0].submission_id == 1
+    assert (again["submission_id"], again["status"]) == (2, "duplicate")
+    assert again["details"]["duplicate_of"] == 1 and again["score"] == scored["score"]
+    assert better["submission_id"] == 3 and set(sink.records) == {2, 3}  # the carried one is stored
+    assert [r.submission_id for r in service.records()] == [1, 2, 3]
+    assert len(scorer.digests) == 1  # only v2 was scored: v1's weights were scored before the loss
+    assert service.response(3)["best"] == {"submission_id": 1, "score": 0.5}  # type: ignore[index]

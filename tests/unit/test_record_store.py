@@ -81,6 +81,8 @@ def test_constants() -> None:
         "feedback_baseline",
         "best_feedback_score",
         "best_on_test",
+        "node_resumes",
+        "lost_s",
     )
 
 

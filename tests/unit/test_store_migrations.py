@@ -108,7 +108,7 @@ def test_the_fixture_is_what_the_previous_main_wrote(old_store: Path) -> None:
 def test_migrations_are_numbered_from_one_with_unique_names() -> None:
     assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
     assert len({m.name for m in MIGRATIONS}) == len(MIGRATIONS)
-    assert SCHEMA_VERSION == 10
+    assert SCHEMA_VERSION == 11
 
 
 def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
@@ -126,6 +126,7 @@ def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
             "model_build",
             "live_records",
             "checkpoints",
+            "resumes",
         )
         log = store.migration_log()
     assert [(v, name) for v, name, _, _ in log] == [
@@ -138,6 +139,7 @@ def test_old_store_is_migrated_and_keeps_every_row(old_store: Path) -> None:
         (8, "model_build"),
         (9, "live_records"),
         (10, "checkpoints"),
+        (11, "resumes"),
     ]
     assert all(by == autorl_version() for *_, by in log)
     assert [r[0] for r in _raw(old_store, "SELECT version FROM schema_version")] == [SCHEMA_VERSION]

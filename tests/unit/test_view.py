@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 from markupsafe import escape
 
 from autorl.records.live_types import CheckpointRecord
+from autorl.records.resumes import ResumeEvent
 from autorl.records.store import RecordStore
 from autorl.view import view_command
 from autorl.view.__main__ import main
@@ -58,6 +59,8 @@ def sweep(tmp_path: Path) -> Iterator[tuple[Path, RecordStore]]:
     (tmp_path / "cells" / "gsm8k-b" / "run_report.md").write_text("# Run gsm8k-b <b>")
     store.add_checkpoint(CheckpointRecord("gsm8k-b", 10.0, "000002", 5.0, 3, 2**20, 0, True))
     store.add_checkpoint(CheckpointRecord("gsm8k-b", 20.0, error="store full"))
+    store.add_resume(ResumeEvent("gsm8k-b", 1, 30.0, "000002", 10.0, 5.0, 21.5, "node-aaaa",
+                                 "node-bbbb", "ActorDiedError: <node> died"))  # fmt: skip
     yield tmp_path, store
     store.close()
 
@@ -108,6 +111,10 @@ def test_cell_page_shows_submissions_calls_revisions_and_log(
     assert '<pre id="run-report"># Run gsm8k-b &lt;b&gt;</pre>' in text
     assert "Run report" not in client(sweep[0]).get("/cell/gsm8k-a").text  # still running
     assert "<td>000002</td>" in text and "<td>store full</td>" in text  # its checkpoints
+    # Its node loss: resumed from checkpoint 000002 on another node, 21.5 s of work lost.
+    assert "<h2>Node losses</h2>" in text and "<td>node-aaaa</td><td>node-bbbb</td>" in text
+    assert '<td class="num">21.5</td>' in text and "&lt;node&gt; died" in text
+    assert "Node losses" not in client(sweep[0]).get("/cell/gsm8k-a").text
     assert 'data-events="/cell/gsm8k-b/events"' in text
     assert '<script src="/static/live.js"></script>' in text
 

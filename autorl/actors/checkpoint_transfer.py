@@ -2,7 +2,8 @@
 
 Without ``storage.root`` a checkpoint taken on a cell's node would die with that node, so the sweep
 driver's node (the "home node") pulls each one into its own store as it is taken, and the node a
-cell resumes on pulls the checkpoint it restores (:mod:`autorl.workspace.checkpointing`).
+cell resumes on pulls the checkpoint it restores (:mod:`autorl.workspace.checkpointing`, which
+takes these functions as :data:`RAY_TRANSPORT`).
 :func:`pull_checkpoint` runs on the destination node, in the pattern of
 :mod:`autorl.actors.model_source`:
 
@@ -45,9 +46,11 @@ from autorl.workspace.checkpoint_store import (
     CheckpointStore,
     Entry,
 )
+from autorl.workspace.checkpointing import CheckpointTransport
 
 __all__ = [
     "PUSH_TIMEOUT_S",
+    "RAY_TRANSPORT",
     "WINDOW",
     "PullStats",
     "parse_manifest",
@@ -396,3 +399,15 @@ def push_checkpoint(
             f"{_node_state(home_node)}: {type(error).__name__}: {str(error)[:500]}"
         ) from error
     return stats
+
+
+def _pull_for_restore(
+    source_node: str, source_folder: str, dest: Path, checkpoint_id: str
+) -> object:
+    return pull_checkpoint(
+        source_node, source_folder, dest, checkpoint_id, timeout_s=PUSH_TIMEOUT_S
+    )
+
+
+RAY_TRANSPORT = CheckpointTransport(this_node, push_checkpoint, _pull_for_restore)
+"""Checkpoints through Ray: what the Workspace actor hands :mod:`autorl.workspace.checkpointing`."""
