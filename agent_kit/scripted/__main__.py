@@ -10,7 +10,11 @@ an agent may import), imported as the package ``task_agent`` so that it can neve
 grader side; its ``recipe`` names the recipe's ``run(settings) -> int`` as ``module:attr`` inside
 that package. Where autorl is importable (``sandbox.mode=none``) the process also refuses to import
 any grader-side module of it (:data:`GRADER_SIDE`); in the toolchain
-there is none to refuse."""
+there is none to refuse.
+
+``--resume`` (the adapter passes it when the cell resumes the agent) makes the run go on from the
+stages recorded in the workspace's :data:`agent_kit.scripted.progress.PROGRESS_FILE` instead of
+starting over (:mod:`agent_kit.scripted.progress`)."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import sys
 from pathlib import Path
 
 from agent_kit.scripted.common import log
+from agent_kit.scripted.progress import PROGRESS, PROGRESS_FILE, RESUME_FLAG
 from agent_kit.scripted.settings import SETTINGS_FILE, ScriptedSettings
 
 AGENT_PACKAGE = "task_agent"
@@ -57,12 +62,7 @@ def block_grader_side() -> None:
     sys.meta_path.insert(0, GraderSideBlocker())
 
 
-def parse_args(argv: list[str]) -> ScriptedSettings:
-    """The settings named by ``--settings`` (written from conf/agent/scripted.yaml by the adapter).
-
-    Raises:
-        SystemExit: No ``--settings``, or the file holds no valid settings (the message says why).
-    """
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m agent_kit.scripted")
     parser.add_argument(
         "--settings",
@@ -70,11 +70,31 @@ def parse_args(argv: list[str]) -> ScriptedSettings:
         required=True,
         help=f"the settings file (JSON, e.g. the workspace's {SETTINGS_FILE})",
     )
+    parser.add_argument(
+        RESUME_FLAG,
+        action="store_true",
+        help=f"go on from the stages recorded in {PROGRESS_FILE} (a resumed cell)",
+    )
+    return parser
+
+
+def parse_args(argv: list[str]) -> ScriptedSettings:
+    """The settings named by ``--settings`` (written from conf/agent/scripted.yaml by the adapter).
+
+    Raises:
+        SystemExit: No ``--settings``, or the file holds no valid settings (the message says why).
+    """
+    parser = _parser()
     path = parser.parse_args(argv).settings
     try:
         return ScriptedSettings.load(path)
     except (OSError, ValueError) as error:
         parser.error(str(error))
+
+
+def resume_requested(argv: list[str]) -> bool:
+    """Whether ``argv`` asks to go on from the recorded stages (:data:`RESUME_FLAG`)."""
+    return bool(_parser().parse_known_args(argv)[0].resume)
 
 
 def import_agent_package(folder: Path) -> None:
@@ -100,6 +120,12 @@ def main(argv: list[str]) -> int:
     """Run the recipe; the exit code is the recipe's (3: the task has no recipe)."""
     settings = parse_args(argv)
     block_grader_side()
+    return run_settings(settings, resume=resume_requested(argv))
+
+
+def run_settings(settings: ScriptedSettings, *, resume: bool) -> int:
+    """Everything after the import guard: seed, record, import and run the task's recipe, with
+    the stages' progress recorded in :data:`PROGRESS_FILE` (read back first when ``resume``)."""
     import torch
 
     torch.manual_seed(settings.seed)
@@ -117,6 +143,10 @@ def main(argv: list[str]) -> int:
     # The agent's own record of what it ran, kept with its code revisions.
     recorded = {"task": task, **settings.flat()}
     (Path("code") / "recipe.json").write_text(json.dumps(recorded, indent=2))
+    # A resume keeps the record of a run with the same settings; where the agent code was copied
+    # to may differ on the replacement node, so it is no part of them.
+    same_run = {k: v for k, v in recorded.items() if k != "recipe_dir"}
+    PROGRESS.start(PROGRESS_FILE, same_run, resume=resume, log=log)
     import_agent_package(recipe_dir)
     module_name, _, attr = settings.recipe.partition(":")
     run = getattr(importlib.import_module(f"{AGENT_PACKAGE}.{module_name}"), attr)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent_kit.scripted.progress import PROGRESS, workspace_key
 from agent_kit.scripted.settings import ScriptedSettings
 
 ChatRow = dict[str, Any]
@@ -40,13 +41,50 @@ def api(
 
 
 def submit(path: str) -> dict[str, Any]:
-    """Submit a model folder (relative to the workspace) and log the grader's answer."""
+    """Submit a model folder (relative to the workspace) and log the grader's answer.
+
+    On a resume (:mod:`agent_kit.scripted.progress`) a folder whose stage was skipped and had been
+    submitted is not submitted again: the cell keeps that submission, and its recorded answer is
+    returned. One whose request was under way when the run stopped is looked up first among the
+    cell's submissions.
+    """
+    earlier = PROGRESS.submitted_before(path)
+    if earlier is None and PROGRESS.pending_submission(path):
+        earlier = _made_before(path)
+    if earlier is not None:
+        log(
+            f"resume: not submitting {path} again; it was submission "
+            f"#{earlier.get('submission_id')} (score {earlier.get('score')})"
+        )
+        PROGRESS.record_submission(path, earlier)
+        return earlier
+    PROGRESS.submitting(path)
     answer = api("POST", "/submit", {"model_path": path})
+    PROGRESS.record_submission(path, answer)
     log(
         f"submitted {path}: status={answer['status']} score={answer['score']} "
         f"improvement={answer['improvement']}"
     )
     return answer
+
+
+def _made_before(path: str) -> dict[str, Any] | None:
+    """The cell's latest submission of ``path`` (from ``GET /submissions``); None if there is none
+    or the API cannot say (then it is submitted again: a second score beats none)."""
+    try:
+        listed = api("GET", "/submissions", timeout=60).get("submissions")
+    except (OSError, ValueError) as error:
+        log(f"resume: could not list the cell's submissions ({error}); submitting {path} again")
+        return None
+    key = workspace_key(path)
+    matches = [
+        s
+        for s in listed or []
+        if isinstance(s, dict)
+        and isinstance(s.get("model_path"), str)
+        and workspace_key(s["model_path"]) == key
+    ]
+    return matches[-1] if matches else None
 
 
 def remaining_s() -> float:
@@ -102,7 +140,22 @@ def sft(
     """Supervised fine-tuning of ``base`` on chat conversations; saves model and tokenizer to
     ``target``.
 
-    Training stops early once ``time_share`` of the budget left at its start is spent."""
+    Training stops early once ``time_share`` of the budget left at its start is spent. A resumed
+    run that finished this stage before skips it (:mod:`agent_kit.scripted.progress`)."""
+    if PROGRESS.finished("sft", target) is not None:
+        return
+    _train_sft(settings, conversations, base, target, time_share)
+    PROGRESS.record("sft", target)
+
+
+def _train_sft(
+    settings: ScriptedSettings,
+    conversations: list[list[dict[str, str]]],
+    base: str,
+    target: Path,
+    time_share: float,
+) -> None:
+    """:func:`sft`'s training with TRL's ``SFTTrainer``."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
@@ -143,7 +196,23 @@ def grpo(
     """GRPO from ``start`` with a rule reward; ``rows`` have a chat ``prompt`` plus the reward's
     columns.
 
-    Training stops early once ``time_share`` of the budget left at its start is spent."""
+    Training stops early once ``time_share`` of the budget left at its start is spent. A resumed
+    run that finished this stage before skips it (:mod:`agent_kit.scripted.progress`)."""
+    if PROGRESS.finished("grpo", target) is not None:
+        return
+    _train_grpo(settings, rows, reward, start, target, time_share)
+    PROGRESS.record("grpo", target)
+
+
+def _train_grpo(
+    settings: ScriptedSettings,
+    rows: list[ChatRow],
+    reward: Reward,
+    start: Path,
+    target: Path,
+    time_share: float,
+) -> None:
+    """:func:`grpo`'s training with TRL's ``GRPOTrainer``."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer

@@ -32,6 +32,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -42,7 +43,12 @@ from typing import Any
 
 from agent_kit.rollout import Episode, EpisodeProtocol, play
 from agent_kit.scripted.policy import ApiEpisodes, LocalPolicy, Sample, pack
+from agent_kit.scripted.progress import PROGRESS, StageRecord, write_atomically
 from agent_kit.scripted.settings import ScriptedSettings
+
+# SFT's expert sequences and the episodes they came from, which RL mixes in and avoids: kept beside
+# the progress record so that a resumed run's RL, starting from output/v1, has them.
+SFT_SAMPLES_FILE = Path("code") / "scripted_sft_samples.json"
 
 
 @dataclass
@@ -403,6 +409,53 @@ def _expert_sft(
     return samples, expert_ids[: len(rewards)]
 
 
+def save_sft_samples(path: Path, samples: list[Sample], played: list[str]) -> None:
+    """Write SFT's sequences and the expert's episodes (:func:`load_sft_samples` reads them)."""
+    body = {
+        "played": played,
+        "samples": [[s.prompt, s.completion, s.weight, [list(t) for t in s.more]] for s in samples],
+    }
+    write_atomically(path, json.dumps(body))
+
+
+def load_sft_samples(path: Path) -> tuple[list[Sample], list[str]]:
+    """SFT's sequences and the expert's episodes as :func:`save_sft_samples` wrote them.
+
+    Raises:
+        ValueError: The file does not load or holds something else (the message says what).
+    """
+    if not path.is_file():  # not there, or no regular file (a FIFO would block the read)
+        raise ValueError(f"{path} is no regular file")
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+        played = [str(episode) for episode in body["played"]]
+        samples = [
+            Sample(str(prompt), str(completion), float(weight), [(str(c), str(t)) for c, t in more])
+            for prompt, completion, weight, more in body["samples"]
+        ]
+    except (OSError, UnicodeDecodeError, KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"{path} does not hold SFT's samples: {error!r}") from error
+    return samples, played
+
+
+def _recorded_sft_samples() -> tuple[Callable[[StageRecord], str | None], dict[str, Any]]:
+    """A check for :meth:`Progress.finished` that loads a recorded SFT stage's samples, and the
+    dict it leaves them in (``samples``, ``played``)."""
+    loaded: dict[str, Any] = {}
+
+    def check(record: StageRecord) -> str | None:
+        # The file's own name, not one read from the record: that is workspace data.
+        if record.extra.get("samples") != SFT_SAMPLES_FILE.as_posix():
+            return f"the record names no {SFT_SAMPLES_FILE}"
+        try:
+            loaded["samples"], loaded["played"] = load_sft_samples(SFT_SAMPLES_FILE)
+        except ValueError as error:
+            return str(error)
+        return None
+
+    return check, loaded
+
+
 def _rl_batches(
     settings: ScriptedSettings,
     ids: list[str],
@@ -432,17 +485,31 @@ def run_recipe(
     submit: Callable[[str], Any],
     remaining_s: Callable[[], float],
 ) -> int:
-    """SFT on expert trajectories → submit ``output/v1`` → online RL → submit ``output/v2``."""
+    """SFT on expert trajectories → submit ``output/v1`` → online RL → submit ``output/v2``.
+
+    A resumed run skips the stages it finished before (:mod:`agent_kit.scripted.progress`): after
+    SFT, RL starts from ``output/v1`` with SFT's samples read back from :data:`SFT_SAMPLES_FILE`."""
     rl = settings.online_grpo
     envs = ApiEpisodes()
     ids = envs.episodes()
     # RL's episode batches, like SFT's batches, follow the cell's seed.
     rng = random.Random(settings.seed)
     output = Path(os.environ["OUTPUT_DIR"])
-    policy = LocalPolicy(os.environ["MODEL_PATH"], recipe.max_length)
-    samples, played = _expert_sft(settings, recipe, envs, ids, policy, log, remaining_s)
-    policy.save(output / "v1")
+    check, loaded = _recorded_sft_samples()
+    if PROGRESS.finished("expert_sft", output / "v1", check) is not None:
+        # A resumed run that finished SFT: RL starts from its model and mixes in its samples.
+        policy = LocalPolicy(output / "v1", recipe.max_length)
+        samples, played = loaded["samples"], loaded["played"]
+    else:
+        policy = LocalPolicy(os.environ["MODEL_PATH"], recipe.max_length)
+        samples, played = _expert_sft(settings, recipe, envs, ids, policy, log, remaining_s)
+        policy.save(output / "v1")
+        save_sft_samples(SFT_SAMPLES_FILE, samples, played)
+        PROGRESS.record("expert_sft", output / "v1", {"samples": SFT_SAMPLES_FILE.as_posix()})
     submit("output/v1")
+    if PROGRESS.finished("online_grpo", output / "v2") is not None:
+        submit("output/v2")
+        return 0
     group = max(2, rl.num_generations)
     batches = _rl_batches(settings, ids, played, rng, log)
     policy.temperature = rl.temperature
@@ -501,5 +568,6 @@ def run_recipe(
             f"same sampling noise before and after): {result.text()}"
         )
     policy.save(output / "v2")
+    PROGRESS.record("online_grpo", output / "v2")
     submit("output/v2")
     return 0

@@ -5,7 +5,8 @@ The adapter (:class:`ScriptedAgent`) writes the agent's settings file (the ``sft
 :class:`agent_kit.scripted.settings.ScriptedSettings`) into the workspace and builds the command
 line; the agent itself (``python -m agent_kit.scripted --settings <file>``, in
 :mod:`agent_kit.scripted`) knows nothing but that file, its environment variables and the grading
-API, like any CLI agent. It runs with ``LaunchContext.python`` (the agent's
+API, like any CLI agent (on a resumed launch, ``--resume``: it goes on from its recorded stages,
+:mod:`agent_kit.scripted.progress`). It runs with ``LaunchContext.python`` (the agent's
 toolchain in a sealed cell, where autorl is not importable) and finds ``agent_kit`` beside the
 task's agent package: :func:`autorl.workspace.layout.copy_agent_code` puts both in one folder, which
 the adapter prepends to ``PYTHONPATH``.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
+from agent_kit.scripted.progress import RESUME_FLAG
 from agent_kit.scripted.settings import SETTINGS_FILE, ScriptedSettings
 from autorl.agent_schema import ScriptedAgentConfig
 from autorl.agents.base import AgentLaunch, LaunchContext
@@ -69,6 +71,10 @@ class ScriptedAgent:
             "--settings",
             str(settings_file),
         ]
+        # A resumed cell (a replaced node, agent.reprompt): where a CLI continues its session, the
+        # scripted agent goes on from the stages it recorded in its workspace.
+        if ctx.resume_index > 0 or ctx.continuation_prompt is not None:
+            command.append(RESUME_FLAG)
         # copy_agent_code lays agent_kit/ beside the task's package: their common folder makes both
         # importable.
         path = ctx.env.get("PYTHONPATH")
