@@ -79,6 +79,7 @@ _INSERT_ATTEMPT = (
 )
 # The cell's current attempt: the one new records are filed under and readers count (at least 1).
 _CURRENT_ATTEMPT = "SELECT MAX(attempts, 1) FROM cells WHERE cell_id = ?"
+_INTERRUPTED = "interrupted: its attempt ended (node or sweep lost) before it was scored"
 _SETTABLE_ATTEMPT_FIELDS = frozenset(_ATTEMPT_FIELDS) - {"cell_id", "attempt", "status"}
 
 
@@ -313,7 +314,8 @@ class RecordStore(LiveRecords, ResumeRecords):
 
         The earlier attempts' submissions, code revisions, driver calls and trace stay in the store
         under their own attempt numbers (readers count only the current one); an earlier attempt
-        that never ended (the sweep process was killed) is marked ``interrupted``. Idempotent: a
+        that never ended (the sweep process was killed) is marked ``interrupted``, and so are its
+        submissions still queued or being scored. Idempotent: a
         replay, or any ``rec.attempts`` not above the stored one, changes nothing.
 
         Args:
@@ -346,6 +348,12 @@ class RecordStore(LiveRecords, ResumeRecords):
                     "attempt < ? "
                     f"AND status NOT IN ({', '.join('?' for _ in FINAL_STATUSES)})",
                     (rec.cell_id, rec.attempts, *FINAL_STATUSES),
+                )
+                # What an earlier attempt left queued or being scored died with it.
+                self._conn.execute(
+                    "UPDATE submissions SET status = 'interrupted', error = ? WHERE cell_id = ? "
+                    "AND attempt < ? AND status IN ('queued', 'scoring')",
+                    (_INTERRUPTED, rec.cell_id, rec.attempts),
                 )
                 self._conn.execute(_UPSERT_CELL, tuple(getattr(rec, f) for f in _CELL_FIELDS))
                 attempt = CellAttempt(rec.cell_id, rec.attempts, rec.status, started_at=time.time())

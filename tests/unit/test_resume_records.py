@@ -62,6 +62,12 @@ def test_what_the_lost_node_was_scoring_is_interrupted_and_the_rest_kept(tmp_pat
     assert subs[1] == ("scored", None) and subs[4][0] == "invalid"
     assert subs[2] == subs[3] == ("interrupted", "node n1 was lost")
     assert store.interrupt_submissions("c1", "again") == []
+    # A restart (a new attempt) leaves nothing of the old one queued or scoring forever.
+    store.upsert_submission(SubmissionRecord("c1", 5, "output/v5", "scoring"))
+    store.start_attempt(cell("c1", status="running", attempts=2))
+    old = {s.submission_id: s for s in store.list_submissions("c1", attempt=1)}
+    assert old[5].status == "interrupted" and "before it was scored" in (old[5].error or "")
+    assert old[1].status == "scored"
     store.close()
 
 
