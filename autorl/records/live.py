@@ -9,12 +9,10 @@ library only.
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
-import threading
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autorl.records.live_types import CheckpointRecord, ResourceSample, TraceEvent
+from autorl.records.store_part import StorePart
 
 _EVENT_FIELDS = tuple(f.name for f in dataclasses.fields(TraceEvent))
 _SAMPLE_FIELDS = tuple(f.name for f in dataclasses.fields(ResourceSample))
@@ -39,20 +37,8 @@ _INSERT_CHECKPOINT = (
 DEFAULT_LIMIT = 200
 
 
-class LiveRecords:
+class LiveRecords(StorePart):
     """The store's methods for trace events and resource samples (mixed into ``RecordStore``)."""
-
-    if TYPE_CHECKING:  # provided by RecordStore, which this class is a part of
-        _conn: sqlite3.Connection
-        _lock: threading.Lock
-
-        def _check_writable(self) -> None: ...
-        def _has_table(self, table: str) -> bool: ...
-        def _current_attempt(self, cell_id: str) -> int: ...
-        def _read(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]: ...
-        def _of_attempt(
-            self, table: str, cell_id: str, attempt: int | None
-        ) -> tuple[str, tuple[Any, ...]]: ...
 
     def _add_stamped(self, sql: str, records: list[Any], fields: tuple[str, ...]) -> None:
         """Insert ``records`` in one transaction, each filed under its cell's current attempt

@@ -70,7 +70,8 @@ class CheckpointRecord:
 
     Attributes:
         cell_id: The cell.
-        t: Unix time the checkpoint ended; with ``cell_id`` and ``attempt`` the key.
+        t: Unix time the checkpoint began (a failed one: when it failed); with ``cell_id`` and
+            ``attempt`` the key. A resume counts its lost time from it.
         checkpoint_id: The manifest's id in the cell's checkpoint store ("" when it failed).
         agent_time_s: The agent's time used when the checkpoint was listed.
         files: Regular files it holds.

@@ -12,11 +12,9 @@ Standard library only.
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
-import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+
+from autorl.records.store_part import StorePart
 
 
 @dataclass(frozen=True)
@@ -60,20 +58,8 @@ _UPSERT_RESUME = (
 IN_FLIGHT_STATUSES = ("queued", "scoring")
 
 
-class ResumeRecords:
+class ResumeRecords(StorePart):
     """The store's methods for resume events (mixed into ``RecordStore``)."""
-
-    if TYPE_CHECKING:  # provided by RecordStore, which this class is a part of
-        _conn: sqlite3.Connection
-        _lock: threading.Lock
-
-        def _check_writable(self) -> None: ...
-        def _has_table(self, table: str) -> bool: ...
-        def _current_attempt(self, cell_id: str) -> int: ...
-        def _read(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]: ...
-        def _of_attempt(
-            self, table: str, cell_id: str, attempt: int | None
-        ) -> tuple[str, tuple[Any, ...]]: ...
 
     def add_resume(self, event: ResumeEvent) -> None:
         """Store a resume event (filed under the cell's current attempt unless it names one) and

@@ -212,6 +212,9 @@ class CellCheckpoints:
 
     def _take(self) -> CheckpointRecord:
         agent_time = self.agent_time()
+        # Stamped with the snapshot's start: the state it holds (a push to the home node may take
+        # long after it), which is what a resume's lost time counts from.
+        taken_at = time.time()
         try:
             result = take_snapshot(CheckpointStore(self.folder), self.roots, self.cfg,
                                    freezer=self.freezer)  # fmt: skip
@@ -227,7 +230,7 @@ class CellCheckpoints:
                             result.checkpoint_id, sent)  # fmt: skip
             record = CheckpointRecord(
                 cell_id=self.cell_id,
-                t=time.time(),
+                t=taken_at,
                 checkpoint_id=result.checkpoint_id,
                 agent_time_s=agent_time,
                 files=result.files,

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from autorl.agent_schema import CliAgentConfig
+from autorl.agents.cli import find_binary
 from autorl.config import compose
+from autorl.errors import ConfigError
 
 TOKEN = "gw-token"
 
@@ -28,3 +32,11 @@ def cli_config(agent: str) -> CliAgentConfig:
     cfg = compose([f"agent={agent}"]).agent
     assert isinstance(cfg, CliAgentConfig)
     return cfg
+
+
+def require_cli(agent: str) -> None:
+    """Fail the test, saying how to install it, when the real CLI of ``agent`` is missing."""
+    try:
+        find_binary(cli_config(agent))
+    except ConfigError as error:
+        pytest.fail(f"this test needs the real {agent} CLI (make test-deps installs it): {error}")

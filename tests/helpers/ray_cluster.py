@@ -1,8 +1,9 @@
-"""A multi-node Ray cluster on this machine for the fault and node-loss tests.
+"""A multi-node Ray cluster on this machine for the fault, node-loss, transfer and termination
+tests.
 
-A head whose single CPU and ``grader_slot`` hold the grader (so only cells run on the workers) and
-one-CPU worker nodes for cells. Node death is detected after ~2 s instead of Ray's ~15 s (health
-checks every 0.5 s). The cluster runs without token auth: a sweep joins it with
+By default a head whose single CPU and ``grader_slot`` hold the grader (so only cells run on the
+workers) and one-CPU worker nodes for cells. Node death is detected after ~2 s instead of Ray's
+~15 s (health checks every 0.5 s). The cluster runs without token auth: a sweep joins it with
 ``cluster.auth_mode=disabled``.
 """
 
@@ -27,8 +28,14 @@ FAST_HEALTH = {
 
 
 @contextmanager
-def local_cluster(workers: int = 2) -> Iterator[Any]:
-    """A head (1 CPU, ``grader_slot``) and ``workers`` one-CPU nodes; shut down afterwards."""
+def local_cluster(
+    workers: int = 2,
+    head_cpus: int = 1,
+    head_resources: dict[str, float] | None = None,
+    fast_health: bool = True,
+) -> Iterator[Any]:
+    """A head (``head_cpus``; ``head_resources``, by default ``grader_slot``) and ``workers``
+    one-CPU nodes, with their own temp dir and ``RAY_TMPDIR``; shut down afterwards."""
     from ray.cluster_utils import Cluster
 
     temp_dir = tempfile.mkdtemp(prefix="arf-", dir="/tmp")
@@ -39,16 +46,15 @@ def local_cluster(workers: int = 2) -> Iterator[Any]:
         # not have: use our own.
         patch.setenv("RAY_TMPDIR", temp_dir)
         os.makedirs(os.path.join(temp_dir, "ray"))
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,
-                "resources": {"grader_slot": 1},
-                "include_dashboard": False,
-                "temp_dir": temp_dir,
-                "_system_config": FAST_HEALTH,
-            },
-        )
+        head: dict[str, Any] = {
+            "num_cpus": head_cpus,
+            "resources": {"grader_slot": 1} if head_resources is None else head_resources,
+            "include_dashboard": False,
+            "temp_dir": temp_dir,
+        }
+        if fast_health:
+            head["_system_config"] = FAST_HEALTH
+        cluster = Cluster(initialize_head=True, head_node_args=head)
         try:
             for _ in range(workers):
                 cluster.add_node(num_cpus=1, temp_dir=temp_dir)

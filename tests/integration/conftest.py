@@ -10,6 +10,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,6 +83,18 @@ def query(db: Path, sql: str, *params: object) -> list[tuple[object, ...]]:
     """Read the record store as an outside reader would."""
     with sqlite3.connect(db) as conn:
         return list(conn.execute(sql, params))
+
+
+def query_running(db: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
+    """Read the record store of a sweep that is running: read-only, and nothing (``[]``) while
+    the file or its schema is not there yet."""
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10) as conn:
+            return list(conn.execute(sql, params))
+    except sqlite3.OperationalError:  # not created yet, or the schema is being migrated
+        return []
 
 
 @pytest.fixture()

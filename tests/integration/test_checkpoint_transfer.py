@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,46 +28,22 @@ from autorl.workspace.checkpoint import SnapshotResult, take_snapshot
 from autorl.workspace.checkpoint_restore import restore_snapshot
 from autorl.workspace.checkpoint_store import CheckpointError, CheckpointStore
 from autorl.workspace.checkpointing import checkpoint_source, stage_dir
+from tests.helpers.ray_cluster import local_cluster
 
 pytestmark = pytest.mark.integration
 
-# Node death is seen within ~2 s instead of Ray's ~15 s.
-FAST_HEALTH = {
-    "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 500,
-    "health_check_failure_threshold": 3,
-}
 BIG = 20 * (1 << 20) + 123  # two 16 MiB chunks and a bit: the window and the chunking are used
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    """A head (the test's node) and one worker node, with their own temp dir and RAY_TMPDIR."""
-    from ray.cluster_utils import Cluster
-
-    temp_dir = tempfile.mkdtemp(prefix="arct-", dir="/tmp")
-    with pytest.MonkeyPatch.context() as patch:
-        # Cluster writes the head's address under $RAY_TMPDIR/ray, which other Ray users read.
-        patch.setenv("RAY_TMPDIR", temp_dir)
-        os.makedirs(os.path.join(temp_dir, "ray"))
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,
-                "include_dashboard": False,
-                "temp_dir": temp_dir,
-                "_system_config": FAST_HEALTH,
-            },
-        )
+    """A head (the test's node) and one worker node."""
+    with local_cluster(workers=1, head_resources={}) as cluster:
+        ray.init(address=cluster.address, include_dashboard=False)
         try:
-            cluster.add_node(num_cpus=1, temp_dir=temp_dir)
-            cluster.wait_for_nodes()
-            ray.init(address=cluster.address, include_dashboard=False)
             yield cluster
         finally:
             ray.shutdown()
-            cluster.shutdown()
-            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _here() -> str:

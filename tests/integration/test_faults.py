@@ -24,7 +24,6 @@ from __future__ import annotations
 import csv
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -37,7 +36,7 @@ import ray
 
 from autorl.models.tiny import ensure_tiny_model
 from tests.helpers.ray_cluster import local_cluster
-from tests.integration.conftest import sweep_env
+from tests.integration.conftest import query_running, sweep_env
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -76,16 +75,6 @@ def _command(
     ]
 
 
-def _query(db: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
-    if not db.exists():
-        return []
-    try:
-        with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10) as conn:
-            return list(conn.execute(sql, params))
-    except sqlite3.OperationalError:  # not created yet, or the schema is being migrated
-        return []
-
-
 def _log(proc: subprocess.Popen[str]) -> str:
     """The sweep's output without Ray's raylet dumps (they flood it when a node is killed)."""
     proc.wait(timeout=60)
@@ -115,7 +104,7 @@ def _wait(
 
 def _scored(db: Path, cell: str, attempt: int) -> bool:
     return bool(
-        _query(
+        query_running(
             db,
             "SELECT 1 FROM submissions WHERE cell_id = ? AND attempt = ? AND status = 'scored'",
             cell,
@@ -163,7 +152,7 @@ def test_node_recorder_and_grader_faults(cluster: Any, tmp_path: Path, cache_dir
     try:
         # (a) Attempt 1 has a scored submission and holds: kill its node.
         _wait("attempt 1's scored submission", lambda: _scored(db, cell, 1), proc)
-        ((node_id,),) = _query(
+        ((node_id,),) = query_running(
             db, "SELECT node_id FROM cell_attempts WHERE cell_id = ? AND attempt = 1", cell
         )
         (node,) = [n for n in cluster.worker_nodes if n.node_id == node_id]
@@ -172,7 +161,7 @@ def test_node_recorder_and_grader_faults(cluster: Any, tmp_path: Path, cache_dir
         killed_at = time.monotonic()
         _wait(
             "attempt 2 to run",
-            lambda: _query(
+            lambda: query_running(
                 db,
                 "SELECT 1 FROM cell_attempts WHERE cell_id = ? AND attempt = 2 AND status = "
                 "'running'",
@@ -211,7 +200,7 @@ def test_node_recorder_and_grader_faults(cluster: Any, tmp_path: Path, cache_dir
         and row["submissions"] == "1"
         and row["valid_submissions"] == "1"
     ), output[-3000:]
-    attempts = _query(
+    attempts = query_running(
         db,
         "SELECT attempt, status, error, node_id FROM cell_attempts WHERE cell_id = ? ORDER BY "
         "attempt",
@@ -223,7 +212,7 @@ def test_node_recorder_and_grader_faults(cluster: Any, tmp_path: Path, cache_dir
     )  # retried on the other node
     # Each attempt keeps its own submission 1, code revisions and trace-free logs; none is
     # duplicated.
-    subs = _query(
+    subs = query_running(
         db,
         "SELECT attempt, submission_id, status, weights_hash, score FROM submissions WHERE cell_id "
         "= ? "
@@ -232,24 +221,24 @@ def test_node_recorder_and_grader_faults(cluster: Any, tmp_path: Path, cache_dir
     )
     assert [(s[0], s[1], s[2]) for s in subs] == [(1, 1, "scored"), (2, 1, "scored")], subs
     assert float(row["best_score"]) == subs[1][4]  # only the final attempt counts
-    revisions = _query(
+    revisions = query_running(
         db, "SELECT attempt, COUNT(*) FROM code_revisions WHERE cell_id = ? GROUP BY attempt", cell
     )
     assert {a for a, n in revisions if n >= 1} == {1, 2}, revisions
     # Scored exactly once: one cached score per submitted weights (plus nothing else), one record
     # each.
-    cached = _query(db, "SELECT key FROM score_cache")
+    cached = query_running(db, "SELECT key FROM score_cache")
     assert len(cached) == 2 and all(any(s[3] in key for (key,) in cached) for s in subs), (
         cached,
         subs,
     )
     # The grader pool saw its grader replaced, and its busy fractions reached the store and the
     # report.
-    ((stats,),) = _query(db, "SELECT value_json FROM sweep_stats WHERE name = 'grader_pool'")
+    ((stats,),) = query_running(db, "SELECT value_json FROM sweep_stats WHERE name = 'grader_pool'")
     assert '"replaced": 1' in stats, stats
     page = (sweep_dir / "report" / "index.html").read_text()
     assert 'id="attempts"' in page and "2 (final)" in page and 'id="graders"' in page
-    scoring = _query(
+    scoring = query_running(
         db,
         "SELECT attempt, finished_at - started_at FROM submissions WHERE cell_id = ? ORDER BY "
         "attempt",
@@ -280,17 +269,17 @@ def test_sigkilled_sweep_resumes(cluster: Any, tmp_path: Path, cache_dir: Path) 
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert _query(db, "SELECT status FROM cells WHERE cell_id = ?", cell) == [("running",)]
+    assert query_running(db, "SELECT status FROM cells WHERE cell_id = ?", cell) == [("running",)]
     hold.unlink()
     output = _finish(_start(command, cache_dir, tmp_path / "rerun.log"))
 
     (row,) = _rows(sweep_dir)
     assert row["status"] == "completed" and row["submissions"] == "1", output[-3000:]
-    attempts = _query(
+    attempts = query_running(
         db, "SELECT attempt, status FROM cell_attempts WHERE cell_id = ? ORDER BY attempt", cell
     )
     assert attempts == [(1, "interrupted"), (2, "completed")]
-    subs = _query(
+    subs = query_running(
         db,
         "SELECT attempt, submission_id, status FROM submissions WHERE cell_id = ? ORDER BY "
         "attempt, "
@@ -298,5 +287,5 @@ def test_sigkilled_sweep_resumes(cluster: Any, tmp_path: Path, cache_dir: Path) 
         cell,
     )
     assert subs == [(1, 1, "scored"), (2, 1, "scored")]
-    assert _query(db, "SELECT COUNT(*) FROM cells") == [(1,)]
+    assert query_running(db, "SELECT COUNT(*) FROM cells") == [(1,)]
     print(f"SIGKILL resume: test {time.monotonic() - started:.1f} s", file=sys.stderr)

@@ -5,9 +5,9 @@ a head that holds the sweep's services and two one-CPU worker nodes for cells. T
 ``storage.root``, so each checkpoint travels through Ray from the cell's node to the driver's
 (the head). The sweep is the real CLI; cells are sealed (bubblewrap, cgroup) as in any sweep.
 
-- ``test_a_real_cli_continues_its_own_session_on_the_new_node``: Codex (the real CLI, against the
-  replay server) is killed with its node mid-session and continues the same session on the other
-  node.
+- ``test_a_real_cli_continues_its_own_session_on_the_new_node``: each real CLI (Codex, Claude
+  Code, OpenCode, Gemini CLI, against the replay server) is killed with its node mid-session and
+  continues the same session on the other node.
 - ``test_a_cell_whose_node_is_killed_resumes_elsewhere_with_its_submission_and_budget``: the
   command agent ``tests/helpers/fault_agent.py`` submits (really scored), writes its answer into
   ``output/`` and holds; once a checkpoint holds that answer the test kills the cell's node. The
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -31,14 +30,11 @@ from typing import Any
 
 import pytest
 
-from autorl.agent_schema import CliAgentConfig
-from autorl.agents.cli import find_binary
-from autorl.config import compose
-from autorl.errors import ConfigError
 from autorl.models.tiny import ensure_tiny_model
+from tests.helpers.cli_agent_cell import require_cli
 from tests.helpers.ray_cluster import local_cluster
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
-from tests.integration.conftest import sweep_env
+from tests.integration.conftest import query_running, sweep_env
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -53,14 +49,11 @@ def cluster() -> Iterator[Any]:
         yield cluster
 
 
-def _query(db: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
-    if not db.exists():
-        return []
-    try:
-        with sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=10) as conn:
-            return list(conn.execute(sql, params))
-    except sqlite3.OperationalError:  # not created yet, or the schema is being migrated
-        return []
+def _two_workers(cluster: Any) -> None:
+    """Two worker nodes for cells: one to lose, one to resume on (an earlier test removed one)."""
+    while len(cluster.worker_nodes) < 2:
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
 
 
 def _output(log: Path) -> str:
@@ -84,10 +77,34 @@ def _wait(
     pytest.fail(f"timed out waiting for {what}:\n{_output(log)}")
 
 
+def _kill_after_checkpoint(
+    cluster: Any, db: Path, cell: str, after: float, proc: subprocess.Popen[str], log: Path
+) -> str:
+    """Wait for a checkpoint of ``cell`` taken after ``after`` (Unix time), then kill the node that
+    runs the cell; returns its id."""
+    _wait(
+        "a checkpoint taken after the state the test needs",
+        lambda: query_running(
+            db,
+            "SELECT 1 FROM checkpoints WHERE cell_id = ? AND error IS NULL AND t > ?",
+            cell,
+            after,
+        ),
+        proc,
+        log,
+        60,
+    )
+    ((node_id,),) = query_running(db, "SELECT node_id FROM cell_attempts WHERE cell_id = ?", cell)
+    (node,) = [n for n in cluster.worker_nodes if n.node_id == node_id]
+    cluster.remove_node(node, allow_graceful=False)
+    return str(node_id)
+
+
 def test_a_cell_whose_node_is_killed_resumes_elsewhere_with_its_submission_and_budget(
     cluster: Any, tmp_path: Path, cache_dir: Path
 ) -> None:
     started = time.monotonic()
+    _two_workers(cluster)
     ensure_tiny_model(cache_dir / "models")
     sweep_id, cell = "node-loss", "gsm8k.command.none.tiny.s0"
     out_dir = tmp_path / "out"
@@ -114,24 +131,7 @@ def test_a_cell_whose_node_is_killed_resumes_elsewhere_with_its_submission_and_b
         _wait("the first run's scored answer", answer.exists, proc, log, 300)
         written = time.time()
         # A checkpoint taken after the answer was written holds it (it reached the head's store).
-        _wait(
-            "a checkpoint holding the answer",
-            lambda: _query(
-                db,
-                "SELECT checkpoint_id FROM checkpoints WHERE cell_id = ? AND error IS NULL AND "
-                "t > ?",
-                cell,
-                written + 0.5,
-            ),
-            proc,
-            log,
-            60,
-        )
-        ((node_id,),) = _query(
-            db, "SELECT node_id FROM cell_attempts WHERE cell_id = ? AND attempt = 1", cell
-        )
-        (node,) = [n for n in cluster.worker_nodes if n.node_id == node_id]
-        cluster.remove_node(node, allow_graceful=False)
+        node_id = _kill_after_checkpoint(cluster, db, cell, written + 0.5, proc, log)
         killed_at = time.time()
         proc.wait(timeout=BUDGET_S + 240)
     finally:
@@ -142,12 +142,12 @@ def test_a_cell_whose_node_is_killed_resumes_elsewhere_with_its_submission_and_b
     assert proc.returncode == 0, output
 
     # One attempt, completed on the other node, with one resume event from the killed node.
-    attempts = _query(
+    attempts = query_running(
         db, "SELECT attempt, status, node_id FROM cell_attempts WHERE cell_id = ?", cell
     )
     assert [(a, s) for a, s, _ in attempts] == [(1, "completed")], (attempts, output)
     assert attempts[0][2] not in (None, node_id), attempts
-    ((seq, checkpoint_id, checkpoint_t, time_used, lost, from_node, to_node),) = _query(
+    ((seq, checkpoint_id, checkpoint_t, time_used, lost, from_node, to_node),) = query_running(
         db,
         "SELECT seq, checkpoint_id, checkpoint_t, time_used_s, lost_s, from_node, to_node FROM "
         "cell_resumes WHERE cell_id = ?",
@@ -168,7 +168,7 @@ def test_a_cell_whose_node_is_killed_resumes_elsewhere_with_its_submission_and_b
     assert found["token_sha"] != found["answer"]["token_sha"]
 
     # The first submission kept and counted, nothing interrupted or duplicated.
-    subs = _query(
+    subs = query_running(
         db, "SELECT attempt, submission_id, status, score FROM submissions WHERE cell_id = ?", cell
     )
     assert [(a, i, s) for a, i, s, _ in subs] == [(1, 1, "scored")], subs
@@ -214,31 +214,39 @@ class HeldAfterStepOne(ReplayLLM):
         return kind, value
 
 
+def _driver(agent: str, base_url: str) -> list[str]:
+    """The driver overrides that point ``agent`` at the replay server (Gemini CLI speaks its own
+    protocol, served under /v1beta)."""
+    if agent == "gemini-cli":
+        server = base_url.removesuffix("/v1")
+        return ["driver=gemini-2.5-flash", f"driver.base_url={base_url}",
+                f"driver.protocols={{gemini: {server}/v1beta}}"]  # fmt: skip
+    return ["driver=local", f"driver.base_url={base_url}"]
+
+
+# Each CLI keeps its session files under HOME in a layout of its own; a checkpoint takes HOME whole.
+@pytest.mark.parametrize("agent", ["codex", "claude-code", "opencode", "gemini-cli"])
 def test_a_real_cli_continues_its_own_session_on_the_new_node(
-    cluster: Any, tmp_path: Path, cache_dir: Path
+    agent: str, cluster: Any, tmp_path: Path, cache_dir: Path
 ) -> None:
-    """Codex, mid-session when its node dies, is resumed on the other node with its session files
-    restored and ``exec resume --last``: its first request there carries the first run's tool call
-    and output, then the resume message."""
-    agent = compose(["agent=codex"]).agent
-    assert isinstance(agent, CliAgentConfig)
-    try:
-        find_binary(agent)
-    except ConfigError as error:
-        pytest.fail(f"this test needs the real codex CLI (make test-deps installs it): {error}")
+    """A real CLI, mid-session when its node dies, is resumed on the other node with its session
+    files restored and its continue flag: its first request there carries the first run's tool
+    call and output, then the resume message."""
+    require_cli(agent)
     started = time.monotonic()
+    _two_workers(cluster)
     ensure_tiny_model(cache_dir / "models")
     requests_log = tmp_path / "requests.jsonl"
     replay = HeldAfterStepOne(requests_log)
     server = ReplayServer(replay).start()
-    sweep_id, out_dir = "node-loss-cli", tmp_path / "out"
+    sweep_id, out_dir = f"node-loss-{agent}", tmp_path / "out"
     sweep_dir = out_dir / sweep_id
     db = sweep_dir / "records.sqlite"
     command = [
         sys.executable, "-m", "autorl.sweep", f"out_dir={out_dir}", f"sweep_id={sweep_id}",
         "progress=false", f"cluster.address={cluster.address}", "cluster.auth_mode=disabled",
-        "agent=codex", "driver=local", f"driver.base_url={server.base_url}",
-        "driver.api_key_env=null", "budget.seconds=300", "budget.kill_grace_s=2",
+        f"agent={agent}", *_driver(agent, server.base_url), "driver.api_key_env=null",
+        "budget.seconds=300", "budget.kill_grace_s=2",
         "scheduler.max_retries=1", f"cell.checkpoint.every_s={EVERY_S}",
         "+grader.resources.grader_slot=1", "task.eval.fixture.limit=24",
     ]  # fmt: skip
@@ -250,22 +258,8 @@ def test_a_real_cli_continues_its_own_session_on_the_new_node(
     try:
         _wait("the CLI's request for step two", replay.held.is_set, proc, log, 300)
         held_at = time.time()
-        ((cell,),) = _query(db, "SELECT cell_id FROM cells")
-        _wait(
-            "a checkpoint of the CLI's session",
-            lambda: _query(
-                db,
-                "SELECT 1 FROM checkpoints WHERE cell_id = ? AND error IS NULL AND t > ?",
-                cell,
-                held_at + 0.5,
-            ),
-            proc,
-            log,
-            60,
-        )
-        ((node_id,),) = _query(db, "SELECT node_id FROM cell_attempts WHERE cell_id = ?", cell)
-        (node,) = [n for n in cluster.worker_nodes if n.node_id == node_id]
-        cluster.remove_node(node, allow_graceful=False)
+        ((cell,),) = query_running(db, "SELECT cell_id FROM cells")
+        node_id = _kill_after_checkpoint(cluster, db, cell, held_at + 0.5, proc, log)
         time.sleep(1)  # the lost node's CLI is gone before its held request is answered
         replay.release.set()
         proc.wait(timeout=420)
@@ -277,11 +271,11 @@ def test_a_real_cli_continues_its_own_session_on_the_new_node(
         server.stop()
     output = _output(log)
     assert proc.returncode == 0, output
-    attempts = _query(
+    attempts = query_running(
         db, "SELECT attempt, status, node_id FROM cell_attempts WHERE cell_id = ?", cell
     )
     assert [(a, s) for a, s, _ in attempts] == [(1, "completed")] and attempts[0][2] != node_id
-    ((exit_class, node_resumes),) = _query(
+    ((exit_class, node_resumes),) = query_running(
         db, "SELECT exit_class, node_resumes FROM cells WHERE cell_id = ?", cell
     )
     assert (exit_class, node_resumes) == ("exited", 1), output
@@ -295,13 +289,13 @@ def test_a_real_cli_continues_its_own_session_on_the_new_node(
     cell_dir = sweep_dir / "cells" / cell
     assert RESUMED in (cell_dir / "prompt.resume1.md").read_text()  # the continue launch's prompt
     # The trace goes on after the lost node's steps, numbered on.
-    seqs = [s for (s,) in _query(db, "SELECT seq FROM trace_events WHERE cell_id = ?", cell)]
+    seqs = [s for (s,) in query_running(db, "SELECT seq FROM trace_events WHERE cell_id = ?", cell)]
     texts = " ".join(
-        t for (t,) in _query(db, "SELECT text FROM trace_events WHERE cell_id = ?", cell)
+        t for (t,) in query_running(db, "SELECT text FROM trace_events WHERE cell_id = ?", cell)
     )
     assert len(seqs) == len(set(seqs)) and "FIRST-RUN" in texts and "step-two" in texts
     print(
-        f"real CLI resume (codex): {len(bodies)} model requests, "
+        f"real CLI resume ({agent}): {len(bodies)} model requests, "
         f"test {time.monotonic() - started:.1f} s",
         file=sys.stderr,
     )

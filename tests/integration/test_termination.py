@@ -48,6 +48,7 @@ from autorl.workspace.checkpointing import CellCheckpoints
 from autorl.workspace.termination import watch_termination
 from tests.helpers.checkpoint_trees import cell, config, restored, tree
 from tests.helpers.procs import free_port, processes_mentioning
+from tests.helpers.ray_cluster import local_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -126,25 +127,13 @@ def _wait_for_record(log: Path, timeout_s: float) -> tuple[list[str], dict[str, 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
-
-    temp_dir = tempfile.mkdtemp(prefix="art-", dir="/tmp")
-    with pytest.MonkeyPatch.context() as patch:
-        # Cluster writes the head's address to $RAY_TMPDIR/ray/ray_current_cluster, which other
-        # Ray users on the machine read: use our own.
-        patch.setenv("RAY_TMPDIR", temp_dir)
-        os.makedirs(os.path.join(temp_dir, "ray"))
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={"num_cpus": 0, "include_dashboard": False, "temp_dir": temp_dir},
-        )
+    """A head without CPUs (every actor goes to a node of its own) and Ray's own health checks."""
+    with local_cluster(workers=0, head_cpus=0, head_resources={}, fast_health=False) as cluster:
+        ray.init(address=cluster.address)
         try:
-            ray.init(address=cluster.address)
             yield cluster
         finally:
             ray.shutdown()
-            cluster.shutdown()
-            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 @pytest.fixture()

@@ -24,12 +24,9 @@ from typing import Any
 
 import pytest
 
-from autorl.agent_schema import CliAgentConfig
-from autorl.agents.cli import find_binary
-from autorl.config import compose
-from autorl.errors import ConfigError
 from autorl.view.pages import cell_href
 from tests.helpers.chromium import CHROMIUM, Page, chromium_page
+from tests.helpers.cli_agent_cell import require_cli
 from tests.helpers.procs import stop_processes_mentioning
 from tests.helpers.replay_llm_server import ReplayLLM, ReplayServer
 from tests.helpers.view_server import (
@@ -194,12 +191,7 @@ async def _rows(page: Page, table: str) -> int:
 def test_a_running_sweep_shows_each_cells_steps_and_first_submission_live(
     tmp_path: Path, cache_dir: Path
 ) -> None:
-    agent = compose(["agent=codex"]).agent
-    assert isinstance(agent, CliAgentConfig)
-    try:
-        find_binary(agent)
-    except ConfigError as error:
-        pytest.fail(f"this test needs the real codex CLI (make test-deps installs it): {error}")
+    require_cli("codex")
     plugin = tmp_path / "plugin"
     (plugin / "conf" / "agent").mkdir(parents=True)
     (plugin / "conf" / "agent" / "scripted-fast.yaml").write_text(FAST_SCRIPTED)
