@@ -91,14 +91,8 @@ def this_node() -> str | None:
 def _read_manifest(folder: str, checkpoint_id: str | None) -> tuple[str, str, bytes]:
     """``(node id, checkpoint id, manifest bytes)`` of the store at ``folder`` on this node."""
     store = CheckpointStore(Path(folder))
-    ids = store.manifest_ids()
-    if checkpoint_id is None:
-        if not ids:
-            raise CheckpointError(f"checkpoint store {folder} has no checkpoint")
-        checkpoint_id = ids[-1]
-    if checkpoint_id not in ids:
-        raise CheckpointError(f"checkpoint store {folder} has no checkpoint {checkpoint_id}")
-    path = store.manifests / f"{checkpoint_id}.json"
+    path = store.manifest_path(checkpoint_id)
+    checkpoint_id = path.stem
     with store.failing(f"reading manifest {checkpoint_id}"):
         data = path.read_bytes()
     return ray.get_runtime_context().get_node_id(), checkpoint_id, data

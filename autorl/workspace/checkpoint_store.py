@@ -260,11 +260,11 @@ class CheckpointStore:
             self.discard(tmp)
         return dest
 
-    def read_manifest(self, checkpoint_id: str | None = None) -> dict[str, Any]:
-        """The manifest of ``checkpoint_id`` (default: the latest), with its entries parsed.
+    def manifest_path(self, checkpoint_id: str | None = None) -> Path:
+        """The manifest file of checkpoint ``checkpoint_id`` (default: the latest).
 
         Raises:
-            CheckpointError: No such checkpoint, or a manifest that is not one.
+            CheckpointError: The store has no such checkpoint.
         """
         ids = self.manifest_ids()
         if checkpoint_id is None:
@@ -273,7 +273,15 @@ class CheckpointStore:
             checkpoint_id = ids[-1]
         if checkpoint_id not in ids:
             raise CheckpointError(f"checkpoint store {self.root} has no checkpoint {checkpoint_id}")
-        path = self.manifests / f"{checkpoint_id}.json"
+        return self.manifests / f"{checkpoint_id}.json"
+
+    def read_manifest(self, checkpoint_id: str | None = None) -> dict[str, Any]:
+        """The manifest of ``checkpoint_id`` (default: the latest), with its entries parsed.
+
+        Raises:
+            CheckpointError: No such checkpoint, or a manifest that is not one.
+        """
+        path = self.manifest_path(checkpoint_id)
         try:
             data = json.loads(path.read_bytes())
         except (OSError, ValueError) as error:

@@ -77,6 +77,14 @@ def _wait(
     pytest.fail(f"timed out waiting for {what}:\n{_output(log)}")
 
 
+def _start(command: list[str], cache_dir: Path, log: Path) -> subprocess.Popen[str]:
+    """The sweep, its output into ``log`` (a file: nobody reads a pipe while the test waits)."""
+    with log.open("w") as handle:
+        return subprocess.Popen(
+            command, env=sweep_env(cache_dir), stdout=handle, stderr=subprocess.STDOUT, text=True
+        )
+
+
 def _kill_after_checkpoint(
     cluster: Any, db: Path, cell: str, after: float, proc: subprocess.Popen[str], log: Path
 ) -> str:
@@ -122,10 +130,7 @@ def test_a_cell_whose_node_is_killed_resumes_elsewhere_with_its_submission_and_b
         "task.eval.fixture.limit=24", "tracking.report.enabled=true",
     ]  # fmt: skip
     log = tmp_path / "sweep.log"
-    with log.open("w") as handle:
-        proc = subprocess.Popen(
-            command, env=sweep_env(cache_dir), stdout=handle, stderr=subprocess.STDOUT, text=True
-        )
+    proc = _start(command, cache_dir, log)
     try:
         answer = sweep_dir / "cells" / cell / "workspace" / "output" / "fault_agent.json"
         _wait("the first run's scored answer", answer.exists, proc, log, 300)
@@ -251,10 +256,7 @@ def test_a_real_cli_continues_its_own_session_on_the_new_node(
         "+grader.resources.grader_slot=1", "task.eval.fixture.limit=24",
     ]  # fmt: skip
     log = tmp_path / "sweep.log"
-    with log.open("w") as handle:
-        proc = subprocess.Popen(
-            command, env=sweep_env(cache_dir), stdout=handle, stderr=subprocess.STDOUT, text=True
-        )
+    proc = _start(command, cache_dir, log)
     try:
         _wait("the CLI's request for step two", replay.held.is_set, proc, log, 300)
         held_at = time.time()
