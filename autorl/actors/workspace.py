@@ -73,6 +73,7 @@ from autorl.workspace.layout import (
 from autorl.workspace.process import AgentExit, run_agent
 from autorl.workspace.resume import (
     ResumeFrom,
+    checkpoint_roots,
     driver_budget_left,
     restore_workspace,
     resume_prompt,
@@ -254,8 +255,7 @@ class Workspace:
             model_name=self.cell.model,
         )
         if self.resume is not None:
-            home = self.cell_dir / "home"
-            roots = {"code": paths.code, "output": paths.output, "home": home}
+            roots = checkpoint_roots(paths, self.cell_dir / "home")
             self.restored = restore_workspace(
                 self.resume, self.cell, self.cell_dir.parent.parent, roots, RAY_TRANSPORT
             )
@@ -513,7 +513,7 @@ class Workspace:
             checkpoints = start_checkpoints(
                 self.cell,
                 self.cell_dir.parent.parent,
-                {"code": paths.code, "output": paths.output, "home": home},
+                checkpoint_roots(paths, home),
                 self.recorder,
                 cgroup,
                 run_meta,

@@ -27,10 +27,7 @@ from autorl.records.types import DriverUsage
 from autorl.schema import DriverConfig
 from autorl.workspace.checkpoint_restore import RestoreResult, restore_snapshot
 from autorl.workspace.checkpointing import CheckpointTransport, checkpoint_source
-
-#: What a checkpoint restores, by root name: the agent's code, its models and its HOME (the CLI's
-#: session files are there).
-RESTORED_ROOTS = ("code", "output", "home")
+from autorl.workspace.layout import WorkspacePaths
 
 
 @dataclass(frozen=True)
@@ -73,6 +70,12 @@ class ResumeFrom:
             reason=self.reason,
             attempt=attempt,
         )
+
+
+def checkpoint_roots(paths: WorkspacePaths, home: Path) -> dict[str, Path]:
+    """What a checkpoint holds and a resume restores, by root name: the agent's code, its models
+    and its HOME (where each CLI keeps its session files)."""
+    return {"code": paths.code, "output": paths.output, "home": home}
 
 
 def plan_resume(
