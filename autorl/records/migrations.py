@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autorl.errors import AutorlError
-from autorl.records.migrations_live import _checkpoints, _live_records, _resumes
+from autorl.records.migrations_live import checkpoints, live_records, resumes
 from autorl.records.migrations_live import statements as _statements
 
 
@@ -395,9 +395,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "attempts", _attempts),
     Migration(7, "feedback", _feedback),
     Migration(8, "model_build", _model_build),
-    Migration(9, "live_records", _live_records),
-    Migration(10, "checkpoints", _checkpoints),
-    Migration(11, "resumes", _resumes),
+    Migration(9, "live_records", live_records),
+    Migration(10, "checkpoints", checkpoints),
+    Migration(11, "resumes", resumes),
 )
 SCHEMA_VERSION: int = MIGRATIONS[-1].version
 

@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS resource_samples (
 """
 
 
-def _live_records(conn: sqlite3.Connection) -> None:
+def live_records(conn: sqlite3.Connection) -> None:
     """Version 9: what a running cell sends for the live viewer.
 
     ``trace_events`` holds the agent's normalised trace events (an excerpt of each) and
@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 """
 
 
-def _checkpoints(conn: sqlite3.Connection) -> None:
+def checkpoints(conn: sqlite3.Connection) -> None:
     """Version 10: the checkpoints each running cell takes (or fails to take), one row each."""
     for statement in statements(_V10_TABLES):
         conn.execute(statement)
@@ -94,7 +94,7 @@ CREATE TABLE IF NOT EXISTS cell_resumes (
 """
 
 
-def _resumes(conn: sqlite3.Connection) -> None:
+def resumes(conn: sqlite3.Connection) -> None:
     """Version 11: cells that lost their node and resumed elsewhere from a checkpoint.
 
     ``cell_resumes`` holds one row per resume; ``cells.node_resumes`` counts them and
